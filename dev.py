@@ -1,0 +1,88 @@
+"""
+Project runner: ``python3 dev.py test`` or ``python3 dev.py demo``.
+
+Each command makes (or refreshes) an isolated virtual environment in ``.venv``, installs the
+project from ``pyproject.toml`` with its ``dev`` extra, then runs. Only Python 3.11+ and pip are
+needed. The environment is rebuilt when ``pyproject.toml`` changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / ".installed-from"
+PACKAGES = ["schedules", "effects", "migrate"]
+
+
+def _run(*args: str | Path) -> int:
+    print("+", " ".join(str(a) for a in args), flush=True)
+    return subprocess.call([str(a) for a in args], cwd=ROOT)
+
+
+def ensure_env() -> None:
+    """Create ``.venv`` and install the project into it unless it is already current."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"dev.py needs Python 3.11 or newer, not {sys.version.split()[0]}")
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if PY.exists() and STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    if not PY.exists():
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    pip = [PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    if _run(*pip, "-e", ".[dev,plot]") != 0:
+        sys.exit("dev.py: installing the project into .venv failed")
+    STAMP.write_text(wanted)
+
+
+def test() -> int:
+    """Run the whole suite: pytest, ruff, mypy --strict, pyright (strict), typing cases."""
+    env_bin = BIN
+    steps: list[list[str | Path]] = [
+        [PY, "-m", "pytest", "-q", "-p", "no:randomly"],
+        [env_bin / "ruff", "check", "."],
+        [env_bin / "ruff", "format", "--check", "."],
+        [PY, "-m", "mypy", *PACKAGES, "tests/typing", "benchmarks", "examples", "dev.py"],
+        [env_bin / "pyright"],
+    ]
+    failed = [" ".join(map(str, step[1:3])) for step in steps if _run(*step) != 0]
+    if failed:
+        print("FAILED:", ", ".join(failed), flush=True)
+        return 1
+    print("all checks passed", flush=True)
+    return 0
+
+
+def demo() -> int:
+    """Run the main demo (the migration example)."""
+    demo_main = ROOT / "examples" / "library_migration" / "demo.py"
+    if demo_main.exists():
+        return _run(PY, demo_main)
+    return _run(
+        PY,
+        "-m",
+        "schedules",
+        "show",
+        "exponential('250ms').jittered().max_delay('4s').times(4)",
+    )
+
+
+def main() -> int:
+    commands = {"test": test, "demo": demo}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        print(f"usage: python3 dev.py {{{'|'.join(commands)}}}", file=sys.stderr)
+        return 2
+    ensure_env()
+    return commands[sys.argv[1]]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

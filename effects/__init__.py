@@ -1,0 +1,1 @@
+"""effects package (under construction)."""

@@ -1,0 +1,1 @@
+"""migrate package (under construction)."""
