@@ -25,19 +25,21 @@ PACKAGES = ["schedules", "effects", "migrate"]
 
 def _run(*args: str | Path) -> int:
     print("+", " ".join(str(a) for a in args), flush=True)
-    return subprocess.call([str(a) for a in args], cwd=ROOT)
+    # Only this file's fixed commands run here, never user input.
+    return subprocess.call([str(a) for a in args], cwd=ROOT)  # noqa: S603
 
 
 def ensure_env() -> None:
     """Create ``.venv`` and install the project into it unless it is already current."""
-    if sys.version_info < (3, 11):
+    # Checked at run time so an older interpreter gets a message, not a traceback.
+    if sys.version_info < (3, 11):  # noqa: UP036
         sys.exit(f"dev.py needs Python 3.11 or newer, not {sys.version.split()[0]}")
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if PY.exists() and STAMP.exists() and STAMP.read_text() == wanted:
         return
     if not PY.exists():
         venv.EnvBuilder(with_pip=True).create(VENV)
-    pip = [PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    pip: list[str | Path] = [PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     if _run(*pip, "-e", ".[dev,plot]") != 0:
         sys.exit("dev.py: installing the project into .venv failed")
     STAMP.write_text(wanted)

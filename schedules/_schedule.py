@@ -1,0 +1,505 @@
+"""
+The ``Schedule`` base class, its step contract, and pure simulation (``delays``, ``simulate``).
+
+A schedule never sleeps and never reads a clock: the driver hands it the time and a random source.
+Combinator methods live here so they chain (``exponential(1).jittered().times(4)``); the classes
+they build live in ``_combinators``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+import attrs
+
+from schedules._durations import DurationLike, to_seconds
+
+__all__ = ["RandomLike", "Schedule", "SimulatedStep", "StepInfo", "simulate"]
+
+# The design calls them In and Out; the variance is in the declaration.
+In = TypeVar("In", contravariant=True)  # noqa: PLC0105
+Out = TypeVar("Out", covariant=True)  # noqa: PLC0105
+I_co = TypeVar("I_co", covariant=True)
+O_co = TypeVar("O_co", covariant=True)
+I2 = TypeVar("I2")
+O2 = TypeVar("O2")
+
+_DELAYS_LIMIT: Final = 10_000
+
+
+class RandomLike(Protocol):
+    """Anything with ``random() -> float`` in ``[0, 1)``, such as ``random.Random``."""
+
+    def random(self) -> float:
+        """Return the next random float in ``[0, 1)``."""
+        ...
+
+
+@attrs.frozen
+class StepInfo(Generic[I_co, O_co]):
+    """
+    What a ``modify_delay`` or ``add_delay`` function sees about the step being decided.
+
+    Attributes:
+        attempt: 1-based number of the attempt that just failed.
+        input: The schedule's input for this step (usually the error).
+        output: The wrapped schedule's output for this step.
+        delay: The wrapped schedule's delay in seconds.
+        elapsed: Seconds since the schedule's first step (0 on the first step).
+        now: The driver's time of this step, in seconds.
+    """
+
+    attempt: int
+    input: I_co
+    output: O_co
+    delay: float
+    elapsed: float
+    now: float
+
+
+@attrs.frozen
+class SimulatedStep(Generic[I_co, O_co]):
+    """
+    One step of ``simulate``: attempt *attempt* failed at time *now* with *input*.
+
+    Attributes:
+        attempt: 1-based number of the attempt that failed.
+        now: Seconds at which it failed (attempts take no time in a simulation).
+        input: The input given to the schedule.
+        output: The schedule's output.
+        delay: Seconds to wait before the next attempt, or ``None``: the schedule is done.
+    """
+
+    attempt: int
+    now: float
+    input: I_co
+    output: O_co
+    delay: float | None
+
+
+class Schedule(ABC, Generic[In, Out]):
+    """
+    An immutable retry policy: after each failed attempt, whether to go on and how long to wait.
+
+    The step contract, which any subclass implements and any driver calls::
+
+        state = schedule.initial()
+        state, output, delay = schedule.step(now, input, state, rng)
+
+    *now* is the driver's monotonic time in seconds, *input* usually the error, *rng* anything with
+    ``random() -> float``. *delay* is the seconds to wait before the next attempt (finite, in
+    ``[0, MAX_DELAY]``) or ``None``: stop. State is plain data (ints, floats, ``None``, tuples),
+    so it survives ``json.dumps``/``json.loads``; ``step`` accepts lists where it gave tuples.
+
+    Schedules are built by the constructors (``forever``, ``exponential``, ...) and the methods
+    below; ``a | b`` is ``a.union(b)`` and ``a & b`` is ``a.intersect(b)``.
+
+    Example:
+        >>> from schedules import exponential
+        >>> exponential("250ms").max_delay(1).times(4).delays()
+        [0.25, 0.5, 1.0, 1.0]
+    """
+
+    __slots__ = ()
+
+    @abstractmethod
+    def initial(self) -> Any:
+        """Return the state before the first step: plain, JSON-able data."""
+
+    @abstractmethod
+    def step(
+        self,
+        now: float,
+        input: In,  # noqa: A002 - the contract's name for it
+        state: Any,
+        rng: RandomLike,
+    ) -> tuple[Any, Out, float | None]:
+        """
+        Decide after a failed attempt.
+
+        Args:
+            now: The driver's monotonic time, in seconds.
+            input: The step's input, usually the error.
+            state: The state from ``initial()`` or the previous step (JSON-decoded form accepted).
+            rng: Random source for jitter.
+
+        Returns:
+            ``(state, output, delay)``: the next state, the output, and the seconds to wait
+            before the next attempt, or ``None`` to stop.
+        """
+
+    # -- delay shaping ---------------------------------------------------------------------------
+
+    def jittered(self, min: float = 0.8, max: float = 1.2) -> Schedule[In, Out]:  # noqa: A002
+        """
+        Scale each delay by a random factor drawn uniformly from ``[min, max)``.
+
+        Args:
+            min: Lowest factor, >= 0.
+            max: Highest factor (exclusive), >= *min*.
+
+        Raises:
+            ValueError: If a bound is negative, NaN or infinite, or *min* > *max*.
+
+        Example:
+            >>> from schedules import spaced
+            >>> [round(d, 3) for d in spaced(1).jittered().delays(3, seed=7)]
+            [0.93, 0.86, 1.06]
+        """
+        low, high = check_factor(min, "min"), check_factor(max, "max")
+        if low > high:
+            msg = f"jittered needs min <= max, got min={min!r}, max={max!r}"
+            raise ValueError(msg)
+        return _c.Jittered(self, low, high)
+
+    def modify_delay(self, f: Callable[[StepInfo[In, Out]], float]) -> Schedule[In, Out]:
+        """
+        Replace each delay by ``f(info)`` seconds (clamped to ``[0, MAX_DELAY]``).
+
+        *f* is called only when the schedule would continue. A NaN result raises ``ValueError``.
+
+        Example:
+            >>> from schedules import spaced
+            >>> spaced(1).modify_delay(lambda info: info.delay * info.attempt).delays(3)
+            [1.0, 2.0, 3.0]
+        """
+        return _c.ModifyDelay(self, f)
+
+    def add_delay(
+        self, amount: DurationLike | Callable[[StepInfo[In, Out]], float]
+    ) -> Schedule[In, Out]:
+        """
+        Add a fixed duration, or ``f(info)`` seconds, to each delay.
+
+        Args:
+            amount: A duration (seconds, ``timedelta`` or string), or a function of ``StepInfo``.
+
+        Raises:
+            ValueError: If *amount* is a negative, NaN, infinite or unparseable duration.
+
+        Example:
+            >>> from schedules import exponential
+            >>> exponential(1).add_delay("500ms").delays(3)
+            [1.5, 2.5, 4.5]
+        """
+        if callable(amount):
+            return _c.AddDelayFn(self, amount)
+        return _c.AddDelay(self, to_seconds(amount, name="amount"))
+
+    def max_delay(self, limit: DurationLike) -> Schedule[In, Out]:
+        """
+        Cap each delay at *limit*.
+
+        Raises:
+            ValueError: If *limit* is a negative, NaN, infinite or unparseable duration.
+
+        Example:
+            >>> from schedules import exponential
+            >>> exponential(1).max_delay("3s").delays(4)
+            [1.0, 2.0, 3.0, 3.0]
+        """
+        return _c.MaxDelay(self, to_seconds(limit, name="limit"))
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def times(self, n: int) -> Schedule[In, Out]:
+        """
+        Stop after at most *n* recurrences (retries; the first attempt is not counted).
+
+        Raises:
+            ValueError: If *n* is not an int >= 0.
+
+        Example:
+            >>> from schedules import spaced
+            >>> spaced(1).times(2).delays()
+            [1.0, 1.0]
+        """
+        return _c.Times(self, check_count(n, "n"))
+
+    def within(self, limit: DurationLike) -> Schedule[In, Out]:
+        """
+        Stop rather than start a wait that would end more than *limit* after the first step.
+
+        The first step is the end of the first attempt. Unlike Effect's ``upTo``, the last wait
+        never overshoots *limit*.
+
+        Raises:
+            ValueError: If *limit* is a negative, NaN, infinite or unparseable duration.
+
+        Example:
+            >>> from schedules import exponential
+            >>> exponential(1).within(10).delays()
+            [1.0, 2.0, 4.0]
+        """
+        return _c.Within(self, to_seconds(limit, name="limit"))
+
+    def while_input(self, p: Callable[[In], bool]) -> Schedule[In, Out]:
+        """
+        Continue only while ``p(input)`` is true (checked only when the schedule would continue).
+
+        Example:
+            >>> from schedules import forever
+            >>> forever().while_input(lambda n: n < 2).delays(5, input=1)
+            [0.0, 0.0, 0.0, 0.0, 0.0]
+            >>> forever().while_input(lambda n: n < 2).delays(5, input=3)
+            []
+        """
+        return _c.InputCheck(self, p, keep=True)
+
+    def until_input(self, p: Callable[[In], bool]) -> Schedule[In, Out]:
+        """
+        Continue until ``p(input)`` is true (checked only when the schedule would continue).
+
+        Example:
+            >>> from schedules import forever
+            >>> forever().until_input(lambda e: isinstance(e, KeyError)).delays(2, input=KeyError())
+            []
+        """
+        return _c.InputCheck(self, p, keep=False)
+
+    def while_output(self, p: Callable[[Out], bool]) -> Schedule[In, Out]:
+        """
+        Continue only while ``p(output)`` is true (checked only when the schedule would continue).
+
+        Example:
+            >>> from schedules import exponential
+            >>> exponential(1).while_output(lambda d: d < 5).delays()
+            [1.0, 2.0, 4.0]
+        """
+        return _c.OutputCheck(self, p, keep=True)
+
+    def until_output(self, p: Callable[[Out], bool]) -> Schedule[In, Out]:
+        """
+        Continue until ``p(output)`` is true (checked only when the schedule would continue).
+
+        Example:
+            >>> from schedules import forever
+            >>> forever().until_output(lambda count: count == 3).delays()
+            [0.0, 0.0, 0.0]
+        """
+        return _c.OutputCheck(self, p, keep=False)
+
+    # -- combining -------------------------------------------------------------------------------
+
+    def union(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]:
+        """
+        Continue while either schedule does, with the shorter delay of those continuing.
+
+        Both sides are stepped every time. The output is ``(self's output, other's output)``.
+        ``a | b`` is the same.
+
+        Example:
+            >>> from schedules import exponential, spaced
+            >>> (exponential(1).times(3) | spaced(3).times(4)).delays()
+            [1.0, 2.0, 3.0, 3.0]
+        """
+        return _c.Union(self, other)
+
+    def intersect(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]:
+        """
+        Continue while both schedules do, with the longer delay.
+
+        Both sides are stepped every time. The output is ``(self's output, other's output)``.
+        ``a & b`` is the same.
+
+        Example:
+            >>> from schedules import exponential, recurs, spaced
+            >>> (exponential(1) & spaced(3) & recurs(4)).delays()
+            [3.0, 3.0, 4.0, 8.0]
+        """
+        return _c.Intersect(self, other)
+
+    def __or__(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]:
+        """``a | b`` is ``a.union(b)``."""
+        return _c.Union(self, other)
+
+    def __and__(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]:
+        """``a & b`` is ``a.intersect(b)``."""
+        return _c.Intersect(self, other)
+
+    def and_then(self, other: Schedule[In, O2]) -> Schedule[In, Out | O2]:
+        """
+        Run *other* once this schedule is done; the step that ends this one is *other*'s first.
+
+        Example:
+            >>> from schedules import recurs, spaced
+            >>> recurs(2).and_then(spaced(5).times(2)).delays()
+            [0.0, 0.0, 5.0, 5.0]
+        """
+        return _c.AndThen(self, other)
+
+    # -- outputs and side effects ----------------------------------------------------------------
+
+    def map(self, f: Callable[[Out], O2]) -> Schedule[In, O2]:
+        """
+        Transform each output with *f*; delays are unchanged.
+
+        Example:
+            >>> from schedules import exponential, simulate
+            >>> [s.output for s in simulate(exponential(1).map(lambda d: d * 1000), [0, 0])]
+            [1000.0, 2000.0]
+        """
+        return _c.Map(self, f)
+
+    def tap_input(self, f: Callable[[In], object]) -> Schedule[In, Out]:
+        """
+        Call ``f(input)`` on every step, for side effects (logging, metrics).
+
+        Example:
+            >>> from schedules import recurs
+            >>> seen = []
+            >>> recurs(2).tap_input(seen.append).delays(input="boom")
+            [0.0, 0.0]
+            >>> seen
+            ['boom', 'boom', 'boom']
+        """
+        return _c.TapInput(self, f)
+
+    def tap_output(self, f: Callable[[Out], object]) -> Schedule[In, Out]:
+        """
+        Call ``f(output)`` on every step, for side effects.
+
+        Example:
+            >>> from schedules import recurs
+            >>> seen = []
+            >>> recurs(2).tap_output(seen.append).delays()
+            [0.0, 0.0]
+            >>> seen
+            [0, 1, 2]
+        """
+        return _c.TapOutput(self, f)
+
+    def reset_after(self, duration: DurationLike) -> Schedule[In, Out]:
+        """
+        Start over from the initial state once *duration* has passed since the first step.
+
+        The check happens before a step: a step at least *duration* after the first step of the
+        current run is taken from ``initial()`` and becomes the first step of a new run.
+
+        Raises:
+            ValueError: If *duration* is a negative, NaN, infinite or unparseable duration.
+
+        Example:
+            >>> from schedules import exponential, simulate
+            >>> [s.delay for s in simulate(exponential(1).reset_after(5), [0] * 5)]
+            [1.0, 2.0, 4.0, 1.0, 2.0]
+        """
+        return _c.ResetAfter(self, to_seconds(duration, name="duration"))
+
+    # -- simulation ------------------------------------------------------------------------------
+
+    def delays(
+        self,
+        n: int | None = None,
+        *,
+        input: In | None = None,  # noqa: A002 - mirrors step()'s argument
+        seed: int | None = None,
+    ) -> list[float]:
+        """
+        Return the first *n* delays in seconds, every attempt taking no time.
+
+        Args:
+            n: How many delays at most; ``None`` means until the schedule stops.
+            input: The input given to every step.
+            seed: Seed for ``random.Random``; the same seed gives the same delays.
+
+        Raises:
+            ValueError: If *n* is negative, or *n* is ``None`` and the schedule has not stopped
+                after 10,000 steps (an infinite schedule: pass *n* or add ``times``).
+
+        Example:
+            >>> from schedules import exponential
+            >>> exponential("250ms").delays(4)
+            [0.25, 0.5, 1.0, 2.0]
+        """
+        limit = _DELAYS_LIMIT if n is None else check_count(n, "n")
+        rng = random.Random(seed)
+        step = self.step
+        state = self.initial()
+        now = 0.0
+        result: list[float] = []
+        # `input` may be None only when the caller passes nothing; schedules of `object` accept it.
+        given: Any = input
+        while len(result) < limit:
+            state, _, delay = step(now, given, state, rng)
+            if delay is None:
+                return result
+            result.append(delay)
+            now += delay
+        if n is None:
+            msg = (
+                f"delays() without n: {self!r} did not stop within {_DELAYS_LIMIT} steps; "
+                "pass n or bound the schedule with times()"
+            )
+            raise ValueError(msg)
+        return result
+
+
+def simulate(
+    schedule: Schedule[I2, O2],
+    inputs: Iterable[I2],
+    *,
+    seed: int | None = None,
+    start: float = 0.0,
+) -> list[SimulatedStep[I2, O2]]:
+    """
+    Step *schedule* once per input, every attempt taking no time, and record each step.
+
+    Stops after the step that returns ``None`` or when *inputs* runs out.
+
+    Args:
+        schedule: The schedule to run.
+        inputs: One input per failed attempt, in order.
+        seed: Seed for ``random.Random``; the same seed gives the same steps.
+        start: Time of the first step, in seconds.
+
+    Example:
+        >>> from schedules import recurs, spaced
+        >>> for s in simulate(spaced(2) & recurs(2), ["a", "b", "c"], start=10.0):
+        ...     print(s.attempt, s.now, s.input, s.output, s.delay)
+        1 10.0 a (0, 0) 2.0
+        2 12.0 b (1, 1) 2.0
+        3 14.0 c (2, 2) None
+    """
+    rng = random.Random(seed)
+    state = schedule.initial()
+    now = start
+    steps: list[SimulatedStep[I2, O2]] = []
+    for attempt, value in enumerate(inputs, start=1):
+        state, output, delay = schedule.step(now, value, state, rng)
+        steps.append(SimulatedStep(attempt, now, value, output, delay))
+        if delay is None:
+            break
+        now += delay
+    return steps
+
+
+def check_factor(value: object, name: str, *, positive: bool = False) -> float:
+    """Return *value* as a float if it is a finite number >= 0 (> 0 if *positive*), else raise."""
+    bound = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        msg = f"{name} must be a number {bound}, got {value!r}"
+        raise TypeError(msg)
+    if not (0.0 <= value < math.inf) or (positive and value == 0.0):
+        msg = f"{name} must be a finite number {bound}, got {value!r}"
+        raise ValueError(msg)
+    return float(value)
+
+
+def check_count(value: object, name: str) -> int:
+    """Return *value* if it is an int >= 0, else raise naming *name*."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"{name} must be an int >= 0, got {value!r}"
+        raise TypeError(msg)
+    if value < 0:
+        msg = f"{name} must be an int >= 0, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+# The combinator classes subclass Schedule, so they can only be imported once it exists.
+from schedules import _combinators as _c  # noqa: E402

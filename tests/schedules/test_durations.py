@@ -1,0 +1,88 @@
+"""Duration parsing: numbers, timedeltas and strings, and the errors for bad values."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import pytest
+from hypothesis import given, settings
+
+from schedules import MAX_DELAY, exponential, spaced, to_seconds
+from schedules.testing import durations
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("250ms", 0.25),
+        ("250 millis", 0.25),
+        ("1 millisecond", 0.001),
+        ("4s", 4.0),
+        ("4 seconds", 4.0),
+        ("1.5 minutes", 90.0),
+        ("2 minutes", 120.0),
+        ("2m", 120.0),
+        ("1h", 3600.0),
+        ("1 hour", 3600.0),
+        ("1 day", 86400.0),
+        ("1 week", 604800.0),
+        ("500us", 0.0005),
+        ("0s", 0.0),
+        (" 3 S ", 3.0),
+        ("1e3ms", 1.0),
+    ],
+)
+def test_strings_parse_to_seconds(text: str, expected: float) -> None:
+    """Each unit spelling converts to the right number of seconds."""
+    assert expected == pytest.approx(to_seconds(text), rel=1e-12)
+
+
+def test_milliseconds_are_exact() -> None:
+    """'250ms' is exactly 0.25, not 0.25000000000000006."""
+    assert 0.25 == to_seconds("250ms")
+
+
+def test_numbers_and_timedeltas() -> None:
+    """Ints and floats are seconds; a timedelta gives its total seconds."""
+    assert (2.0, 0.5, 1.5) == (
+        to_seconds(2),
+        to_seconds(0.5),
+        to_seconds(datetime.timedelta(seconds=1, milliseconds=500)),
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [-1, -0.5, math.nan, math.inf, "-1s", "5", "abc", "1 parsec", "s", "", "inf s", "1e400s", True],
+)
+def test_bad_durations_name_the_argument_and_value(bad: object) -> None:
+    """Negative, NaN, infinite, unitless, unknown and bool durations: ValueError naming both."""
+    with pytest.raises(ValueError, match="interval") as caught:
+        spaced(bad)  # type: ignore[arg-type]
+    assert repr(bad) in str(caught.value)
+
+
+def test_negative_timedelta_is_refused() -> None:
+    """A negative timedelta is as wrong as a negative number."""
+    with pytest.raises(ValueError, match="base"):
+        exponential(datetime.timedelta(seconds=-1))
+
+
+def test_wrong_type_is_a_type_error() -> None:
+    """A value of no duration type raises TypeError naming the argument."""
+    with pytest.raises(TypeError, match="limit"):
+        spaced(1).max_delay([1])  # type: ignore[arg-type]
+
+
+def test_huge_durations_are_accepted_and_delays_clamped() -> None:
+    """Durations beyond MAX_DELAY are valid arguments; the delays they give are clamped."""
+    assert [MAX_DELAY] == spaced("100 weeks").delays(1)
+
+
+@settings(max_examples=100)
+@given(durations(max_value=1000.0))
+def test_every_drawn_duration_converts_within_bounds(value: object) -> None:
+    """Every form the strategy draws parses, to a value inside the requested range."""
+    seconds = to_seconds(value)  # type: ignore[arg-type]
+    assert 0.0 <= seconds <= 1000.0
