@@ -1,1 +1,37 @@
-"""effects package (under construction)."""
+"""
+Typed effects and the runtime that retries them.
+
+``Effect`` / ``AsyncEffect`` describe work with a typed error; ``retry(...)`` builds a ``Retry``
+policy from a ``schedules`` schedule and applies it to effects, functions and blocks of code.
+Time and randomness come from ``use_clock`` / ``use_random`` (context variables);
+``effects.testing.VirtualClock`` makes every wait instant in tests.
+"""
+
+from effects._budget import RetryBudget
+from effects._driver import Attempt, Attempts
+from effects._effect import AsyncEffect, Effect
+from effects._events import RetryEvent, add_hook, log_retries
+from effects._retry import Retry, retry
+from effects._services import Clock, SystemClock, use_clock, use_random
+from effects.errors import EffectsError, EffectTimeoutError, FatalError, RetryUsageError
+
+__all__ = [
+    "AsyncEffect",
+    "Attempt",
+    "Attempts",
+    "Clock",
+    "Effect",
+    "EffectTimeoutError",
+    "EffectsError",
+    "FatalError",
+    "Retry",
+    "RetryBudget",
+    "RetryEvent",
+    "RetryUsageError",
+    "SystemClock",
+    "add_hook",
+    "log_retries",
+    "retry",
+    "use_clock",
+    "use_random",
+]

@@ -1,1 +1,122 @@
-"""migrate package (under construction)."""
+"""
+A migration SDK: sources, process pipelines, destinations, item state, runs.
+
+A `Config` holds `Migration` definitions: each reads a `Source` in windows, runs its process for
+each item with a Pipeline Execution `Scope`, and records every item's state (``migrated``,
+``skipped``, ``failed`` with evidence, ``needs-update``) in a SQLite store, so failed items can be
+fixed and reprocessed alone. ``python -m migrate`` / ``migrate`` is the command line.
+"""
+
+from migrate._definition import Config, Migration, Process, SourceRetryStrategy
+from migrate._destinations import SqlDestination, destination
+from migrate._errors import (
+    ConfigError,
+    DestinationError,
+    LockHeld,
+    LockInfo,
+    MigrateError,
+    PreflightRefused,
+    RefusedError,
+    Skip,
+    SourceError,
+    StoreSchemaError,
+    UsageError,
+    format_time,
+)
+from migrate._loading import load_config
+from migrate._pipeline import Journal, Scope, TrackingError, current_scope
+from migrate._planner import Mode, Plan, PlanStep, RunOptions, plan
+from migrate._queries import failures, runs, status, unlock
+from migrate._reports import (
+    DefinitionStatus,
+    ErrorCount,
+    ProgressEvent,
+    RunRef,
+    RunSummary,
+    StatusReport,
+)
+from migrate._runner import run
+from migrate._sources import (
+    CsvSource,
+    Cursor,
+    Item,
+    JsonlSource,
+    LookupStrategy,
+    MemorySource,
+    Source,
+    SqlSource,
+    Window,
+)
+from migrate._state import (
+    Counts,
+    DefinitionResult,
+    ErrorEvidence,
+    FailureRecord,
+    ItemState,
+    ItemStatus,
+    RunRecord,
+    RunStatus,
+)
+from migrate._store_sqlite import SCHEMA_VERSION, Store, open_store
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Counts",
+    "CsvSource",
+    "Cursor",
+    "DefinitionResult",
+    "DefinitionStatus",
+    "DestinationError",
+    "ErrorCount",
+    "ErrorEvidence",
+    "FailureRecord",
+    "Item",
+    "ItemState",
+    "ItemStatus",
+    "Journal",
+    "JsonlSource",
+    "LockHeld",
+    "LockInfo",
+    "LookupStrategy",
+    "MemorySource",
+    "MigrateError",
+    "Migration",
+    "Mode",
+    "Plan",
+    "PlanStep",
+    "PreflightRefused",
+    "Process",
+    "ProgressEvent",
+    "RefusedError",
+    "RunOptions",
+    "RunRecord",
+    "RunRef",
+    "RunStatus",
+    "RunSummary",
+    "SCHEMA_VERSION",
+    "Scope",
+    "Skip",
+    "Source",
+    "SourceError",
+    "SourceRetryStrategy",
+    "SqlDestination",
+    "SqlSource",
+    "StatusReport",
+    "Store",
+    "StoreSchemaError",
+    "TrackingError",
+    "UsageError",
+    "Window",
+    "current_scope",
+    "destination",
+    "failures",
+    "format_time",
+    "load_config",
+    "open_store",
+    "plan",
+    "run",
+    "runs",
+    "status",
+    "unlock",
+]

@@ -1,0 +1,588 @@
+"""``Effect`` and ``AsyncEffect``: lazy, re-runnable descriptions of work with a typed error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, cast, overload
+
+import attrs
+from returns.result import Failure, Result, Success
+
+from effects._services import running_under_trio
+from effects.errors import EffectTimeoutError
+from schedules import DurationLike, to_seconds
+
+if TYPE_CHECKING:
+    from effects._budget import RetryBudget
+    from effects._events import RetryEvent
+    from schedules import Schedule
+
+__all__ = ["AsyncEffect", "Effect", "error_types"]
+
+A_co = TypeVar("A_co", covariant=True)
+E_co = TypeVar("E_co", bound=Exception, covariant=True)
+T = TypeVar("T")
+B = TypeVar("B")
+X = TypeVar("X", bound=Exception)
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+T5 = TypeVar("T5")
+
+
+def error_types(
+    value: type[Exception] | tuple[type[Exception], ...], name: str
+) -> tuple[type[Exception], ...]:
+    """
+    Normalise a ``catch=`` / ``on=`` argument to a non-empty tuple of ``Exception`` subclasses.
+
+    ``BaseException`` subclasses that are not ``Exception`` (cancellation, ``KeyboardInterrupt``,
+    ``SystemExit``) are refused: they are never caught.
+
+    Raises:
+        TypeError: Naming *name* and the bad value.
+    """
+    types = value if isinstance(value, tuple) else (value,)
+    # Checked at run time too: the annotation is a promise callers may not keep.
+    if not types or not all(_is_exception_type(t) for t in types):
+        msg = (
+            f"{name} must be an Exception subclass or a non-empty tuple of them, got {value!r}"
+            " (BaseException that is not an Exception is never caught)"
+        )
+        raise TypeError(msg)
+    return types
+
+
+def _is_exception_type(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, Exception)
+
+
+def _name(f: object) -> str:
+    return str(getattr(f, "__qualname__", None) or repr(f))
+
+
+@attrs.frozen(eq=False, repr=False)
+class Effect(Generic[A_co, E_co]):
+    """
+    A lazy, re-runnable computation that succeeds with ``A`` or fails with the typed error ``E``.
+
+    Nothing runs until ``run()``; running twice runs the work twice. Only errors chosen with
+    ``catch=`` (or returned as a ``Failure``) are typed failures; any other exception raised by
+    the work or by a function given to a combinator is a defect and propagates from ``run()``.
+
+    Args:
+        thunk: The work: a function of no arguments returning a ``returns`` ``Result``. Most
+            code uses the constructors (``succeed``, ``fail``, ``sync``, ``attempt``,
+            ``from_result``) instead.
+
+    Example:
+        >>> Effect.succeed(20).map(lambda n: n + 1).flat_map(lambda n: Effect.succeed(n * 2)).run()
+        <Success: 42>
+        >>> Effect.attempt(lambda: int("x"), catch=ValueError).run()
+        <Failure: invalid literal for int() with base 10: 'x'>
+    """
+
+    _thunk: Callable[[], Result[A_co, E_co]]
+
+    def __repr__(self) -> str:
+        return f"<Effect {_name(self._thunk)}>"
+
+    # --- constructors ------------------------------------------------------------------------
+
+    @staticmethod
+    def succeed(value: T) -> Effect[T, Never]:
+        """An effect that succeeds with *value*."""
+        result: Result[T, Never] = Success(value)
+        return Effect(lambda: result)
+
+    @staticmethod
+    def fail(error: X) -> Effect[Never, X]:
+        """An effect that fails with *error* (the same object on every run)."""
+        result: Result[Never, X] = Failure(error)
+        return Effect(lambda: result)
+
+    @staticmethod
+    def sync(thunk: Callable[[], T]) -> Effect[T, Never]:
+        """An effect that succeeds with ``thunk()``; anything *thunk* raises is a defect."""
+
+        def run() -> Result[T, Never]:
+            return Success(thunk())
+
+        return Effect(run)
+
+    @staticmethod
+    def attempt(thunk: Callable[[], T], catch: type[X] | tuple[type[X], ...]) -> Effect[T, X]:
+        """
+        An effect that runs ``thunk()``; exceptions of the *catch* types become typed failures.
+
+        Args:
+            thunk: The work.
+            catch: An ``Exception`` subclass or a tuple of them. Other exceptions are defects.
+
+        Raises:
+            TypeError: If *catch* holds anything but ``Exception`` subclasses.
+        """
+        types = error_types(catch, "catch")
+
+        def run() -> Result[T, X]:
+            try:
+                return Success(thunk())
+            except types as error:
+                return Failure(cast("X", error))
+
+        return Effect(run)
+
+    @staticmethod
+    def from_result(thunk: Callable[[], Result[T, X]]) -> Effect[T, X]:
+        """An effect whose outcome is the ``Result`` that ``thunk()`` returns."""
+        return Effect(thunk)
+
+    # --- combinators -------------------------------------------------------------------------
+
+    def map(self, f: Callable[[A_co], B]) -> Effect[B, E_co]:
+        """Transform the success value with *f*."""
+        inner = self._thunk
+
+        def run() -> Result[B, E_co]:
+            result = inner()
+            if isinstance(result, Failure):
+                return result
+            return Success(f(result.unwrap()))
+
+        return Effect(run)
+
+    def map_error(self, f: Callable[[E_co], X]) -> Effect[A_co, X]:
+        """Transform the typed error with *f*."""
+        inner = self._thunk
+
+        def run() -> Result[A_co, X]:
+            result = inner()
+            if isinstance(result, Success):
+                return result
+            return Failure(f(result.failure()))
+
+        return Effect(run)
+
+    def flat_map(self, f: Callable[[A_co], Effect[B, X]]) -> Effect[B, E_co | X]:
+        """Continue with the effect ``f(value)`` after a success."""
+        inner = self._thunk
+
+        def run() -> Result[B, E_co | X]:
+            result = inner()
+            if isinstance(result, Failure):
+                return result
+            return f(result.unwrap()).run()
+
+        return Effect(run)
+
+    def tap(self, f: Callable[[A_co], object]) -> Effect[A_co, E_co]:
+        """Call *f* with the success value for its side effect; the value passes unchanged."""
+        inner = self._thunk
+
+        def run() -> Result[A_co, E_co]:
+            result = inner()
+            if not isinstance(result, Failure):
+                f(result.unwrap())
+            return result
+
+        return Effect(run)
+
+    def catch(self, f: Callable[[E_co], Effect[B, X]]) -> Effect[A_co | B, X]:
+        """Recover from a typed failure with the effect ``f(error)``; defects pass through."""
+        inner = self._thunk
+
+        def run() -> Result[A_co | B, X]:
+            result = inner()
+            if isinstance(result, Success):
+                return result
+            return f(result.failure()).run()
+
+        return Effect(run)
+
+    def timeout(self, duration: DurationLike) -> Effect[A_co, E_co | EffectTimeoutError]:
+        """
+        Fail with ``EffectTimeoutError`` when a run takes longer than *duration* (real time).
+
+        Python cannot interrupt a running thread, so each run executes in a daemon worker thread
+        (in a copy of the caller's context) and the caller stops waiting after *duration*: the
+        work is **abandoned, not cancelled**. It keeps running in the background and its outcome
+        is dropped. Use it only for work that is safe to abandon; ``AsyncEffect.timeout`` really
+        cancels.
+
+        Args:
+            duration: Seconds, a ``timedelta`` or a string like ``"2s"``.
+
+        Raises:
+            ValueError: If *duration* is negative, NaN, infinite or unparseable.
+        """
+        seconds = to_seconds(duration, name="duration")
+        inner = self._thunk
+
+        def run() -> Result[A_co, E_co | EffectTimeoutError]:
+            outcome: list[Result[A_co, E_co] | BaseException] = []
+            done = threading.Event()
+            context = contextvars.copy_context()
+
+            def work() -> None:
+                try:
+                    outcome.append(context.run(inner))
+                # Carried over to the caller's thread, which re-raises it as a defect.
+                except BaseException as exc:  # noqa: BLE001
+                    outcome.append(exc)
+                finally:
+                    done.set()
+
+            threading.Thread(target=work, name="effects-timeout", daemon=True).start()
+            if not done.wait(seconds):
+                return Failure(EffectTimeoutError(seconds))
+            value = outcome[0]
+            if isinstance(value, BaseException):
+                raise value
+            return value
+
+        return Effect(run)
+
+    @overload
+    def pipe(self, f1: Callable[[Self], T1], /) -> T1: ...
+    @overload
+    def pipe(self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], /) -> T2: ...
+    @overload
+    def pipe(
+        self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], f3: Callable[[T2], T3], /
+    ) -> T3: ...
+    @overload
+    def pipe(
+        self,
+        f1: Callable[[Self], T1],
+        f2: Callable[[T1], T2],
+        f3: Callable[[T2], T3],
+        f4: Callable[[T3], T4],
+        /,
+    ) -> T4: ...
+    @overload
+    def pipe(
+        self,
+        f1: Callable[[Self], T1],
+        f2: Callable[[T1], T2],
+        f3: Callable[[T2], T3],
+        f4: Callable[[T3], T4],
+        f5: Callable[[T4], T5],
+        /,
+    ) -> T5: ...
+    def pipe(self, *fs: Callable[[Any], Any]) -> Any:
+        """
+        Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))``.
+
+        This is how a retry strategy (a ``Retry`` or any effect-to-effect function) is applied.
+        """
+        value: Any = self
+        for f in fs:
+            value = f(value)
+        return value
+
+    def retry(
+        self,
+        schedule: Schedule[Any, Any] | None = None,
+        *,
+        times: int | None = None,
+        while_: Callable[[Any], bool] | None = None,
+        until: Callable[[Any], bool] | None = None,
+        budget: RetryBudget | None = None,
+        on: type[Exception] | tuple[type[Exception], ...] | None = None,
+        on_retry: Callable[[RetryEvent], object] | None = None,
+    ) -> Effect[A_co, E_co]:
+        """``effects.retry(...)(self)``: the same effect, retried on typed failures."""
+        # _retry builds on this module, so it is imported when first needed.
+        from effects._retry import Retry  # noqa: PLC0415
+
+        policy = Retry(
+            schedule,
+            times=times,
+            while_=while_,
+            until=until,
+            budget=budget,
+            on=on,
+            on_retry=on_retry,
+        )
+        return policy(self)
+
+    # --- runners -----------------------------------------------------------------------------
+
+    def run(self) -> Result[A_co, E_co]:
+        """Run the work: ``Success(value)`` or ``Failure(error)``; defects propagate."""
+        return self._thunk()
+
+    def run_or_raise(self) -> A_co:
+        """Run the work: return the value or raise the typed error."""
+        result = self._thunk()
+        if isinstance(result, Failure):
+            raise result.failure()
+        return result.unwrap()
+
+
+@attrs.frozen(eq=False, repr=False)
+class AsyncEffect(Generic[A_co, E_co]):
+    """
+    ``Effect`` for ``async`` work, under asyncio or trio: the same constructors (taking async
+    thunks), combinators and runners, with ``await effect.run()``.
+
+    Args:
+        thunk: An ``async`` function of no arguments returning a ``returns`` ``Result``.
+
+    Example:
+        >>> import asyncio
+        >>> async def fetch() -> int:
+        ...     return 41
+        >>> asyncio.run(AsyncEffect.attempt(fetch, catch=OSError).map(lambda n: n + 1).run())
+        <Success: 42>
+    """
+
+    _thunk: Callable[[], Coroutine[Any, Any, Result[A_co, E_co]]]
+
+    def __repr__(self) -> str:
+        return f"<AsyncEffect {_name(self._thunk)}>"
+
+    # --- constructors ------------------------------------------------------------------------
+
+    @staticmethod
+    def succeed(value: T) -> AsyncEffect[T, Never]:
+        """An effect that succeeds with *value*."""
+        result: Result[T, Never] = Success(value)
+
+        async def run() -> Result[T, Never]:
+            return result
+
+        return AsyncEffect(run)
+
+    @staticmethod
+    def fail(error: X) -> AsyncEffect[Never, X]:
+        """An effect that fails with *error* (the same object on every run)."""
+        result: Result[Never, X] = Failure(error)
+
+        async def run() -> Result[Never, X]:
+            return result
+
+        return AsyncEffect(run)
+
+    @staticmethod
+    def sync(thunk: Callable[[], Awaitable[T]]) -> AsyncEffect[T, Never]:
+        """An effect that succeeds with ``await thunk()``; anything it raises is a defect."""
+
+        async def run() -> Result[T, Never]:
+            return Success(await thunk())
+
+        return AsyncEffect(run)
+
+    @staticmethod
+    def attempt(
+        thunk: Callable[[], Awaitable[T]], catch: type[X] | tuple[type[X], ...]
+    ) -> AsyncEffect[T, X]:
+        """
+        An effect that awaits ``thunk()``; exceptions of the *catch* types become typed failures.
+
+        Cancellation is a ``BaseException`` and can never be in *catch*: it always propagates.
+
+        Raises:
+            TypeError: If *catch* holds anything but ``Exception`` subclasses.
+        """
+        types = error_types(catch, "catch")
+
+        async def run() -> Result[T, X]:
+            try:
+                return Success(await thunk())
+            except types as error:
+                return Failure(cast("X", error))
+
+        return AsyncEffect(run)
+
+    @staticmethod
+    def from_result(thunk: Callable[[], Awaitable[Result[T, X]]]) -> AsyncEffect[T, X]:
+        """An effect whose outcome is the ``Result`` that ``await thunk()`` returns."""
+
+        async def run() -> Result[T, X]:
+            return await thunk()
+
+        return AsyncEffect(run)
+
+    # --- combinators -------------------------------------------------------------------------
+
+    def map(self, f: Callable[[A_co], B]) -> AsyncEffect[B, E_co]:
+        """Transform the success value with *f* (a plain function)."""
+        inner = self._thunk
+
+        async def run() -> Result[B, E_co]:
+            result = await inner()
+            if isinstance(result, Failure):
+                return result
+            return Success(f(result.unwrap()))
+
+        return AsyncEffect(run)
+
+    def map_error(self, f: Callable[[E_co], X]) -> AsyncEffect[A_co, X]:
+        """Transform the typed error with *f* (a plain function)."""
+        inner = self._thunk
+
+        async def run() -> Result[A_co, X]:
+            result = await inner()
+            if isinstance(result, Success):
+                return result
+            return Failure(f(result.failure()))
+
+        return AsyncEffect(run)
+
+    def flat_map(
+        self, f: Callable[[A_co], AsyncEffect[B, X] | Effect[B, X]]
+    ) -> AsyncEffect[B, E_co | X]:
+        """Continue with the effect ``f(value)`` (async or sync) after a success."""
+        inner = self._thunk
+
+        async def run() -> Result[B, E_co | X]:
+            result = await inner()
+            if isinstance(result, Failure):
+                return result
+            return await _run_either(f(result.unwrap()))
+
+        return AsyncEffect(run)
+
+    def tap(self, f: Callable[[A_co], object]) -> AsyncEffect[A_co, E_co]:
+        """Call *f* (a plain function) with the success value; the value passes unchanged."""
+        inner = self._thunk
+
+        async def run() -> Result[A_co, E_co]:
+            result = await inner()
+            if not isinstance(result, Failure):
+                f(result.unwrap())
+            return result
+
+        return AsyncEffect(run)
+
+    def catch(
+        self, f: Callable[[E_co], AsyncEffect[B, X] | Effect[B, X]]
+    ) -> AsyncEffect[A_co | B, X]:
+        """Recover from a typed failure with the effect ``f(error)``; defects pass through."""
+        inner = self._thunk
+
+        async def run() -> Result[A_co | B, X]:
+            result = await inner()
+            if isinstance(result, Success):
+                return result
+            return await _run_either(f(result.failure()))
+
+        return AsyncEffect(run)
+
+    def timeout(self, duration: DurationLike) -> AsyncEffect[A_co, E_co | EffectTimeoutError]:
+        """
+        Cancel a run that takes longer than *duration* and fail with ``EffectTimeoutError``.
+
+        The attempt is really cancelled: ``asyncio.timeout`` under asyncio, a
+        ``trio.move_on_after`` cancel scope under trio. The deadline is the event loop's (real)
+        time, not the ``use_clock`` clock.
+
+        Args:
+            duration: Seconds, a ``timedelta`` or a string like ``"2s"``.
+
+        Raises:
+            ValueError: If *duration* is negative, NaN, infinite or unparseable.
+        """
+        seconds = to_seconds(duration, name="duration")
+        inner = self._thunk
+
+        async def run() -> Result[A_co, E_co | EffectTimeoutError]:
+            if running_under_trio():
+                with sys.modules["trio"].move_on_after(seconds):
+                    return await inner()
+                return Failure(EffectTimeoutError(seconds))
+            scope = asyncio.timeout(seconds)
+            try:
+                async with scope:
+                    return await inner()
+            except TimeoutError:
+                if not scope.expired():
+                    raise
+            return Failure(EffectTimeoutError(seconds))
+
+        return AsyncEffect(run)
+
+    @overload
+    def pipe(self, f1: Callable[[Self], T1], /) -> T1: ...
+    @overload
+    def pipe(self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], /) -> T2: ...
+    @overload
+    def pipe(
+        self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], f3: Callable[[T2], T3], /
+    ) -> T3: ...
+    @overload
+    def pipe(
+        self,
+        f1: Callable[[Self], T1],
+        f2: Callable[[T1], T2],
+        f3: Callable[[T2], T3],
+        f4: Callable[[T3], T4],
+        /,
+    ) -> T4: ...
+    @overload
+    def pipe(
+        self,
+        f1: Callable[[Self], T1],
+        f2: Callable[[T1], T2],
+        f3: Callable[[T2], T3],
+        f4: Callable[[T3], T4],
+        f5: Callable[[T4], T5],
+        /,
+    ) -> T5: ...
+    def pipe(self, *fs: Callable[[Any], Any]) -> Any:
+        """Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))``."""
+        value: Any = self
+        for f in fs:
+            value = f(value)
+        return value
+
+    def retry(
+        self,
+        schedule: Schedule[Any, Any] | None = None,
+        *,
+        times: int | None = None,
+        while_: Callable[[Any], bool] | None = None,
+        until: Callable[[Any], bool] | None = None,
+        budget: RetryBudget | None = None,
+        on: type[Exception] | tuple[type[Exception], ...] | None = None,
+        on_retry: Callable[[RetryEvent], object] | None = None,
+    ) -> AsyncEffect[A_co, E_co]:
+        """``effects.retry(...)(self)``: the same effect, retried on typed failures."""
+        # _retry builds on this module, so it is imported when first needed.
+        from effects._retry import Retry  # noqa: PLC0415
+
+        policy = Retry(
+            schedule,
+            times=times,
+            while_=while_,
+            until=until,
+            budget=budget,
+            on=on,
+            on_retry=on_retry,
+        )
+        return policy(self)
+
+    # --- runners -----------------------------------------------------------------------------
+
+    async def run(self) -> Result[A_co, E_co]:
+        """Run the work: ``Success(value)`` or ``Failure(error)``; defects propagate."""
+        return await self._thunk()
+
+    async def run_or_raise(self) -> A_co:
+        """Run the work: return the value or raise the typed error."""
+        result = await self._thunk()
+        if isinstance(result, Failure):
+            raise result.failure()
+        return result.unwrap()
+
+
+async def _run_either(effect: AsyncEffect[T, X] | Effect[T, X]) -> Result[T, X]:
+    if isinstance(effect, Effect):
+        return effect.run()
+    return await effect.run()

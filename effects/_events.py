@@ -1,0 +1,169 @@
+"""
+Retry events, the process-wide hook registry, and stdlib logging of retries.
+
+Hooks are process-wide on purpose: ``log_retries()`` called at start-up must also see retries
+made in worker threads (``threading.Thread`` and thread pools start with an empty context in
+Python 3.11, so a context variable would silently drop them). The registry holds an immutable
+tuple swapped under a lock, so the retry runtime reads it with one attribute load and no lock.
+For listeners scoped to one policy, use ``retry(..., on_retry=...)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Literal
+
+import attrs
+
+__all__ = ["EventKind", "RetryEvent", "add_hook", "hooks", "log_retries"]
+
+EventKind = Literal["retry", "attempt", "give_up", "budget_exhausted"]
+
+
+@attrs.frozen
+class RetryEvent:
+    """
+    One step of a retried call, as seen by ``on_retry`` and hooks.
+
+    Kinds, per failed attempt exactly one of ``"retry"``, ``"give_up"``, ``"budget_exhausted"``:
+
+    - ``"retry"``: attempt *attempt* failed with *error*; the next starts in *delay* seconds.
+    - ``"give_up"``: attempt *attempt* failed with *error* and no retry follows (the schedule is
+      done, or the error is never retried); *error* is what the caller gets.
+    - ``"budget_exhausted"``: the schedule would retry but the ``RetryBudget`` refused; *error*
+      is what the caller gets.
+    - ``"attempt"``: attempt *attempt* (2 or more) is starting, after its wait; *error* is the
+      previous attempt's error. The first attempt emits nothing, so success costs nothing.
+
+    Attributes:
+        kind: One of the kinds above.
+        attempt: The 1-based number of the attempt concerned.
+        delay: Seconds until the next attempt (``"retry"`` only), else ``None``.
+        error: The error of the failed attempt (of the previous one for ``"attempt"``).
+        elapsed: Seconds since the first attempt failed, on the active clock.
+    """
+
+    kind: EventKind
+    attempt: int
+    delay: float | None
+    error: Exception
+    elapsed: float
+
+
+Hook = Callable[[RetryEvent], object]
+
+
+class _Registry:
+    """A copy-on-write tuple of hooks: readers load ``hooks`` without locking."""
+
+    __slots__ = ("_lock", "hooks")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.hooks: tuple[Hook, ...] = ()
+
+    def add(self, hook: Hook) -> Callable[[], None]:
+        with self._lock:
+            self.hooks = (*self.hooks, hook)
+        removed = False
+
+        def remove() -> None:
+            nonlocal removed
+            with self._lock:
+                if removed:
+                    return
+                removed = True
+                index = next(i for i, h in enumerate(self.hooks) if h is hook)
+                self.hooks = self.hooks[:index] + self.hooks[index + 1 :]
+
+        return remove
+
+
+_REGISTRY = _Registry()
+
+
+def hooks() -> tuple[Hook, ...]:
+    """The hooks registered now, oldest first."""
+    return _REGISTRY.hooks
+
+
+def add_hook(hook: Hook) -> Callable[[], None]:
+    """
+    Call *hook* with every ``RetryEvent`` of every retried call in this process.
+
+    Hooks run in the thread (or task) of the retried call, in the order they were added. An
+    exception raised by a hook propagates out of the retried call, as any bug would. Adding the
+    same function twice calls it twice.
+
+    Args:
+        hook: A function of one ``RetryEvent``; its return value is ignored.
+
+    Returns:
+        A function that removes this registration (calling it again does nothing).
+
+    Example:
+        >>> from effects import Effect, FatalError
+        >>> seen = []
+        >>> remove = add_hook(lambda event: seen.append(event.kind))
+        >>> Effect.fail(FatalError("no")).retry(times=3).run()
+        <Failure: no>
+        >>> remove()
+        >>> seen
+        ['give_up']
+    """
+    if not callable(hook):
+        msg = f"hook must be callable, got {hook!r}"
+        raise TypeError(msg)
+    return _REGISTRY.add(hook)
+
+
+def log_retries(
+    logger: logging.Logger | None = None, level: int = logging.WARNING
+) -> Callable[[], None]:
+    """
+    Log every retry, give-up and budget refusal through stdlib ``logging``.
+
+    Messages are formatted by ``logging`` only when *logger* is enabled for *level*; ``"attempt"``
+    events are logged at ``DEBUG``.
+
+    Args:
+        logger: Where to log; ``None`` means ``logging.getLogger("effects")``.
+        level: The level of retry, give-up and budget messages.
+
+    Returns:
+        A function that turns this logging off again.
+    """
+    target = logging.getLogger("effects") if logger is None else logger
+
+    def log(event: RetryEvent) -> None:
+        if event.kind == "retry":
+            target.log(
+                level,
+                "attempt %d failed with %r; retrying in %.3f s (%.3f s elapsed)",
+                event.attempt,
+                event.error,
+                event.delay,
+                event.elapsed,
+            )
+        elif event.kind == "give_up":
+            target.log(
+                level,
+                "attempt %d failed with %r; giving up (%.3f s elapsed)",
+                event.attempt,
+                event.error,
+                event.elapsed,
+            )
+        elif event.kind == "budget_exhausted":
+            target.log(
+                level,
+                "attempt %d failed with %r; retry budget exhausted, giving up (%.3f s elapsed)",
+                event.attempt,
+                event.error,
+                event.elapsed,
+            )
+        else:
+            target.debug("starting attempt %d (%.3f s elapsed)", event.attempt, event.elapsed)
+
+    return add_hook(log)

@@ -1,0 +1,558 @@
+"""
+The ``migrate`` command line.
+
+``migrate [--config FILE] COMMAND``; commands: ``list``, ``graph``, ``status``, ``runs``,
+``failures``, ``unlock`` and ``run``. ``--json`` prints one JSON document on stdout for scripts;
+progress and messages go to stderr.
+
+Exit codes: 0 done with no failed items; 1 the run finished with failed items; 2 bad usage or
+config (the message names the problem); 3 refused (lock held, dependency preflight, store schema).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, Literal, TextIO
+
+from migrate import (
+    Config,
+    ConfigError,
+    Counts,
+    ProgressEvent,
+    RefusedError,
+    RunOptions,
+    RunSummary,
+    UsageError,
+    failures,
+    format_time,
+    load_config,
+    plan,
+    run,
+    runs,
+    status,
+    unlock,
+)
+
+__all__ = [
+    "EXIT_FAILED_ITEMS",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "BarProgress",
+    "LogProgress",
+    "main",
+    "summary_text",
+]
+
+EXIT_OK: Final = 0
+EXIT_FAILED_ITEMS: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_REFUSED: Final = 3
+
+_COUNT_COLUMNS: Final = (
+    ("migrated", "migrated"),
+    ("skipped", "skipped"),
+    ("failed", "failed"),
+    ("unchanged", "unchanged"),
+    ("needs_update", "needs-update"),
+)
+_BAR_WIDTH: Final = 24
+_REDRAW_EVERY: Final = 0.1  # seconds between bar redraws; windows can come much faster
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="migrate",
+        description="Run migration definitions, see item states and reprocess failures.",
+        epilog="Exit codes: 0 done, 1 finished with failed items, 2 bad usage or config, "
+        "3 refused (lock held, dependency preflight, store schema).",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="config file defining `config = migrate.Config(...)` (default: ./migrate_config.py)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    commands.add_parser("list", help="list the migration definitions")
+    commands.add_parser("graph", help="show the dependency graph and the run order")
+
+    p = commands.add_parser("status", help="stored item states per definition")
+    p.add_argument("definitions", nargs="*", metavar="DEF")
+    p.add_argument("--all", action="store_true", help="every definition (the default)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+    p = commands.add_parser("runs", help="recent migration runs, newest first")
+    p.add_argument("--limit", type=_positive_int, default=20, metavar="N")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+    p = commands.add_parser("failures", help="failed items of a definition, with evidence")
+    p.add_argument("definition", metavar="DEF")
+    p.add_argument("--limit", type=_positive_int, default=None, metavar="N")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+    p = commands.add_parser("unlock", help="break a definition's stale lock")
+    p.add_argument("definition", metavar="DEF")
+
+    p = commands.add_parser("run", help="run definitions (all when none is named)")
+    p.add_argument("definitions", nargs="*", metavar="DEF")
+    p.add_argument("--all", action="store_true", help="every definition")
+    p.add_argument(
+        "--with-dependencies",
+        action="store_true",
+        help="also run required dependencies first (in normal mode)",
+    )
+    p.add_argument("--failed", action="store_true", help="reprocess the saved failed items")
+    p.add_argument("--skipped", action="store_true", help="re-evaluate the skipped items")
+    p.add_argument(
+        "--id",
+        action="append",
+        default=[],
+        dest="ids",
+        metavar="ID",
+        help="process this identity whatever its state (repeatable)",
+    )
+    p.add_argument(
+        "--update", action="store_true", help="mark migrated items needs-update and rediscover"
+    )
+    p.add_argument("--force", action="store_true", help="skip the dependency preflight")
+    p.add_argument("--plan", action="store_true", help="print the plan and exit")
+    p.add_argument(
+        "--progress",
+        choices=("auto", "log", "none"),
+        default="auto",
+        help="auto: bars on a terminal, else a line per window (none with --json)",
+    )
+    p.add_argument(
+        "-c",
+        "--concurrency",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="items processed at once, overriding every definition's concurrency",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """
+    Run the ``migrate`` command line with *argv* (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 done, 1 finished with failed items, 2 bad usage or config, 3 refused.
+    """
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse exits 2 on bad usage, 0 for --help
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    out = sys.stdout
+    try:
+        if args.command == "run" and args.failed and args.skipped:
+            raise UsageError("--failed and --skipped cannot be used together; run them one by one")
+        config = load_config(args.config)
+        command: Callable[[Config, argparse.Namespace, TextIO], int] = _COMMANDS[args.command]
+        return command(config, args, out)
+    except (ConfigError, UsageError) as error:
+        _error(f"error: {error}")
+        return EXIT_USAGE
+    except RefusedError as error:
+        _error(f"refused: {error}")
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+
+
+def _error(message: str) -> None:
+    print(f"migrate: {message}", file=sys.stderr, flush=True)
+
+
+def _dump(document: object, out: TextIO) -> None:
+    json.dump(document, out, indent=2, sort_keys=False)
+    out.write("\n")
+    out.flush()
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]) -> str:
+    """Align *rows* under *header*; columns whose index is in *numeric* are right-aligned."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(header), *(line(r) for r in rows)])
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+# --- list, graph -------------------------------------------------------------------------------
+
+
+def _cmd_list(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    rows = [
+        [
+            m.id,
+            m.source.describe(),
+            m.source.lookup_strategy,
+            ", ".join(m.requires) or "-",
+            ", ".join(m.optional) or "-",
+            str(m.concurrency),
+        ]
+        for m in config.migrations
+    ]
+    header = ["definition", "source", "lookup", "requires", "optional", "concurrency"]
+    print(_table(header, rows, numeric={5}), file=out)
+    return EXIT_OK
+
+
+def _cmd_graph(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    order = config.order()
+    for definition_id in order:
+        migration = config.get(definition_id)
+        print(definition_id, file=out)
+        edges = [(d, "requires") for d in migration.requires]
+        edges += [(d, "optional") for d in migration.optional]
+        for i, (dep, kind) in enumerate(edges):
+            branch = "`--" if i == len(edges) - 1 else "|--"
+            print(f"  {branch} {kind} {dep}", file=out)
+    print(f"\nrun order: {' -> '.join(order) or '(no definitions)'}", file=out)
+    return EXIT_OK
+
+
+# --- status, runs, failures, unlock --------------------------------------------------------------
+
+
+def _cmd_status(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    if args.all and args.definitions:
+        raise UsageError("name definitions or pass --all, not both")
+    for definition_id in args.definitions:
+        config.get(definition_id)  # UsageError naming an unknown id
+    report = status(config, definitions=tuple(args.definitions))
+    if args.json:
+        _dump(report.to_json(), out)
+        return EXIT_OK
+    rows: list[list[str]] = []
+    for definition_id, state in report.definitions.items():
+        latest = state.latest_run
+        rows.append(
+            [
+                definition_id,
+                _n(state.migrated),
+                _n(state.skipped),
+                _n(state.failed),
+                _n(state.needs_update),
+                "-" if latest is None else f"{latest.run_id} ({latest.status})",
+                "-" if latest is None or latest.ended_at is None else format_time(latest.ended_at),
+            ]
+        )
+    header = ["definition", "migrated", "skipped", "failed", "needs-update", "latest run", "ended"]
+    print(_table(header, rows, numeric={1, 2, 3, 4}), file=out)
+    return EXIT_OK
+
+
+def _duration(started: float, ended: float | None) -> str:
+    if ended is None:
+        return "-"
+    seconds = max(0.0, ended - started)
+    return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}min"
+
+
+def _cmd_runs(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    records = runs(config, limit=args.limit)
+    if args.json:
+        _dump({"runs": [r.to_json() for r in records]}, out)
+        return EXIT_OK
+    if not records:
+        print("no runs yet", file=out)
+        return EXIT_OK
+    rows: list[list[str]] = []
+    for record in records:
+        parts: list[str] = []
+        for definition_id, result in record.definitions.items():
+            brief = _counts_brief(result.counts)
+            if result.blocked:
+                brief = "blocked"
+            elif result.error:
+                brief = f"{brief}, stopped" if brief else "stopped"
+            parts.append(f"{definition_id}: {brief or 'nothing'}")
+        detail = "; ".join(parts)
+        if record.error:
+            detail = f"{detail}; error: {record.error}" if detail else f"error: {record.error}"
+        rows.append(
+            [
+                record.run_id,
+                record.status,
+                record.mode,
+                format_time(record.started_at),
+                _duration(record.started_at, record.ended_at),
+                detail,
+            ]
+        )
+    header = ["run", "status", "mode", "started", "took", "definitions"]
+    print(_table(header, rows, numeric={4}), file=out)
+    return EXIT_OK
+
+
+def _cmd_failures(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    config.get(args.definition)
+    records = failures(config, args.definition, limit=args.limit)
+    if args.json:
+        _dump([r.to_json() for r in records], out)
+        return EXIT_OK
+    if not records:
+        print(f"{args.definition}: no failed items", file=out)
+        return EXIT_OK
+    total = status(config, definitions=(args.definition,)).definitions[args.definition].failed
+    shown = f" (showing {_n(len(records))})" if total > len(records) else ""
+    print(f"{args.definition}: {_n(total)} failed item(s){shown}", file=out)
+    for record in records:
+        error = record.error
+        tries = "attempt" if error.attempts == 1 else "attempts"
+        print(f"\n{record.identity}  (run {record.run_id})", file=out)
+        print(f"  {error.kind} error {error.type}: {error.message}", file=out)
+        print(f"  after {error.attempts} {tries}", file=out)
+        for key, value in error.details.items():
+            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            print(f"  {key}: {text}", file=out)
+        for entry in record.journal:
+            print(f"  journal: {json.dumps(entry, sort_keys=True)}", file=out)
+    return EXIT_OK
+
+
+def _cmd_unlock(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    config.get(args.definition)
+    broken = unlock(config, args.definition)
+    if broken is None:
+        print(f"{args.definition} was not locked", file=out)
+    else:
+        print(
+            f"unlocked {args.definition} (was held by run {broken.run_id}, pid {broken.pid} "
+            f"on host {broken.host}, since {format_time(broken.acquired_at)})",
+            file=out,
+        )
+    return EXIT_OK
+
+
+# --- run: progress -----------------------------------------------------------------------------
+
+
+def _counts_brief(counts: Counts) -> str:
+    return ", ".join(
+        f"{label} {_n(getattr(counts, key))}"
+        for key, label in _COUNT_COLUMNS
+        if getattr(counts, key)
+    )
+
+
+class LogProgress:
+    """Progress as plain lines: one when a definition starts, one per window, one at its end."""
+
+    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.clock = clock
+        self._started: dict[str, float] = {}
+        self._processed: dict[str, int] = {}
+
+    def __call__(self, event: ProgressEvent) -> None:
+        now = self.clock()
+        definition_id = event.definition_id
+        if event.kind == "window" and event.processed == self._processed.get(definition_id):
+            return  # the source's last, empty window: nothing new to say
+        self._processed[definition_id] = event.processed
+        if event.kind == "start":
+            self._started[definition_id] = now
+            total = "" if event.total is None else f", {_n(event.total)} items"
+            line = f"[{definition_id}] start (mode {event.mode}{total})"
+        else:
+            elapsed = now - self._started.get(definition_id, now)
+            rate = f", {event.processed / elapsed:,.0f} items/s" if elapsed > 0 else ""
+            brief = _counts_brief(event.counts) or "nothing"
+            of = "" if event.total is None else f"/{_n(event.total)}"
+            if event.kind == "window":
+                line = (
+                    f"[{definition_id}] window {event.window}: {_n(event.processed)}{of} items "
+                    f"({brief}){rate}"
+                )
+            else:
+                line = (
+                    f"[{definition_id}] done: {_n(event.processed)} items in {elapsed:.1f}s "
+                    f"({brief})"
+                )
+        print(line, file=self.stream, flush=True)
+
+
+class BarProgress:
+    """Progress bars redrawn in place on a terminal, one line per definition."""
+
+    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.clock = clock
+        self._started = 0.0
+        self._drawn = 0.0
+        self._width = 0
+
+    def __call__(self, event: ProgressEvent) -> None:
+        now = self.clock()
+        if event.kind == "start":
+            self._started = self._drawn = now
+            self._width = 0
+        elif event.kind == "window" and now - self._drawn < _REDRAW_EVERY:
+            return
+        self._drawn = now
+        line = self._render(event, now - self._started)
+        pad = " " * max(0, self._width - len(line))
+        self._width = len(line)
+        end = "\n" if event.kind == "end" else ""
+        self.stream.write(f"\r{line}{pad}{end}")
+        self.stream.flush()
+
+    def _render(self, event: ProgressEvent, elapsed: float) -> str:
+        unicode = (getattr(self.stream, "encoding", None) or "").lower().replace("-", "") in (
+            "utf8",
+            "utf16",
+        )
+        full, empty = ("\u2588", "\u2591") if unicode else ("#", ".")
+        done = event.processed
+        rate = f"{done / elapsed:,.0f}/s" if elapsed > 0 else ""
+        failed = f"failed {_n(event.counts.failed)}" if event.counts.failed else ""
+        if event.total:
+            fraction = min(1.0, done / event.total)
+            filled = round(fraction * _BAR_WIDTH)
+            bar = full * filled + empty * (_BAR_WIDTH - filled)
+            head = f"{bar} {_n(done)}/{_n(event.total)} {fraction:4.0%}"
+        else:
+            spin = "-\\|/"[event.window % 4] if event.kind != "end" else " "
+            head = f"{spin} {_n(done)} items"
+        parts = [f"{event.definition_id:<14}", head, rate, failed]
+        if event.kind == "end":
+            parts.append(f"{elapsed:.1f}s")
+        return "  ".join(p for p in parts if p)
+
+
+def _progress(
+    mode: Literal["auto", "log", "none"], as_json: bool
+) -> Callable[[ProgressEvent], None] | None:
+    stream = sys.stderr
+    if mode == "none":
+        return None
+    if mode == "log":
+        return LogProgress(stream)
+    if stream.isatty() and os.environ.get("TERM") != "dumb":
+        return BarProgress(stream)
+    return None if as_json else LogProgress(stream)
+
+
+# --- run: summary ------------------------------------------------------------------------------
+
+
+def summary_text(summary: RunSummary) -> str:
+    """The run's summary for people: a counts table per definition and the most common errors."""
+    took = max(0.0, summary.ended_at - summary.started_at)
+    lines = [f"run {summary.run_id} {summary.status} in {took:.1f}s", ""]
+    rows: list[list[str]] = []
+    totals = dict.fromkeys((key for key, _ in _COUNT_COLUMNS), 0)
+    notes: list[str] = []
+    for definition_id, result in summary.definitions.items():
+        counts = result.counts
+        rows.append(
+            [definition_id, result.mode, *(_n(getattr(counts, key)) for key, _ in _COUNT_COLUMNS)]
+        )
+        for key in totals:
+            totals[key] += getattr(counts, key)
+        if result.blocked:
+            notes.append(f"{definition_id}: not run: {result.blocked}")
+        if result.error:
+            notes.append(f"{definition_id}: stopped: {result.error}")
+    if len(rows) > 1:
+        rows.append(["total", "", *(_n(totals[key]) for key, _ in _COUNT_COLUMNS)])
+    header = ["definition", "mode", *(label for _, label in _COUNT_COLUMNS)]
+    lines.append(_table(header, rows, numeric={2, 3, 4, 5, 6}))
+    if notes:
+        lines += ["", *notes]
+    if summary.top_errors:
+        lines += ["", "most common errors:"]
+        error_rows = [
+            [_n(e.count), e.definition_id, e.kind, f"{e.type}: {_one_line(e.message)}"]
+            for e in summary.top_errors
+        ]
+        lines.append(_table(["count", "definition", "kind", "error"], error_rows, numeric={0}))
+        failed = [d for d, r in summary.definitions.items() if r.counts.failed]
+        if failed:
+            lines += [
+                "",
+                f"see the evidence: migrate failures {failed[0]}",
+                f"after fixing the cause: migrate run {' '.join(failed)} --failed",
+            ]
+    return "\n".join(lines)
+
+
+def _one_line(text: str, limit: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _cmd_run(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    if args.all and args.definitions:
+        raise UsageError("name definitions or pass --all, not both")
+    options = RunOptions(
+        definitions=tuple(args.definitions),
+        all=args.all,
+        with_dependencies=args.with_dependencies,
+        failed=args.failed,
+        skipped=args.skipped,
+        ids=tuple(args.ids),
+        update=args.update,
+        force=args.force,
+        concurrency=args.concurrency,
+    )
+    the_plan = plan(config, options)
+    if args.plan:
+        if args.json:
+            _dump(the_plan.to_json(), out)
+        else:
+            print(the_plan, file=out)
+        return EXIT_OK
+    summary = run(config, options, progress=_progress(args.progress, args.json))
+    if args.json:
+        _dump(summary.to_json(), out)
+    else:
+        print(summary_text(summary), file=out, flush=True)
+    return EXIT_FAILED_ITEMS if summary.status == "failed" else EXIT_OK
+
+
+_COMMANDS: Final[Mapping[str, Callable[[Config, argparse.Namespace, TextIO], int]]] = {
+    "list": _cmd_list,
+    "graph": _cmd_graph,
+    "status": _cmd_status,
+    "runs": _cmd_runs,
+    "failures": _cmd_failures,
+    "unlock": _cmd_unlock,
+    "run": _cmd_run,
+}

@@ -1,0 +1,246 @@
+"""Migration definitions and the config that holds them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, cast
+
+import attrs
+
+from effects import Effect
+from migrate._errors import ConfigError, SourceError, UsageError
+from migrate._sources import Item, Source
+
+if TYPE_CHECKING:
+    from migrate._pipeline import Scope
+    from migrate._store_sqlite import Store
+
+__all__ = ["DEFAULT_STORE", "Config", "Migration", "Process", "SourceRetryStrategy"]
+
+_A = TypeVar("_A")
+_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+DEFAULT_STORE = "sqlite:///.migrate/state.db"
+
+
+class SourceRetryStrategy(Protocol):
+    """
+    A wrapper from a source effect to one with the same success and error contract.
+
+    An ``effects.Retry`` value is one as it stands; so is any function such as
+    ``lambda read: read.retry(times=3)``.
+    """
+
+    def __call__(self, effect: Effect[_A, SourceError], /) -> Effect[_A, SourceError]: ...
+
+
+Process: TypeAlias = "Callable[[Item, Scope], Any]"
+"""``process(item, scope)``: a plain or ``async`` function; its return value is ignored."""
+
+
+def _ids(value: Iterable[str] | str, name: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigError(f"{name} must be a sequence of ids, not the string {value!r}")
+    return tuple(value)
+
+
+def _requires(value: Iterable[str]) -> tuple[str, ...]:
+    return _ids(value, "requires")
+
+
+def _optional(value: Iterable[str]) -> tuple[str, ...]:
+    return _ids(value, "optional")
+
+
+def _check_id(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise ConfigError(
+            f"migration id must be letters, digits, '_', '.', '-' (not starting with '.' or "
+            f"'-'), got {value!r}"
+        )
+
+
+@attrs.frozen
+class Migration:
+    """
+    A Migration Definition: a source, a process pipeline and its options.
+
+    Args:
+        id: The definition's id: letters, digits, ``_``, ``.``, ``-``.
+        source: Where items are read (`CsvSource`, `JsonlSource`, `SqlSource`, `MemorySource` or
+            your own `Source`).
+        process: ``process(item, scope)``, plain or ``async``; raise `Skip` to skip the item.
+            Any other exception fails the item, with evidence.
+        requires: Ids of definitions that must have run cleanly first (checked before a run,
+            unless forced), and that ``--with-dependencies`` pulls into the plan.
+        optional: Ids of definitions that run first when they are in the same plan; not checked.
+        source_cursor_retry: Wraps each window read (e.g. an ``effects.Retry``); ``None``: none.
+        source_lookup_retry: Wraps each lookup by identity (failed/skipped/id runs).
+        concurrency: Items of a window processed at once (>= 1).
+
+    Raises:
+        ConfigError: For a bad id, a non-positive *concurrency*, a *source* that is not a
+            `Source`, a *process* that is not callable, or a string given as *requires*.
+    """
+
+    id: str = attrs.field(validator=_check_id)
+    source: Source
+    process: Process
+    requires: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_requires)
+    optional: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_optional)
+    source_cursor_retry: SourceRetryStrategy | None = attrs.field(default=None, kw_only=True)
+    source_lookup_retry: SourceRetryStrategy | None = attrs.field(default=None, kw_only=True)
+    concurrency: int = attrs.field(default=1, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        source = cast(object, self.source)
+        concurrency = cast(object, self.concurrency)
+        if not isinstance(source, Source):
+            raise ConfigError(
+                f"migration {self.id!r}: source must be a migrate Source, got {self.source!r}"
+            )
+        if not callable(self.process):
+            raise ConfigError(f"migration {self.id!r}: process must be callable")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+            raise ConfigError(
+                f"migration {self.id!r}: concurrency must be an int, got {self.concurrency!r}"
+            )
+        if self.concurrency < 1:
+            raise ConfigError(
+                f"migration {self.id!r}: concurrency must be >= 1, got {self.concurrency!r}"
+            )
+        for name in ("source_cursor_retry", "source_lookup_retry"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ConfigError(f"migration {self.id!r}: {name} must be callable or None")
+
+
+def _find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in edges[node]:
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found is not None:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in edges:
+        if node not in state:
+            found = visit(node)
+            if found is not None:
+                return found
+    return None
+
+
+def _migrations(value: Iterable[Migration]) -> tuple[Migration, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class Config:
+    """
+    The migration definitions and where their state is stored.
+
+    Args:
+        migrations: The definitions, in the order ``list`` shows them.
+        store: ``"sqlite:///path"``; a relative path is relative to *base_dir* (the config
+            file's folder when loaded with `load_config`).
+        base_dir: The folder relative store paths start from; ``None``: the working folder.
+
+    Raises:
+        ConfigError: Naming duplicate ids, unknown ids in ``requires``/``optional``, or a
+            dependency cycle (``a -> b -> a``).
+    """
+
+    migrations: tuple[Migration, ...] = attrs.field(converter=_migrations)
+    store: str = DEFAULT_STORE
+    base_dir: Path | None = None
+
+    def __attrs_post_init__(self) -> None:
+        seen: set[str] = set()
+        duplicates: list[str] = []
+        for migration in self.migrations:
+            candidate = cast(object, migration)
+            if not isinstance(candidate, Migration):
+                raise ConfigError(f"migrations must be Migration values, got {migration!r}")
+            if migration.id in seen and migration.id not in duplicates:
+                duplicates.append(migration.id)
+            seen.add(migration.id)
+        if duplicates:
+            raise ConfigError(f"duplicate migration ids: {', '.join(duplicates)}")
+        unknown = [
+            f"{m.id} -> {dep}"
+            for m in self.migrations
+            for dep in (*m.requires, *m.optional)
+            if dep not in seen
+        ]
+        if unknown:
+            raise ConfigError(f"unknown migration ids in requires/optional: {', '.join(unknown)}")
+        edges = {m.id: (*m.requires, *m.optional) for m in self.migrations}
+        cycle = _find_cycle(edges)
+        if cycle is not None:
+            raise ConfigError(f"dependency cycle: {' -> '.join(cycle)}")
+        store = cast(object, self.store)
+        if not isinstance(store, str):
+            raise ConfigError(f"store must be a 'sqlite:///path' string, got {self.store!r}")
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """The definition ids in config order."""
+        return tuple(m.id for m in self.migrations)
+
+    def get(self, definition_id: str) -> Migration:
+        """
+        The definition with this id.
+
+        Raises:
+            UsageError: If there is none; the message lists the known ids.
+        """
+        for migration in self.migrations:
+            if migration.id == definition_id:
+                return migration
+        raise UsageError(
+            f"unknown migration {definition_id!r}; known: {', '.join(self.ids) or '(none)'}"
+        )
+
+    def order(self, ids: Sequence[str] | None = None) -> tuple[str, ...]:
+        """
+        Definition ids in dependency order (``requires`` and ``optional`` first), config order
+        breaking ties; only *ids* when given.
+        """
+        chosen = set(self.ids if ids is None else ids)
+        done: list[str] = []
+        placed: set[str] = set()
+        remaining = [m for m in self.migrations if m.id in chosen]
+        while remaining:
+            for migration in remaining:
+                deps = [d for d in (*migration.requires, *migration.optional) if d in chosen]
+                if all(d in placed for d in deps):
+                    done.append(migration.id)
+                    placed.add(migration.id)
+                    remaining.remove(migration)
+                    break
+            else:  # pragma: no cover - cycles are refused at construction
+                raise ConfigError("dependency cycle")
+        return tuple(done)
+
+    def dependents(self, definition_id: str) -> tuple[str, ...]:
+        """Ids of the definitions that require or optionally follow *definition_id*."""
+        return tuple(m.id for m in self.migrations if definition_id in (*m.requires, *m.optional))
+
+    def open_store(self) -> Store:
+        """Open this config's store (see `open_store`)."""
+        from migrate._store_sqlite import open_store  # noqa: PLC0415 - the store imports this module
+
+        return open_store(self.store, base_dir=self.base_dir)

@@ -1,0 +1,165 @@
+"""
+Errors raised by ``migrate``.
+
+Operational errors (what a caller handles) sit under `MigrateError`; misuse subclasses the
+builtin it means, so ``except MigrateError`` never hides a bug::
+
+    Exception
+     +-- Skip                      a process skips its item (a decision, not an error)
+     +-- MigrateError
+     |    +-- SourceError          a source read or lookup failed; ``cause`` is the provider's error
+     |    +-- DestinationError     a destination call failed; ``cause`` is the provider's error
+     |    +-- RefusedError         the run was refused before it started (CLI exit code 3)
+     |         +-- LockHeld            another run holds a definition's lock
+     |         +-- PreflightRefused    a required dependency is not in a good state
+     |         +-- StoreSchemaError    the store was written by a newer ``migrate``
+     +-- ValueError
+          +-- ConfigError          the config file or a config value is wrong (CLI exit code 2)
+          +-- UsageError           bad run options or an unknown definition id (CLI exit code 2)
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import attrs
+
+__all__ = [
+    "ConfigError",
+    "DestinationError",
+    "LockHeld",
+    "LockInfo",
+    "MigrateError",
+    "PreflightRefused",
+    "RefusedError",
+    "Skip",
+    "SourceError",
+    "StoreSchemaError",
+    "UsageError",
+    "format_time",
+]
+
+
+def format_time(timestamp: float) -> str:
+    """
+    Format epoch seconds as ISO-8601 UTC with second precision.
+
+    Example:
+        >>> format_time(0)
+        '1970-01-01T00:00:00Z'
+    """
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Skip(Exception):  # noqa: N818 - the issue fixes this name: `raise migrate.Skip(reason)`
+    """
+    Raised by a process pipeline to skip its item; the item's state becomes ``skipped``.
+
+    Args:
+        reason: Why the item is skipped; stored with the state and shown by ``status``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class MigrateError(Exception):
+    """Base of the operational errors of ``migrate``."""
+
+
+class SourceError(MigrateError):
+    """
+    A source read or lookup failed.
+
+    Args:
+        message: What failed, naming the source.
+        cause: The provider's error (also set as ``__cause__``), so a retry strategy can classify
+            it; ``None`` for failures found by the source itself (e.g. a malformed row).
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.cause = cause
+        #: False when the cause says so (e.g. an ``effects.FatalError``): retries then stop.
+        self.retryable = getattr(cause, "retryable", True) is not False
+        if cause is not None:
+            self.__cause__ = cause
+
+
+class DestinationError(MigrateError):
+    """
+    A destination call failed.
+
+    Args:
+        message: What failed, naming the destination and the key.
+        cause: The provider's error (also set as ``__cause__``) for a retry strategy to classify.
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.cause = cause
+        #: False when the cause says so (e.g. an ``effects.FatalError``): retries then stop.
+        self.retryable = getattr(cause, "retryable", True) is not False
+        if cause is not None:
+            self.__cause__ = cause
+
+
+class RefusedError(MigrateError):
+    """A run was refused before it processed anything (lock held, preflight, newer store)."""
+
+
+@attrs.frozen
+class LockInfo:
+    """
+    A definition's lock: which run holds it, from which process, since when.
+
+    Attributes:
+        definition_id: The locked definition.
+        run_id: The run holding the lock.
+        pid: Process id of that run.
+        host: Host name of that run's machine.
+        acquired_at: Epoch seconds when the lock was taken.
+    """
+
+    definition_id: str
+    run_id: str
+    pid: int
+    host: str
+    acquired_at: float
+
+
+class LockHeld(RefusedError):  # noqa: N818 - named in the CLI contract; reads as a verdict
+    """Another run holds the lock of a definition this run needs."""
+
+    def __init__(self, lock: LockInfo) -> None:
+        self.lock = lock
+        self.definition_id = lock.definition_id
+        super().__init__(
+            f"definition {lock.definition_id!r} is locked by run {lock.run_id} "
+            f"(pid {lock.pid} on host {lock.host}, since {format_time(lock.acquired_at)}); "
+            f"wait for it to finish, or if it is stale run: migrate unlock {lock.definition_id}"
+        )
+
+
+class PreflightRefused(RefusedError):  # noqa: N818 - named in the CLI contract
+    """A required dependency's latest run did not succeed cleanly; ``problems`` says which."""
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class StoreSchemaError(RefusedError):
+    """The store's schema version is newer than this version of ``migrate`` understands."""
+
+
+class ConfigError(ValueError):
+    """The config file or a config value is wrong; the message names the problem."""
+
+
+class UsageError(ValueError):
+    """Run options that cannot go together, or an unknown definition id."""

@@ -1,0 +1,265 @@
+"""The Pipeline Execution Scope handed to a process, its journal, and error evidence."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from typing import Any, cast
+
+from effects import RetryEvent, add_hook
+from migrate._errors import DestinationError, SourceError
+from migrate._state import ErrorEvidence, ErrorKind
+
+__all__ = ["Journal", "Scope", "TrackingError", "current_scope", "evidence_for"]
+
+
+class TrackingError(Exception):
+    """A tracking record could not be saved or looked up (kind ``tracking`` in error evidence)."""
+
+
+class Journal:
+    """
+    The item's journal: change entries (what was written where) and diagnostic entries.
+
+    It is stored with the item's state, also when the item fails, so the evidence shows which
+    destination writes happened before the failure. Entries must be JSON-able.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: list[dict[str, Any]] | None = None) -> None:
+        #: The entries in the order they were recorded.
+        self.entries: list[dict[str, Any]] = [] if entries is None else entries
+
+    def change(self, destination: str, operation: str, key: Any = None, **details: Any) -> None:
+        """
+        Record a destination change, e.g. ``change("sql:authors", "upsert", key=42)``.
+
+        Args:
+            destination: Which destination was changed.
+            operation: What was done (``"upsert"``, ``"delete"``, ``"POST /authors"``, ...).
+            key: The destination key concerned, if any.
+            **details: Further JSON-able facts.
+        """
+        entry: dict[str, Any] = {"kind": "change", "destination": destination}
+        entry["operation"] = operation
+        if key is not None:
+            entry["key"] = key
+        entry.update(details)
+        self.entries.append(entry)
+
+    def diagnostic(self, message: str, **details: Any) -> None:
+        """Record a diagnostic note (anything worth knowing later), with JSON-able details."""
+        entry: dict[str, Any] = {"kind": "diagnostic", "message": message}
+        entry.update(details)
+        self.entries.append(entry)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __repr__(self) -> str:
+        return f"Journal({self.entries!r})"
+
+
+TrackingLookup = Callable[[str, str], "dict[str, Any] | None"]
+
+
+class Scope:
+    """
+    The Pipeline Execution Scope: what a process knows about the item it is processing.
+
+    Attributes:
+        run_id: The current Migration Run.
+        definition_id: The definition the item belongs to.
+        identity: The item's identity.
+        journal: The item's `Journal`.
+        tracking: The item's tracking record so far: the one saved by an earlier run (e.g. the
+            destination id it got), or the one set with `track` in this run; ``None`` if neither.
+    """
+
+    __slots__ = (
+        "_attempts",
+        "_lookup",
+        "_tracked",
+        "definition_id",
+        "identity",
+        "journal",
+        "run_id",
+        "tracking",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        definition_id: str,
+        identity: str,
+        tracking: dict[str, Any] | None = None,
+        lookup: TrackingLookup | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.definition_id = definition_id
+        self.identity = identity
+        self.journal = Journal()
+        self.tracking = tracking
+        self._lookup = lookup
+        self._tracked = False
+        self._attempts: dict[int, tuple[BaseException, int]] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Scope(run_id={self.run_id!r}, definition_id={self.definition_id!r}, "
+            f"identity={self.identity!r})"
+        )
+
+    def track(self, record: Mapping[str, Any]) -> None:
+        """
+        Set the item's tracking record (e.g. ``{"destination_id": 17}``), saved with its state.
+
+        Other definitions read it with `lookup`. It replaces any earlier record.
+
+        Raises:
+            TrackingError: If *record* is not a JSON-able mapping.
+        """
+        candidate = cast(object, record)
+        if not isinstance(candidate, Mapping):
+            raise TrackingError(f"a tracking record must be a mapping, got {record!r}")
+        try:
+            json.dumps(record)
+        except (TypeError, ValueError) as error:
+            raise TrackingError(f"tracking record is not JSON-able: {error}") from error
+        self.tracking = dict(record)
+        self._tracked = True
+
+    @property
+    def tracked(self) -> bool:
+        """Whether `track` was called for this item in this run."""
+        return self._tracked
+
+    def note_attempts(self, error: BaseException, attempts: int) -> None:
+        """Remember that the retried call that failed with *error* made *attempts* attempts."""
+        if self._attempts is None:
+            self._attempts = {}
+        self._attempts[id(error)] = (error, attempts)
+
+    def attempts_of(self, error: BaseException) -> int:
+        """Attempts noted for *error* (or an error it was raised from); 1 if none."""
+        recorded = self._attempts
+        if not recorded:
+            return 1
+        seen: set[int] = set()
+        current: BaseException | None = error
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            hit = recorded.get(id(current))
+            if hit is not None and hit[0] is current:
+                return hit[1]
+            current = current.__cause__ or current.__context__
+        return 1
+
+    def lookup(self, definition_id: str, identity: Any) -> dict[str, Any] | None:
+        """
+        Another item's tracking record: of *identity* in definition *definition_id*.
+
+        Returns whatever tracking record is stored for that item (``None`` if it has none or has
+        no state yet), whatever its status; a process usually fails or skips when it is ``None``.
+
+        Raises:
+            TrackingError: If *definition_id* is not a definition of the config.
+        """
+        if self._lookup is None:
+            return None
+        return self._lookup(definition_id, str(identity))
+
+
+_CURRENT: ContextVar[Scope | None] = ContextVar("migrate_scope", default=None)
+
+
+def current_scope() -> Scope | None:
+    """The scope of the item being processed in this thread or task, if any."""
+    return _CURRENT.get()
+
+
+def _record_attempts(event: RetryEvent) -> None:
+    # Keep the attempt count of a retried call that gave up, for the item's error evidence.
+    if event.kind in ("give_up", "budget_exhausted"):
+        scope = _CURRENT.get()
+        if scope is not None:
+            scope.note_attempts(event.error, event.attempt)
+
+
+_HOOK_INSTALLED: list[Callable[[], None]] = []
+
+
+def install_attempt_hook() -> None:
+    """Register (once per process) the hook that counts attempts of retried calls in a scope."""
+    if not _HOOK_INSTALLED:
+        _HOOK_INSTALLED.append(add_hook(_record_attempts))
+
+
+def attempts_of(scope: Scope, error: BaseException) -> int:
+    """Attempts recorded for *error* (or an error it was raised from) in *scope*; 1 if none."""
+    return scope.attempts_of(error)
+
+
+def _where(error: BaseException) -> str | None:
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def _cause_details(cause: BaseException | None, details: dict[str, Any]) -> None:
+    if cause is None:
+        return
+    details["cause"] = f"{type(cause).__name__}: {cause}"
+    for name in ("status", "retry_after", "transient", "code"):
+        value = getattr(cause, name, None)
+        if isinstance(value, bool | int | float | str):
+            details[name] = value
+
+
+def evidence_for(
+    error: BaseException, scope: Scope | None, kind: ErrorKind | None = None
+) -> ErrorEvidence:
+    """
+    Build the evidence for an item that failed with *error*.
+
+    The kind is *kind* if given, else ``destination`` for a `DestinationError`, ``source`` for a
+    `SourceError`, ``tracking`` for a `TrackingError`, and ``process`` for anything else.
+    """
+    details: dict[str, Any] = {}
+    if kind is None:
+        if isinstance(error, DestinationError):
+            kind = "destination"
+        elif isinstance(error, SourceError):
+            kind = "source"
+        elif isinstance(error, TrackingError):
+            kind = "tracking"
+        else:
+            kind = "process"
+    if isinstance(error, DestinationError | SourceError):
+        _cause_details(error.cause, details)
+    else:
+        _cause_details(error.__cause__, details)
+    extra = getattr(error, "details", None)
+    if isinstance(extra, Mapping):
+        for key, value in cast("Mapping[object, object]", extra).items():
+            plain = isinstance(value, str | int | float | bool)
+            details[str(key)] = value if plain else repr(value)
+    where = _where(error)
+    if where is not None:
+        details["where"] = where
+    attempts = 1 if scope is None else attempts_of(scope, error)
+    message = getattr(error, "message", None)
+    if not isinstance(message, str):
+        message = str(error)
+    return ErrorEvidence(
+        kind=kind,
+        type=type(error).__name__,
+        message=message,
+        details=details,
+        attempts=attempts,
+    )

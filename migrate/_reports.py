@@ -1,0 +1,170 @@
+"""What runs and queries return: plain frozen data with ``to_json()``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from migrate._state import Counts, DefinitionResult, RunRecord
+
+__all__ = [
+    "DefinitionStatus",
+    "ErrorCount",
+    "ProgressEvent",
+    "RunRef",
+    "RunSummary",
+    "StatusReport",
+]
+
+
+@attrs.frozen
+class ErrorCount:
+    """How many items of a definition failed with the same kind, type and message in a run."""
+
+    definition_id: str
+    kind: str
+    type: str
+    message: str
+    count: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"definition", "kind", "type", "message", "count"}``."""
+        return {
+            "definition": self.definition_id,
+            "kind": self.kind,
+            "type": self.type,
+            "message": self.message,
+            "count": self.count,
+        }
+
+
+@attrs.frozen
+class RunSummary:
+    """
+    What a run did.
+
+    Attributes:
+        run_id: The run's id.
+        status: ``"succeeded"`` (no failed item, no error) or ``"failed"``.
+        started_at: Epoch seconds.
+        ended_at: Epoch seconds.
+        definitions: Per definition: mode, status, counts for this run, error, blocked reason.
+        top_errors: The failures' most common errors, most common first (at most 5).
+    """
+
+    run_id: str
+    status: Literal["succeeded", "failed"]
+    started_at: float
+    ended_at: float
+    definitions: Mapping[str, DefinitionResult]
+    top_errors: tuple[ErrorCount, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"run_id", "status", "definitions": {ID: {"migrated", "skipped", "failed",
+        "unchanged", "needs_update", "mode", "status", "error", "blocked"}}, "top_errors"}``."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "definitions": {
+                key: {
+                    **value.counts.to_json(),
+                    "mode": value.mode,
+                    "status": value.status,
+                    "error": value.error,
+                    "blocked": value.blocked,
+                }
+                for key, value in self.definitions.items()
+            },
+            "top_errors": [error.to_json() for error in self.top_errors],
+        }
+
+
+@attrs.frozen
+class ProgressEvent:
+    """
+    Progress of one definition in a run, for progress bars and log lines.
+
+    Attributes:
+        run_id: The run.
+        definition_id: The definition.
+        mode: Its mode in this run.
+        kind: ``"start"`` (before the first window), ``"window"`` (after each committed window)
+            or ``"end"``.
+        window: Windows committed so far (1-based count).
+        processed: Items handled so far (the sum of *counts*).
+        total: Items expected in all, when known (targeted modes; sources that count cheaply,
+            on a run from the beginning); else ``None``.
+        counts: Counts so far.
+    """
+
+    run_id: str
+    definition_id: str
+    mode: str
+    kind: Literal["start", "window", "end"]
+    window: int
+    processed: int
+    total: int | None
+    counts: Counts
+
+
+@attrs.frozen
+class RunRef:
+    """A reference to a run: id, status and times (epoch seconds)."""
+
+    run_id: str
+    status: str
+    started_at: float
+    ended_at: float | None
+
+    @classmethod
+    def of(cls, record: RunRecord | None) -> RunRef | None:
+        """The reference to *record* (``None`` for ``None``)."""
+        if record is None:
+            return None
+        return cls(record.run_id, record.status, record.started_at, record.ended_at)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"run_id", "status", "started_at", "ended_at"}``."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+        }
+
+
+@attrs.frozen
+class DefinitionStatus:
+    """Stored item states of one definition, counted, and its latest run."""
+
+    migrated: int
+    skipped: int
+    failed: int
+    needs_update: int
+    latest_run: RunRef | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"migrated", "skipped", "failed", "needs_update", "latest_run"}``."""
+        return {
+            "migrated": self.migrated,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "needs_update": self.needs_update,
+            "latest_run": None if self.latest_run is None else self.latest_run.to_json(),
+        }
+
+
+@attrs.frozen
+class StatusReport:
+    """``migrate status``: per definition, the stored states and the latest run."""
+
+    definitions: Mapping[str, DefinitionStatus]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"definitions": {ID: {"migrated", "skipped", "failed", "needs_update",
+        "latest_run"}}}``."""
+        return {"definitions": {key: value.to_json() for key, value in self.definitions.items()}}

@@ -1,0 +1,248 @@
+"""Item states, error evidence and counts: the plain data the store keeps and queries return."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+__all__ = [
+    "ERROR_KINDS",
+    "Counts",
+    "ErrorEvidence",
+    "ErrorKind",
+    "ItemStatus",
+    "RunStatus",
+]
+
+ItemStatus: TypeAlias = Literal["migrated", "skipped", "failed", "needs-update"]
+"""A stored item state. ``unchanged`` is counted by a run, never stored."""
+
+RunStatus: TypeAlias = Literal["queued", "running", "succeeded", "failed", "start-failed"]
+"""A Migration Run's status; ``failed`` means the run finished with a failed item or error."""
+
+ErrorKind: TypeAlias = Literal["source", "process", "destination", "tracking"]
+ERROR_KINDS: Final = ("source", "process", "destination", "tracking")
+
+
+def _no_details() -> dict[str, Any]:
+    return {}
+
+
+@attrs.frozen
+class ErrorEvidence:
+    """
+    Why an item failed.
+
+    Attributes:
+        kind: Where it failed: ``"source"`` (reading it), ``"process"`` (the pipeline's own
+            code), ``"destination"`` (a destination call) or ``"tracking"`` (its tracking record).
+        type: The error's class name.
+        message: The error's message.
+        details: JSON-able facts: the provider's error (``cause``), an HTTP ``status``, where the
+            error was raised (``where``), ...
+        attempts: How many times the failing call was attempted (1 without retries).
+    """
+
+    kind: ErrorKind
+    type: str
+    message: str
+    details: Mapping[str, Any] = attrs.field(factory=_no_details)
+    attempts: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The evidence as ``{"kind", "type", "message", "details", "attempts"}``."""
+        return {
+            "kind": self.kind,
+            "type": self.type,
+            "message": self.message,
+            "details": dict(self.details),
+            "attempts": self.attempts,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ErrorEvidence:
+        """Rebuild evidence stored by `to_json`."""
+        kind = data.get("kind", "process")
+        return cls(
+            kind=kind if kind in ERROR_KINDS else "process",
+            type=str(data.get("type", "")),
+            message=str(data.get("message", "")),
+            details=dict(data.get("details") or {}),
+            attempts=int(data.get("attempts", 1)),
+        )
+
+
+@attrs.frozen
+class Counts:
+    """
+    Items per outcome: for a run, what happened in it; for a status, the stored states.
+
+    ``unchanged`` (already migrated at the same source version) is only counted by runs.
+    """
+
+    migrated: int = 0
+    skipped: int = 0
+    failed: int = 0
+    unchanged: int = 0
+    needs_update: int = 0
+
+    @property
+    def total(self) -> int:
+        """The sum of all counts."""
+        return self.migrated + self.skipped + self.failed + self.unchanged + self.needs_update
+
+    def to_json(self) -> dict[str, int]:
+        """``{"migrated", "skipped", "failed", "unchanged", "needs_update"}``."""
+        return {
+            "migrated": self.migrated,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "unchanged": self.unchanged,
+            "needs_update": self.needs_update,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Counts:
+        """Rebuild counts stored by `to_json` (missing keys are 0)."""
+        return cls(
+            migrated=int(data.get("migrated", 0)),
+            skipped=int(data.get("skipped", 0)),
+            failed=int(data.get("failed", 0)),
+            unchanged=int(data.get("unchanged", 0)),
+            needs_update=int(data.get("needs_update", 0)),
+        )
+
+
+@attrs.frozen
+class ItemState:
+    """
+    The stored state of one item.
+
+    Attributes:
+        definition_id: Its definition.
+        identity: Its identity.
+        status: ``migrated``, ``skipped``, ``failed`` or ``needs-update``.
+        reason: Why it was skipped (``skipped`` only).
+        error: The evidence of its failure (``failed`` only).
+        version: The source version last processed.
+        journal: The journal entries of its last processing (kept when it failed).
+        tracking: Its tracking record, if any.
+        run_id: The run that last changed it.
+        updated_at: When, in epoch seconds.
+    """
+
+    definition_id: str
+    identity: str
+    status: ItemStatus
+    reason: str | None
+    error: ErrorEvidence | None
+    version: str | None
+    journal: tuple[dict[str, Any], ...]
+    tracking: dict[str, Any] | None
+    run_id: str | None
+    updated_at: float
+
+
+@attrs.frozen
+class FailureRecord:
+    """A failed item as ``migrate failures`` shows it."""
+
+    identity: str
+    run_id: str | None
+    error: ErrorEvidence
+    journal: tuple[dict[str, Any], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"identity", "run_id", "error": {...}, "journal": [...]}``."""
+        return {
+            "identity": self.identity,
+            "run_id": self.run_id,
+            "error": self.error.to_json(),
+            "journal": list(self.journal),
+        }
+
+
+@attrs.frozen
+class DefinitionResult:
+    """What one run did for one definition: its mode, status, counts and any error."""
+
+    mode: str
+    status: str
+    counts: Counts = Counts()
+    error: str | None = None
+    blocked: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data stored with the run."""
+        return {
+            "mode": self.mode,
+            "status": self.status,
+            "counts": self.counts.to_json(),
+            "error": self.error,
+            "blocked": self.blocked,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DefinitionResult:
+        """Rebuild what `to_json` stored."""
+        return cls(
+            mode=str(data.get("mode", "normal")),
+            status=str(data.get("status", "running")),
+            counts=Counts.from_json(data.get("counts") or {}),
+            error=data.get("error"),
+            blocked=data.get("blocked"),
+        )
+
+
+@attrs.frozen
+class RunRecord:
+    """
+    A Migration Run as stored.
+
+    Attributes:
+        run_id: Its id (sortable by start time).
+        status: ``queued``, ``running``, ``succeeded``, ``failed`` or ``start-failed``.
+        mode: The run mode (``normal``, ``failed``, ``skipped``, ``ids``, ``update``).
+        started_at: Epoch seconds.
+        ended_at: Epoch seconds, ``None`` while it runs.
+        pid: The process that ran it.
+        host: That process's host.
+        definitions: What it did per definition.
+        error: Why it failed to start or stopped, if it did.
+    """
+
+    run_id: str
+    status: RunStatus
+    mode: str
+    started_at: float
+    ended_at: float | None
+    pid: int
+    host: str
+    definitions: Mapping[str, DefinitionResult]
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"run_id", "status", "mode", "started_at", "ended_at", "pid", "host",
+        "definitions": {ID: {"migrated", ..., "mode", "status", "error", "blocked"}}, "error"}``."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "mode": self.mode,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "pid": self.pid,
+            "host": self.host,
+            "definitions": {
+                key: {
+                    **value.counts.to_json(),
+                    "mode": value.mode,
+                    "status": value.status,
+                    "error": value.error,
+                    "blocked": value.blocked,
+                }
+                for key, value in self.definitions.items()
+            },
+            "error": self.error,
+        }

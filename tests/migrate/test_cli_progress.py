@@ -1,0 +1,126 @@
+"""Progress rendering and the run summary of the CLI, in process with a fake clock."""
+
+from __future__ import annotations
+
+import io
+from typing import Literal
+
+from migrate import Counts, DefinitionResult, ErrorCount, ProgressEvent, RunSummary
+from migrate._cli import BarProgress, LogProgress, summary_text
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def utf8_stream() -> tuple[io.TextIOWrapper, io.BytesIO]:
+    """A UTF-8 text stream, as a terminal's would be, and the bytes written to it."""
+    raw = io.BytesIO()
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="", write_through=True), raw
+
+
+def _event(
+    kind: Literal["start", "window", "end"],
+    window: int,
+    processed: int,
+    total: int | None,
+    failed: int = 0,
+) -> ProgressEvent:
+    counts = Counts(migrated=processed - failed, failed=failed)
+    return ProgressEvent("r1", "books", "normal", kind, window, processed, total, counts)
+
+
+def test_log_progress_prints_start_windows_and_done_with_rate() -> None:
+    """Log progress prints a start line, a line per window with the rate, and a done line."""
+    out, clock = io.StringIO(), FakeClock()
+    progress = LogProgress(out, clock)
+    progress(_event("start", 0, 0, 2000))
+    clock.now += 2.0
+    progress(_event("window", 1, 1000, 2000, failed=3))
+    clock.now += 2.0
+    progress(_event("window", 2, 2000, 2000, failed=3))
+    progress(_event("window", 3, 2000, 2000, failed=3))  # the empty last window: no line
+    progress(_event("end", 3, 2000, 2000, failed=3))
+    assert out.getvalue().splitlines() == [
+        "[books] start (mode normal, 2,000 items)",
+        "[books] window 1: 1,000/2,000 items (migrated 997, failed 3), 500 items/s",
+        "[books] window 2: 2,000/2,000 items (migrated 1,997, failed 3), 500 items/s",
+        "[books] done: 2,000 items in 4.0s (migrated 1,997, failed 3)",
+    ]
+
+
+def test_bar_progress_redraws_one_line_and_ends_it() -> None:
+    """Bars redraw in place with carriage returns and end the line when the definition ends."""
+    (out, raw), clock = utf8_stream(), FakeClock()
+    progress = BarProgress(out, clock)
+    progress(_event("start", 0, 0, 100))
+    clock.now += 1.0
+    progress(_event("window", 1, 50, 100, failed=1))
+    clock.now += 1.0
+    progress(_event("end", 2, 100, 100, failed=1))
+    frames = raw.getvalue().decode().split("\r")[1:]
+    assert len(frames) == 3
+    assert frames[1].rstrip() == "books           " + "\u2588" * 12 + "\u2591" * 12 + (
+        " 50/100  50%  50/s  failed 1"
+    )
+    assert frames[2].endswith("100/100 100%  50/s  failed 1  2.0s\n")
+    assert "\n" not in "".join(frames[:2])
+
+
+def test_bar_progress_skips_redraws_faster_than_a_tenth_of_a_second() -> None:
+    """Windows that arrive faster than the redraw interval do not redraw the bar."""
+    out, clock = io.StringIO(), FakeClock()
+    progress = BarProgress(out, clock)
+    progress(_event("start", 0, 0, None))
+    for n in range(1, 11):
+        clock.now += 0.01
+        progress(_event("window", n, n * 10, None))
+    assert out.getvalue().count("\r") == 2  # start, then one redraw after 0.1 s
+
+
+def test_bar_progress_without_total_counts_items_in_ascii() -> None:
+    """Without a known total the bar shows a count; a non-UTF-8 stream gets ASCII only."""
+    out, clock = io.StringIO(), FakeClock()
+    progress = BarProgress(out, clock)
+    progress(_event("start", 0, 0, None))
+    clock.now += 0.5
+    progress(_event("end", 1, 300, None))
+    assert out.getvalue().split("\r")[-1] == "books             300 items  600/s  0.5s\n"
+
+
+def test_summary_text_has_counts_table_errors_and_next_steps() -> None:
+    """The summary shows per-definition counts, a total, the top errors and what to do next."""
+    summary = RunSummary(
+        run_id="r1",
+        status="failed",
+        started_at=10.0,
+        ended_at=12.5,
+        definitions={
+            "authors": DefinitionResult("normal", "failed", Counts(migrated=97, failed=3)),
+            "books": DefinitionResult("normal", "blocked", Counts(), blocked="authors failed"),
+        },
+        top_errors=(ErrorCount("authors", "destination", "DestinationError", "HTTP 422", 3),),
+    )
+    assert summary_text(summary).splitlines() == [
+        "run r1 failed in 2.5s",
+        "",
+        "definition  mode    migrated  skipped  failed  unchanged  needs-update",
+        "authors     normal        97        0       3          0             0",
+        "books       normal         0        0       0          0             0",
+        "total                     97        0       3          0             0",
+        "",
+        "books: not run: authors failed",
+        "",
+        "most common errors:",
+        "count  definition  kind         error",
+        "    3  authors     destination  DestinationError: HTTP 422",
+        "",
+        "see the evidence: migrate failures authors",
+        "after fixing the cause: migrate run authors --failed",
+    ]

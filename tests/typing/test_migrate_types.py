@@ -1,0 +1,76 @@
+"""Static typing cases for migrate (checked by mypy and pyright, never run)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Literal, assert_type
+
+import migrate
+from effects import AsyncEffect, Effect, retry
+from migrate import DestinationError, SourceError
+from schedules import exponential
+
+
+def process(item: migrate.Item, scope: migrate.Scope) -> None:
+    assert_type(item.identity, str)
+    assert_type(item.version, str | None)
+    assert_type(scope.run_id, str)
+    assert_type(scope.lookup("authors", 1), dict[str, Any] | None)
+    scope.track({"destination_id": 1})
+    scope.journal.change("crm", "upsert", key=1)
+
+
+async def process_async(item: migrate.Item, scope: migrate.Scope) -> None:
+    scope.journal.diagnostic("async")
+
+
+def strategy(read: Effect[Any, SourceError]) -> Effect[Any, SourceError]:
+    return read.retry(times=2)
+
+
+source = migrate.CsvSource("authors.csv", identity="id", version="updated_at")
+transient = retry(exponential("250ms"), times=4)
+
+# A Retry value, and any Effect -> Effect function, are source retry strategies.
+migration = migrate.Migration(
+    "authors",
+    source,
+    process,
+    source_cursor_retry=transient,
+    source_lookup_retry=strategy,
+    concurrency=4,
+)
+books = migrate.Migration("books", migrate.MemorySource([]), process_async, requires=["authors"])
+config = migrate.Config([migration, books], store="sqlite:///.migrate/state.db")
+
+assert_type(migration.requires, tuple[str, ...])
+assert_type(migration.source_cursor_retry, migrate.SourceRetryStrategy | None)
+assert_type(config.migrations, tuple[migrate.Migration, ...])
+assert_type(source.read(None), Effect[migrate.Window, SourceError])
+assert_type(source.lookup("1"), Effect[migrate.Item | None, SourceError])
+assert_type(source.read(None).pipe(transient), Effect[migrate.Window, SourceError])
+
+people = migrate.SqlDestination(lambda: sqlite3.connect("dest.db"), "people", "id")
+assert_type(people.upsert({"id": 1}), Effect[None, DestinationError])
+assert_type(people.delete(1), Effect[None, DestinationError])
+
+
+@migrate.destination(name="crm")
+def put_author(author: dict[str, Any]) -> int:
+    return 1
+
+
+@migrate.destination
+async def put_book(book: dict[str, Any]) -> str:
+    return "b"
+
+
+assert_type(put_author({"id": 1}), Effect[int, DestinationError])
+assert_type(put_book({"id": 1}), AsyncEffect[str, DestinationError])
+
+summary = migrate.run(config, migrate.RunOptions(failed=True), progress=lambda event: None)
+assert_type(summary.status, Literal["succeeded", "failed"])
+assert_type(summary.definitions["authors"].counts.failed, int)
+assert_type(migrate.plan(config), migrate.Plan)
+assert_type(migrate.failures(config, "authors"), tuple[migrate.FailureRecord, ...])
+assert_type(migrate.unlock(config, "authors"), migrate.LockInfo | None)
