@@ -96,19 +96,39 @@ class Effect(Generic[A_co, E_co]):
 
     @staticmethod
     def succeed(value: T) -> Effect[T, Never]:
-        """An effect that succeeds with *value*."""
+        """
+        An effect that succeeds with *value* on every run.
+
+        Example:
+            >>> Effect.succeed(3).run()
+            <Success: 3>
+        """
         result: Result[T, Never] = Success(value)
         return Effect(lambda: result)
 
     @staticmethod
     def fail(error: X) -> Effect[Never, X]:
-        """An effect that fails with *error* (the same object on every run)."""
+        """
+        An effect that fails with *error* on every run: the same object, returned, not raised.
+
+        Example:
+            >>> Effect.fail(KeyError("id")).run()
+            <Failure: 'id'>
+        """
         result: Result[Never, X] = Failure(error)
         return Effect(lambda: result)
 
     @staticmethod
     def sync(thunk: Callable[[], T]) -> Effect[T, Never]:
-        """An effect that succeeds with ``thunk()``; anything *thunk* raises is a defect."""
+        """
+        An effect that succeeds with ``thunk()``; anything *thunk* raises is a defect.
+
+        Use ``attempt`` when some of those exceptions are expected failures.
+
+        Example:
+            >>> Effect.sync(lambda: 2 + 2).run()
+            <Success: 4>
+        """
 
         def run() -> Result[T, Never]:
             return Success(thunk())
@@ -125,7 +145,16 @@ class Effect(Generic[A_co, E_co]):
             catch: An ``Exception`` subclass or a tuple of them. Other exceptions are defects.
 
         Raises:
-            TypeError: If *catch* holds anything but ``Exception`` subclasses.
+            TypeError: If *catch* holds anything but ``Exception`` subclasses (cancellation,
+                ``KeyboardInterrupt`` and ``SystemExit`` are never caught).
+
+        Example:
+            >>> Effect.attempt(lambda: int("12"), catch=ValueError).run()
+            <Success: 12>
+            >>> Effect.attempt(lambda: int("x"), catch=ValueError).run_or_raise()
+            Traceback (most recent call last):
+            ...
+            ValueError: invalid literal for int() with base 10: 'x'
         """
         types = error_types(catch, "catch")
 
@@ -139,13 +168,26 @@ class Effect(Generic[A_co, E_co]):
 
     @staticmethod
     def from_result(thunk: Callable[[], Result[T, X]]) -> Effect[T, X]:
-        """An effect whose outcome is the ``Result`` that ``thunk()`` returns."""
+        """
+        An effect whose outcome is the ``returns`` ``Result`` that ``thunk()`` returns.
+
+        Example:
+            >>> from returns.result import Failure
+            >>> Effect.from_result(lambda: Failure(ValueError("bad row"))).run()
+            <Failure: bad row>
+        """
         return Effect(thunk)
 
     # --- combinators -------------------------------------------------------------------------
 
     def map(self, f: Callable[[A_co], B]) -> Effect[B, E_co]:
-        """Transform the success value with *f*."""
+        """
+        Transform the success value with *f*; a failure passes unchanged.
+
+        Example:
+            >>> Effect.succeed(2).map(lambda n: n * 10).run()
+            <Success: 20>
+        """
         inner = self._thunk
 
         def run() -> Result[B, E_co]:
@@ -157,7 +199,13 @@ class Effect(Generic[A_co, E_co]):
         return Effect(run)
 
     def map_error(self, f: Callable[[E_co], X]) -> Effect[A_co, X]:
-        """Transform the typed error with *f*."""
+        """
+        Transform the typed error with *f*; a success passes unchanged.
+
+        Example:
+            >>> Effect.fail(KeyError("id")).map_error(lambda e: LookupError(f"no {e}")).run()
+            <Failure: no 'id'>
+        """
         inner = self._thunk
 
         def run() -> Result[A_co, X]:
@@ -169,7 +217,17 @@ class Effect(Generic[A_co, E_co]):
         return Effect(run)
 
     def flat_map(self, f: Callable[[A_co], Effect[B, X]]) -> Effect[B, E_co | X]:
-        """Continue with the effect ``f(value)`` after a success."""
+        """
+        Continue with the effect ``f(value)`` after a success; a failure ends the chain.
+
+        Example:
+            >>> def half(n: int) -> Effect[int, ValueError]:
+            ...     return Effect.succeed(n // 2) if n % 2 == 0 else Effect.fail(ValueError(n))
+            >>> Effect.succeed(8).flat_map(half).flat_map(half).run()
+            <Success: 2>
+            >>> Effect.succeed(6).flat_map(half).flat_map(half).run()
+            <Failure: 3>
+        """
         inner = self._thunk
 
         def run() -> Result[B, E_co | X]:
@@ -181,7 +239,14 @@ class Effect(Generic[A_co, E_co]):
         return Effect(run)
 
     def tap(self, f: Callable[[A_co], object]) -> Effect[A_co, E_co]:
-        """Call *f* with the success value for its side effect; the value passes unchanged."""
+        """
+        Call *f* with the success value for its side effect; the value passes unchanged.
+
+        Example:
+            >>> Effect.succeed(1).tap(print).run()
+            1
+            <Success: 1>
+        """
         inner = self._thunk
 
         def run() -> Result[A_co, E_co]:
@@ -193,7 +258,13 @@ class Effect(Generic[A_co, E_co]):
         return Effect(run)
 
     def catch(self, f: Callable[[E_co], Effect[B, X]]) -> Effect[A_co | B, X]:
-        """Recover from a typed failure with the effect ``f(error)``; defects pass through."""
+        """
+        Recover from a typed failure with the effect ``f(error)``; defects pass through.
+
+        Example:
+            >>> Effect.fail(KeyError("id")).catch(lambda e: Effect.succeed("default")).run()
+            <Success: default>
+        """
         inner = self._thunk
 
         def run() -> Result[A_co | B, X]:
@@ -219,6 +290,10 @@ class Effect(Generic[A_co, E_co]):
 
         Raises:
             ValueError: If *duration* is negative, NaN, infinite or unparseable.
+
+        Example:
+            >>> Effect.sync(lambda: "fast").timeout("2s").run()
+            <Success: fast>
         """
         seconds = to_seconds(duration, name="duration")
         inner = self._thunk
@@ -276,9 +351,14 @@ class Effect(Generic[A_co, E_co]):
     ) -> T5: ...
     def pipe(self, *fs: Callable[[Any], Any]) -> Any:
         """
-        Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))``.
+        Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))`` (up to five typed).
 
         This is how a retry strategy (a ``Retry`` or any effect-to-effect function) is applied.
+
+        Example:
+            >>> from effects import retry
+            >>> Effect.succeed(2).pipe(retry(times=3), lambda e: e.map(str)).run()
+            <Success: 2>
         """
         value: Any = self
         for f in fs:
@@ -296,7 +376,27 @@ class Effect(Generic[A_co, E_co]):
         on: type[Exception] | tuple[type[Exception], ...] | None = None,
         on_retry: Callable[[RetryEvent], object] | None = None,
     ) -> Effect[A_co, E_co]:
-        """``effects.retry(...)(self)``: the same effect, retried on typed failures."""
+        """
+        ``effects.retry(...)(self)``: the same effect, retried on its typed failures.
+
+        The arguments are those of ``effects.retry``; *on* narrows which typed failures are
+        retried (default: all). Each run of the result starts a fresh retry run.
+
+        Raises:
+            ValueError: If *times* is negative, or none of *schedule*, *times*, *while_* and
+                *until* is given.
+            TypeError: If an argument has the wrong type.
+
+        Example:
+            >>> from effects import use_clock
+            >>> from effects.testing import VirtualClock
+            >>> from schedules import spaced
+            >>> with use_clock(VirtualClock()) as clock:
+            ...     Effect.fail(TimeoutError("slow")).retry(spaced("2s"), times=2).run()
+            <Failure: slow>
+            >>> clock.sleeps
+            [2.0, 2.0]
+        """
         # _retry builds on this module, so it is imported when first needed.
         from effects._retry import Retry  # noqa: PLC0415
 
@@ -314,11 +414,22 @@ class Effect(Generic[A_co, E_co]):
     # --- runners -----------------------------------------------------------------------------
 
     def run(self) -> Result[A_co, E_co]:
-        """Run the work: ``Success(value)`` or ``Failure(error)``; defects propagate."""
+        """
+        Run the work: ``Success(value)`` or ``Failure(error)``.
+
+        Raises:
+            Exception: A defect (anything outside the typed failures) raised by the work or a
+                combinator's function, unchanged; so is every ``BaseException``.
+        """
         return self._thunk()
 
     def run_or_raise(self) -> A_co:
-        """Run the work: return the value or raise the typed error."""
+        """
+        Run the work and return its value.
+
+        Raises:
+            E: The typed error of a failed run, unchanged; defects propagate as from ``run``.
+        """
         result = self._thunk()
         if isinstance(result, Failure):
             raise result.failure()
@@ -351,7 +462,7 @@ class AsyncEffect(Generic[A_co, E_co]):
 
     @staticmethod
     def succeed(value: T) -> AsyncEffect[T, Never]:
-        """An effect that succeeds with *value*."""
+        """An effect that succeeds with *value* on every run."""
         result: Result[T, Never] = Success(value)
 
         async def run() -> Result[T, Never]:
@@ -361,7 +472,7 @@ class AsyncEffect(Generic[A_co, E_co]):
 
     @staticmethod
     def fail(error: X) -> AsyncEffect[Never, X]:
-        """An effect that fails with *error* (the same object on every run)."""
+        """An effect that fails with *error* on every run: the same object, returned, not raised."""
         result: Result[Never, X] = Failure(error)
 
         async def run() -> Result[Never, X]:
@@ -386,6 +497,10 @@ class AsyncEffect(Generic[A_co, E_co]):
         An effect that awaits ``thunk()``; exceptions of the *catch* types become typed failures.
 
         Cancellation is a ``BaseException`` and can never be in *catch*: it always propagates.
+
+        Args:
+            thunk: An ``async`` function of no arguments: the work.
+            catch: An ``Exception`` subclass or a tuple of them. Other exceptions are defects.
 
         Raises:
             TypeError: If *catch* holds anything but ``Exception`` subclasses.
@@ -536,7 +651,7 @@ class AsyncEffect(Generic[A_co, E_co]):
         /,
     ) -> T5: ...
     def pipe(self, *fs: Callable[[Any], Any]) -> Any:
-        """Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))``."""
+        """Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))``, like ``Effect``."""
         value: Any = self
         for f in fs:
             value = f(value)
@@ -553,7 +668,23 @@ class AsyncEffect(Generic[A_co, E_co]):
         on: type[Exception] | tuple[type[Exception], ...] | None = None,
         on_retry: Callable[[RetryEvent], object] | None = None,
     ) -> AsyncEffect[A_co, E_co]:
-        """``effects.retry(...)(self)``: the same effect, retried on typed failures."""
+        """
+        ``effects.retry(...)(self)``: the same effect, retried on its typed failures.
+
+        Waits with the clock's ``sleep_async`` (``trio.sleep`` under trio, else
+        ``asyncio.sleep``), so cancelling the caller cancels the wait at once. The arguments
+        and errors are those of ``Effect.retry``.
+
+        Example:
+            >>> import asyncio
+            >>> from effects import use_clock
+            >>> from effects.testing import VirtualClock
+            >>> async def fetch() -> int:
+            ...     raise ConnectionError("down")
+            >>> with use_clock(VirtualClock()) as clock:
+            ...     asyncio.run(AsyncEffect.attempt(fetch, catch=OSError).retry(times=2).run())
+            <Failure: down>
+        """
         # _retry builds on this module, so it is imported when first needed.
         from effects._retry import Retry  # noqa: PLC0415
 
@@ -571,11 +702,22 @@ class AsyncEffect(Generic[A_co, E_co]):
     # --- runners -----------------------------------------------------------------------------
 
     async def run(self) -> Result[A_co, E_co]:
-        """Run the work: ``Success(value)`` or ``Failure(error)``; defects propagate."""
+        """
+        Run the work: ``Success(value)`` or ``Failure(error)``.
+
+        Raises:
+            Exception: A defect raised by the work or a combinator's function, unchanged; so is
+                every ``BaseException`` (cancellation included).
+        """
         return await self._thunk()
 
     async def run_or_raise(self) -> A_co:
-        """Run the work: return the value or raise the typed error."""
+        """
+        Run the work and return its value.
+
+        Raises:
+            E: The typed error of a failed run, unchanged; defects propagate as from ``run``.
+        """
         result = await self._thunk()
         if isinstance(result, Failure):
             raise result.failure()

@@ -1,11 +1,16 @@
 """
 Retry events, the process-wide hook registry, and stdlib logging of retries.
 
-Hooks are process-wide on purpose: ``log_retries()`` called at start-up must also see retries
-made in worker threads (``threading.Thread`` and thread pools start with an empty context in
-Python 3.11, so a context variable would silently drop them). The registry holds an immutable
-tuple swapped under a lock, so the retry runtime reads it with one attribute load and no lock.
-For listeners scoped to one policy, use ``retry(..., on_retry=...)``.
+Hooks are process-wide on purpose, unlike the clock and the random source: ``log_retries()``
+called at start-up must also see retries made in worker threads, and ``threading.Thread`` and
+thread pools start with an empty context in Python 3.11, so a context variable would silently
+drop them. For listeners scoped to one policy, use ``retry(..., on_retry=...)``.
+
+Registration is thread-safe: ``add_hook`` and its remover swap an immutable tuple under a lock,
+so the retry runtime reads the hooks with one attribute load and no lock. A retried call takes
+that tuple once, at its first failure, and reports every later event to those hooks: each hook
+hears a call from its first event to its last, or not at all (a hook added while a call is
+already retrying hears only later calls; one removed meanwhile hears that call to its end).
 """
 
 from __future__ import annotations
@@ -95,13 +100,17 @@ def add_hook(hook: Hook) -> Callable[[], None]:
 
     Hooks run in the thread (or task) of the retried call, in the order they were added. An
     exception raised by a hook propagates out of the retried call, as any bug would. Adding the
-    same function twice calls it twice.
+    same function twice calls it twice. A call already retrying when the hook is added is not
+    reported to it (see the module docstring). Thread-safe.
 
     Args:
         hook: A function of one ``RetryEvent``; its return value is ignored.
 
     Returns:
         A function that removes this registration (calling it again does nothing).
+
+    Raises:
+        TypeError: If *hook* is not callable.
 
     Example:
         >>> from effects import Effect, FatalError
@@ -134,6 +143,21 @@ def log_retries(
 
     Returns:
         A function that turns this logging off again.
+
+    Example:
+        >>> import logging, sys
+        >>> from effects import Effect, retry, use_clock
+        >>> from effects.testing import VirtualClock
+        >>> from schedules import spaced
+        >>> logger = logging.getLogger("example.retries")
+        >>> logger.addHandler(handler := logging.StreamHandler(sys.stdout))
+        >>> stop = log_retries(logger)
+        >>> with use_clock(VirtualClock()):
+        ...     Effect.fail(KeyError("id")).pipe(retry(spaced(2), times=1)).run()
+        attempt 1 failed with KeyError('id'); retrying in 2.000 s (0.000 s elapsed)
+        attempt 2 failed with KeyError('id'); giving up (2.000 s elapsed)
+        <Failure: 'id'>
+        >>> stop(); logger.removeHandler(handler)
     """
     target = logging.getLogger("effects") if logger is None else logger
 

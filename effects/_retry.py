@@ -90,6 +90,24 @@ class Retry:
       ``async for`` in async code; ``on`` required).
 
     The composed schedule is built once, here, so applying a policy costs nothing per call.
+    ``Retry`` values are frozen and compare equal when built from equal arguments.
+
+    Example:
+        >>> from effects import retry, use_clock
+        >>> from effects.testing import VirtualClock
+        >>> from schedules import exponential
+        >>> attempts = []
+        >>> @retry(exponential("100ms"), times=3, on=ConnectionError)
+        ... def connect(host: str) -> str:
+        ...     attempts.append(host)
+        ...     if len(attempts) < 3:
+        ...         raise ConnectionError(host)
+        ...     return f"connected to {host}"
+        >>> with use_clock(VirtualClock()) as clock:
+        ...     connect("db")
+        'connected to db'
+        >>> (len(attempts), clock.sleeps)
+        (3, [0.1, 0.2])
     """
 
     schedule: Schedule[Any, Any] | None = attrs.field(default=None, validator=_check_schedule)
@@ -131,7 +149,13 @@ class Retry:
         if self.times is not None:
             composed = composed.times(self.times)
         # attrs frozen classes allow this spelling for derived fields set once at construction.
-        object.__setattr__(self, "_policy", Policy(composed, self.budget, self.on_retry))
+        times_only = (
+            self.times
+            if self.schedule is None and self.while_ is None and self.until is None
+            else None
+        )
+        policy = Policy(composed, self.budget, self.on_retry, times_only)
+        object.__setattr__(self, "_policy", policy)
         object.__setattr__(self, "_on", None if self.on is None else error_types(self.on, "on"))
 
     @property
@@ -161,6 +185,10 @@ class Retry:
     def __call__(self, target: object) -> object:
         """
         Retry *target*: an ``Effect``, an ``AsyncEffect``, or a plain or ``async def`` function.
+
+        Args:
+            target: An effect (the same kind is returned: sync stays sync, async stays async)
+                or a function (returned wrapped, with its signature and metadata kept).
 
         Raises:
             RetryUsageError: If *target* is a function and ``on`` was not given, or if *target*
@@ -236,7 +264,7 @@ def _wrap_sync(policy: Policy, on: ErrorTypes, fn: Callable[P, R]) -> Callable[P
             except on as error:
                 first = error
             # Outside the `except` block, so the error re-raised at the end keeps its context.
-            return call_sync(policy, on, fn, first, *args, **kwargs)
+            return call_sync(policy, on, fn, first, args, kwargs)
 
         return retried
 
@@ -247,7 +275,7 @@ def _wrap_sync(policy: Policy, on: ErrorTypes, fn: Callable[P, R]) -> Callable[P
             return fn(*args, **kwargs)
         except on as error:
             first = error
-        return call_sync(policy, on, fn, first, *args, **kwargs)
+        return call_sync(policy, on, fn, first, args, kwargs)
 
     return retried_with_budget
 
@@ -263,7 +291,7 @@ def _wrap_async(
                 return await fn(*args, **kwargs)
             except on as error:
                 first = error
-            return await call_async(policy, on, fn, first, *args, **kwargs)
+            return await call_async(policy, on, fn, first, args, kwargs)
 
         return retried
 
@@ -274,7 +302,7 @@ def _wrap_async(
             return await fn(*args, **kwargs)
         except on as error:
             first = error
-        return await call_async(policy, on, fn, first, *args, **kwargs)
+        return await call_async(policy, on, fn, first, args, kwargs)
 
     return retried_with_budget
 

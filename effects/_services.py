@@ -147,7 +147,8 @@ def use_clock(clock: _C) -> _Use[_C]:
             such as ``effects.testing.VirtualClock``.
 
     Returns:
-        A context manager whose ``__enter__`` returns *clock*.
+        A context manager whose ``__enter__`` returns *clock*. Entering the same one again
+        while it is active raises ``RuntimeError``; make a new one instead.
 
     Example:
         >>> from effects.testing import VirtualClock
@@ -166,7 +167,8 @@ def use_random(rng: _R) -> _Use[_R]:
         rng: Any object with ``random() -> float`` in ``[0, 1)``, e.g. ``random.Random(seed)``.
 
     Returns:
-        A context manager whose ``__enter__`` returns *rng*.
+        A context manager whose ``__enter__`` returns *rng* (entered once at a time, like
+        ``use_clock``'s).
 
     Example:
         >>> import random

@@ -11,6 +11,7 @@ from migrate._definition import Config, Migration, Process, SourceRetryStrategy
 from migrate._destinations import SqlDestination, destination
 from migrate._errors import (
     ConfigError,
+    ContractChanged,
     DestinationError,
     LockHeld,
     LockInfo,
@@ -20,11 +21,12 @@ from migrate._errors import (
     Skip,
     SourceError,
     StoreSchemaError,
+    TrackingError,
     UsageError,
     format_time,
 )
 from migrate._loading import load_config
-from migrate._pipeline import Journal, Scope, TrackingError, current_scope
+from migrate._pipeline import Journal, Scope, current_scope
 from migrate._planner import Mode, Plan, PlanStep, RunOptions, plan
 from migrate._queries import failures, runs, status, unlock
 from migrate._reports import (
@@ -37,6 +39,7 @@ from migrate._reports import (
 )
 from migrate._runner import run
 from migrate._sources import (
+    Contract,
     CsvSource,
     Cursor,
     Item,
@@ -62,6 +65,8 @@ from migrate._store_sqlite import SCHEMA_VERSION, Store, open_store
 __all__ = [
     "Config",
     "ConfigError",
+    "Contract",
+    "ContractChanged",
     "Counts",
     "CsvSource",
     "Cursor",

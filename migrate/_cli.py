@@ -6,7 +6,9 @@ The ``migrate`` command line.
 progress and messages go to stderr.
 
 Exit codes: 0 done with no failed items; 1 the run finished with failed items; 2 bad usage or
-config (the message names the problem); 3 refused (lock held, dependency preflight, store schema).
+config (the message names the problem); 3 refused (lock held, dependency preflight, changed
+source contract, store schema). A reader that goes away (``migrate runs | head``) ends the output
+quietly; the exit code stays the command's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final, Literal, TextIO
+from typing import Final, Literal, Protocol, TextIO
 
 from migrate import (
     Config,
@@ -45,6 +47,8 @@ __all__ = [
     "EXIT_USAGE",
     "BarProgress",
     "LogProgress",
+    "QuietPipe",
+    "Writer",
     "main",
     "summary_text",
 ]
@@ -80,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="migrate",
         description="Run migration definitions, see item states and reprocess failures.",
         epilog="Exit codes: 0 done, 1 finished with failed items, 2 bad usage or config, "
-        "3 refused (lock held, dependency preflight, store schema).",
+        "3 refused (lock held, dependency preflight, changed source contract, store schema).",
     )
     parser.add_argument(
         "--config",
@@ -131,7 +135,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--update", action="store_true", help="mark migrated items needs-update and rediscover"
     )
-    p.add_argument("--force", action="store_true", help="skip the dependency preflight")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="skip the dependency preflight and accept a changed source contract",
+    )
     p.add_argument("--plan", action="store_true", help="print the plan and exit")
     p.add_argument(
         "--progress",
@@ -151,24 +159,86 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Writer(Protocol):
+    """Where a command writes: a text stream's ``write`` and ``flush``."""
+
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
+
+
+class QuietPipe:
+    """
+    A text stream whose lost reader is not an error: once a write or flush meets a closed pipe
+    (``migrate runs | head``), the stream's file descriptor is pointed at ``os.devnull`` and the
+    rest of the output is dropped, with no traceback at exit.
+
+    Args:
+        stream: The stream written to, usually ``sys.stdout`` or ``sys.stderr``.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        #: True once the reader went away.
+        self.broken = False
+
+    @property
+    def encoding(self) -> str | None:
+        """The stream's encoding (progress bars choose their characters by it)."""
+        return getattr(self.stream, "encoding", None)
+
+    def isatty(self) -> bool:
+        """Whether the stream is a terminal."""
+        return self.stream.isatty()
+
+    def write(self, text: str, /) -> int:
+        """Write *text*, unless the reader went away; returns ``len(text)`` either way."""
+        if not self.broken:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._lost()
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the stream, unless the reader went away."""
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._lost()
+
+    def _lost(self) -> None:
+        self.broken = True
+        # The interpreter flushes sys.stdout at exit: give the unsent bytes somewhere to go.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.stream.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError):  # not a real file (e.g. io.StringIO): nothing to redirect
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """
     Run the ``migrate`` command line with *argv* (default ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0 done, 1 finished with failed items, 2 bad usage or config, 3 refused.
+        The exit code: 0 done, 1 finished with failed items, 2 bad usage or config, 3 refused
+        (130 when interrupted).
     """
     parser = _parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse exits 2 on bad usage, 0 for --help
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
-    out = sys.stdout
+    out = QuietPipe(sys.stdout)
     try:
         if args.command == "run" and args.failed and args.skipped:
             raise UsageError("--failed and --skipped cannot be used together; run them one by one")
         config = load_config(args.config)
-        command: Callable[[Config, argparse.Namespace, TextIO], int] = _COMMANDS[args.command]
+        command: Callable[[Config, argparse.Namespace, Writer], int] = _COMMANDS[args.command]
         return command(config, args, out)
     except (ConfigError, UsageError) as error:
         _error(f"error: {error}")
@@ -179,13 +249,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    finally:
+        out.flush()
 
 
 def _error(message: str) -> None:
-    print(f"migrate: {message}", file=sys.stderr, flush=True)
+    print(f"migrate: {message}", file=QuietPipe(sys.stderr), flush=True)
 
 
-def _dump(document: object, out: TextIO) -> None:
+def _dump(document: object, out: Writer) -> None:
     json.dump(document, out, indent=2, sort_keys=False)
     out.write("\n")
     out.flush()
@@ -215,7 +287,7 @@ def _n(value: int) -> str:
 # --- list, graph -------------------------------------------------------------------------------
 
 
-def _cmd_list(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_list(config: Config, args: argparse.Namespace, out: Writer) -> int:
     rows = [
         [
             m.id,
@@ -232,7 +304,7 @@ def _cmd_list(config: Config, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _cmd_graph(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_graph(config: Config, args: argparse.Namespace, out: Writer) -> int:
     order = config.order()
     for definition_id in order:
         migration = config.get(definition_id)
@@ -249,7 +321,7 @@ def _cmd_graph(config: Config, args: argparse.Namespace, out: TextIO) -> int:
 # --- status, runs, failures, unlock --------------------------------------------------------------
 
 
-def _cmd_status(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_status(config: Config, args: argparse.Namespace, out: Writer) -> int:
     if args.all and args.definitions:
         raise UsageError("name definitions or pass --all, not both")
     for definition_id in args.definitions:
@@ -284,7 +356,7 @@ def _duration(started: float, ended: float | None) -> str:
     return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}min"
 
 
-def _cmd_runs(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
     records = runs(config, limit=args.limit)
     if args.json:
         _dump({"runs": [r.to_json() for r in records]}, out)
@@ -320,7 +392,7 @@ def _cmd_runs(config: Config, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _cmd_failures(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_failures(config: Config, args: argparse.Namespace, out: Writer) -> int:
     config.get(args.definition)
     records = failures(config, args.definition, limit=args.limit)
     if args.json:
@@ -346,7 +418,7 @@ def _cmd_failures(config: Config, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _cmd_unlock(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_unlock(config: Config, args: argparse.Namespace, out: Writer) -> int:
     config.get(args.definition)
     broken = unlock(config, args.definition)
     if broken is None:
@@ -372,15 +444,24 @@ def _counts_brief(counts: Counts) -> str:
 
 
 class LogProgress:
-    """Progress as plain lines: one when a definition starts, one per window, one at its end."""
+    """
+    Progress as plain lines: one when a definition starts, one per window, one at its end.
 
-    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+    Args:
+        stream: Where the lines go (the CLI uses stderr).
+        clock: Seconds, monotonic; for the items-per-second rate.
+    """
+
+    def __init__(self, stream: Writer, clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream
         self.clock = clock
         self._started: dict[str, float] = {}
         self._processed: dict[str, int] = {}
 
     def __call__(self, event: ProgressEvent) -> None:
+        """Print the line for *event* (``item`` events print nothing)."""
+        if event.kind == "item":
+            return
         now = self.clock()
         definition_id = event.definition_id
         if event.kind == "window" and event.processed == self._processed.get(definition_id):
@@ -409,9 +490,18 @@ class LogProgress:
 
 
 class BarProgress:
-    """Progress bars redrawn in place on a terminal, one line per definition."""
+    """
+    Progress bars redrawn in place on a terminal, one line per definition.
 
-    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+    Redraws at most every 0.1 s (``item`` and ``window`` events), and always at a definition's
+    start and end.
+
+    Args:
+        stream: The terminal stream (the CLI uses stderr).
+        clock: Seconds, monotonic; for the rate and the redraw interval.
+    """
+
+    def __init__(self, stream: Writer, clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream
         self.clock = clock
         self._started = 0.0
@@ -419,11 +509,12 @@ class BarProgress:
         self._width = 0
 
     def __call__(self, event: ProgressEvent) -> None:
+        """Redraw the bar for *event* (unless the last redraw was under 0.1 s ago)."""
         now = self.clock()
         if event.kind == "start":
             self._started = self._drawn = now
             self._width = 0
-        elif event.kind == "window" and now - self._drawn < _REDRAW_EVERY:
+        elif event.kind in ("item", "window") and now - self._drawn < _REDRAW_EVERY:
             return
         self._drawn = now
         line = self._render(event, now - self._started)
@@ -459,7 +550,7 @@ class BarProgress:
 def _progress(
     mode: Literal["auto", "log", "none"], as_json: bool
 ) -> Callable[[ProgressEvent], None] | None:
-    stream = sys.stderr
+    stream = QuietPipe(sys.stderr)
     if mode == "none":
         return None
     if mode == "log":
@@ -494,6 +585,7 @@ def summary_text(summary: RunSummary) -> str:
         rows.append(["total", "", *(_n(totals[key]) for key, _ in _COUNT_COLUMNS)])
     header = ["definition", "mode", *(label for _, label in _COUNT_COLUMNS)]
     lines.append(_table(header, rows, numeric={2, 3, 4, 5, 6}))
+    notes += summary.notes
     if notes:
         lines += ["", *notes]
     if summary.top_errors:
@@ -518,7 +610,7 @@ def _one_line(text: str, limit: int = 100) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def _cmd_run(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_run(config: Config, args: argparse.Namespace, out: Writer) -> int:
     if args.all and args.definitions:
         raise UsageError("name definitions or pass --all, not both")
     options = RunOptions(
@@ -547,7 +639,7 @@ def _cmd_run(config: Config, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_FAILED_ITEMS if summary.status == "failed" else EXIT_OK
 
 
-_COMMANDS: Final[Mapping[str, Callable[[Config, argparse.Namespace, TextIO], int]]] = {
+_COMMANDS: Final[Mapping[str, Callable[[Config, argparse.Namespace, Writer], int]]] = {
     "list": _cmd_list,
     "graph": _cmd_graph,
     "status": _cmd_status,

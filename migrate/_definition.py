@@ -29,8 +29,9 @@ class SourceRetryStrategy(Protocol):
     """
     A wrapper from a source effect to one with the same success and error contract.
 
-    An ``effects.Retry`` value is one as it stands; so is any function such as
-    ``lambda read: read.retry(times=3)``.
+    Called with the effect of one window read (``source_cursor_retry``) or one lookup
+    (``source_lookup_retry``). An ``effects.Retry`` value is one as it stands; so is any function
+    such as ``lambda read: read.retry(times=3)``.
     """
 
     def __call__(self, effect: Effect[_A, SourceError], /) -> Effect[_A, SourceError]: ...
@@ -161,6 +162,17 @@ class Config:
     Raises:
         ConfigError: Naming duplicate ids, unknown ids in ``requires``/``optional``, or a
             dependency cycle (``a -> b -> a``).
+
+    Example:
+        >>> from migrate import MemorySource
+        >>> def process(item, scope): ...
+        >>> Config([
+        ...     Migration("books", MemorySource([]), process, requires=["authors"]),
+        ...     Migration("authors", MemorySource([]), process, requires=["books"]),
+        ... ])
+        Traceback (most recent call last):
+        ...
+        migrate._errors.ConfigError: dependency cycle: books -> authors -> books
     """
 
     migrations: tuple[Migration, ...] = attrs.field(converter=_migrations)
@@ -202,7 +214,7 @@ class Config:
 
     def get(self, definition_id: str) -> Migration:
         """
-        The definition with this id.
+        The definition whose id is *definition_id*.
 
         Raises:
             UsageError: If there is none; the message lists the known ids.
@@ -217,7 +229,10 @@ class Config:
     def order(self, ids: Sequence[str] | None = None) -> tuple[str, ...]:
         """
         Definition ids in dependency order (``requires`` and ``optional`` first), config order
-        breaking ties; only *ids* when given.
+        breaking ties.
+
+        Args:
+            ids: Only these ids; ``None``: all.
         """
         chosen = set(self.ids if ids is None else ids)
         done: list[str] = []

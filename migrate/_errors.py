@@ -12,20 +12,25 @@ builtin it means, so ``except MigrateError`` never hides a bug::
      |    +-- RefusedError         the run was refused before it started (CLI exit code 3)
      |         +-- LockHeld            another run holds a definition's lock
      |         +-- PreflightRefused    a required dependency is not in a good state
+     |         +-- ContractChanged     a definition's source contract differs from the stored one
      |         +-- StoreSchemaError    the store was written by a newer ``migrate``
      +-- ValueError
           +-- ConfigError          the config file or a config value is wrong (CLI exit code 2)
           +-- UsageError           bad run options or an unknown definition id (CLI exit code 2)
+          +-- TrackingError        a process tracked a record that is not JSON-able, or looked up
+                                   an unknown definition (fails the item, kind ``tracking``)
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 
 import attrs
 
 __all__ = [
     "ConfigError",
+    "ContractChanged",
     "DestinationError",
     "LockHeld",
     "LockInfo",
@@ -35,6 +40,7 @@ __all__ = [
     "Skip",
     "SourceError",
     "StoreSchemaError",
+    "TrackingError",
     "UsageError",
     "format_time",
 ]
@@ -42,7 +48,7 @@ __all__ = [
 
 def format_time(timestamp: float) -> str:
     """
-    Format epoch seconds as ISO-8601 UTC with second precision.
+    Format *timestamp* (epoch seconds) as ISO-8601 UTC with second precision.
 
     Example:
         >>> format_time(0)
@@ -133,7 +139,12 @@ class LockInfo:
 
 
 class LockHeld(RefusedError):  # noqa: N818 - named in the CLI contract; reads as a verdict
-    """Another run holds the lock of a definition this run needs."""
+    """
+    Another run holds the lock of a definition this run needs.
+
+    Args:
+        lock: The lock found; also kept as ``lock``, its definition as ``definition_id``.
+    """
 
     def __init__(self, lock: LockInfo) -> None:
         self.lock = lock
@@ -146,11 +157,33 @@ class LockHeld(RefusedError):  # noqa: N818 - named in the CLI contract; reads a
 
 
 class PreflightRefused(RefusedError):  # noqa: N818 - named in the CLI contract
-    """A required dependency's latest run did not succeed cleanly; ``problems`` says which."""
+    """
+    A required dependency's latest run did not succeed cleanly.
+
+    Args:
+        problems: One message per refused (definition, dependency) pair, saying which and how
+            to proceed; kept as ``problems``.
+    """
 
     def __init__(self, problems: tuple[str, ...]) -> None:
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+class ContractChanged(RefusedError):  # noqa: N818 - named like its siblings LockHeld, ...
+    """
+    A definition's source contract (kind, identity field, version field, lookup strategy)
+    differs from the one recorded with its stored states; ``--force`` accepts the new one.
+
+    Args:
+        message: What changed, from what to what, and how to proceed, per definition.
+        changes: Per changed definition id, what changed (``"identity field 'id' -> 'isbn'"``);
+            kept as ``changes``.
+    """
+
+    def __init__(self, message: str, changes: Mapping[str, tuple[str, ...]]) -> None:
+        self.changes = dict(changes)
+        super().__init__(message)
 
 
 class StoreSchemaError(RefusedError):
@@ -163,3 +196,11 @@ class ConfigError(ValueError):
 
 class UsageError(ValueError):
     """Run options that cannot go together, or an unknown definition id."""
+
+
+class TrackingError(ValueError):
+    """
+    A process misused its tracking: `Scope.track` with a record that is not a JSON-able mapping,
+    or `Scope.lookup` of a definition the config does not have. The item fails with kind
+    ``tracking``.
+    """

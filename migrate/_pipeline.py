@@ -9,14 +9,10 @@ from contextvars import ContextVar
 from typing import Any, cast
 
 from effects import RetryEvent, add_hook
-from migrate._errors import DestinationError, SourceError
+from migrate._errors import DestinationError, SourceError, TrackingError
 from migrate._state import ErrorEvidence, ErrorKind
 
-__all__ = ["Journal", "Scope", "TrackingError", "current_scope", "evidence_for"]
-
-
-class TrackingError(Exception):
-    """A tracking record could not be saved or looked up (kind ``tracking`` in error evidence)."""
+__all__ = ["Journal", "Scope", "current_scope", "evidence_for"]
 
 
 class Journal:
@@ -25,6 +21,18 @@ class Journal:
 
     It is stored with the item's state, also when the item fails, so the evidence shows which
     destination writes happened before the failure. Entries must be JSON-able.
+
+    Args:
+        entries: Entries to start from; ``None``: none.
+
+    Example:
+        >>> journal = Journal()
+        >>> journal.change("sql:authors", "upsert", key=42)
+        >>> journal.diagnostic("name trimmed", field="name")
+        >>> for entry in journal.entries:
+        ...     print(entry)
+        {'kind': 'change', 'destination': 'sql:authors', 'operation': 'upsert', 'key': 42}
+        {'kind': 'diagnostic', 'message': 'name trimmed', 'field': 'name'}
     """
 
     __slots__ = ("entries",)
@@ -51,7 +59,13 @@ class Journal:
         self.entries.append(entry)
 
     def diagnostic(self, message: str, **details: Any) -> None:
-        """Record a diagnostic note (anything worth knowing later), with JSON-able details."""
+        """
+        Record a diagnostic note (anything worth knowing later).
+
+        Args:
+            message: The note.
+            **details: JSON-able facts.
+        """
         entry: dict[str, Any] = {"kind": "diagnostic", "message": message}
         entry.update(details)
         self.entries.append(entry)
@@ -115,9 +129,12 @@ class Scope:
 
     def track(self, record: Mapping[str, Any]) -> None:
         """
-        Set the item's tracking record (e.g. ``{"destination_id": 17}``), saved with its state.
+        Set the item's tracking record, saved with its state.
 
         Other definitions read it with `lookup`. It replaces any earlier record.
+
+        Args:
+            record: JSON-able facts about the item's destination, e.g. ``{"destination_id": 17}``.
 
         Raises:
             TrackingError: If *record* is not a JSON-able mapping.
@@ -164,6 +181,10 @@ class Scope:
 
         Returns whatever tracking record is stored for that item (``None`` if it has none or has
         no state yet), whatever its status; a process usually fails or skips when it is ``None``.
+
+        Args:
+            definition_id: The other definition, e.g. ``"authors"``.
+            identity: The other item's identity (converted with ``str``).
 
         Raises:
             TrackingError: If *definition_id* is not a definition of the config.

@@ -153,6 +153,22 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
         UsageError: For ``failed`` with ``skipped``, more than one of failed / skipped / ids /
             update, ``all`` with named definitions, an unknown definition id, or a concurrency
             below 1.
+
+    Example:
+        >>> from migrate import Config, MemorySource, Migration
+        >>> def process(item, scope): ...
+        >>> config = Config([
+        ...     Migration("authors", MemorySource([]), process),
+        ...     Migration("books", MemorySource([]), process, requires=["authors"]),
+        ... ])
+        >>> print(plan(config, RunOptions(["books"], failed=True, with_dependencies=True)))
+        Plan: 2 definition(s), mode failed
+          1. authors  normal   dependency of books
+          2. books    failed   named
+        >>> print(plan(config, RunOptions(["books"])))
+        Plan: 1 definition(s), mode normal
+          1. books  normal   named
+          requires authors (for books): must have run cleanly
     """
     options = RunOptions() if options is None else options
     if options.failed and options.skipped:

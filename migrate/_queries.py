@@ -68,6 +68,11 @@ def failures(
     """
     The failed items of a definition with their evidence, in identity order.
 
+    Args:
+        config: The config whose store is read.
+        definition_id: The definition.
+        limit: At most this many (``None``: all); must be >= 0.
+
     Raises:
         UsageError: For an unknown definition id.
         ValueError: If *limit* is negative.
@@ -82,6 +87,10 @@ def failures(
 def unlock(config: Config, definition_id: str) -> LockInfo | None:
     """
     Break a definition's lock (for a run that died where its pid cannot be checked).
+
+    Args:
+        config: The config whose store is changed.
+        definition_id: The definition to unlock.
 
     Returns:
         The lock that was broken, or ``None`` if the definition was not locked.

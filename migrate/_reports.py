@@ -21,7 +21,16 @@ __all__ = [
 
 @attrs.frozen
 class ErrorCount:
-    """How many items of a definition failed with the same kind, type and message in a run."""
+    """
+    How many items of a definition failed with the same kind, type and message in a run.
+
+    Attributes:
+        definition_id: The definition.
+        kind: ``source``, ``process``, ``destination`` or ``tracking``.
+        type: The error's class name.
+        message: The error's message.
+        count: How many items failed with it in the run.
+    """
 
     definition_id: str
     kind: str
@@ -52,6 +61,8 @@ class RunSummary:
         ended_at: Epoch seconds.
         definitions: Per definition: mode, status, counts for this run, error, blocked reason.
         top_errors: The failures' most common errors, most common first (at most 5).
+        notes: Things the user should know, such as a changed source contract accepted by
+            ``force``.
     """
 
     run_id: str
@@ -60,10 +71,12 @@ class RunSummary:
     ended_at: float
     definitions: Mapping[str, DefinitionResult]
     top_errors: tuple[ErrorCount, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """``{"run_id", "status", "definitions": {ID: {"migrated", "skipped", "failed",
-        "unchanged", "needs_update", "mode", "status", "error", "blocked"}}, "top_errors"}``."""
+        "unchanged", "needs_update", "mode", "status", "error", "blocked"}}, "started_at",
+        "ended_at", "top_errors", "notes"}``."""
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -80,6 +93,7 @@ class RunSummary:
                 for key, value in self.definitions.items()
             },
             "top_errors": [error.to_json() for error in self.top_errors],
+            "notes": list(self.notes),
         }
 
 
@@ -92,8 +106,9 @@ class ProgressEvent:
         run_id: The run.
         definition_id: The definition.
         mode: Its mode in this run.
-        kind: ``"start"`` (before the first window), ``"window"`` (after each committed window)
-            or ``"end"``.
+        kind: ``"start"`` (before the first window), ``"item"`` (items processed in the current
+            window, not yet committed: at most every 0.1 s, for progress bars), ``"window"``
+            (after each committed window) or ``"end"``.
         window: Windows committed so far (1-based count).
         processed: Items handled so far (the sum of *counts*).
         total: Items expected in all, when known (targeted modes; sources that count cheaply,
@@ -104,7 +119,7 @@ class ProgressEvent:
     run_id: str
     definition_id: str
     mode: str
-    kind: Literal["start", "window", "end"]
+    kind: Literal["start", "item", "window", "end"]
     window: int
     processed: int
     total: int | None
@@ -113,7 +128,15 @@ class ProgressEvent:
 
 @attrs.frozen
 class RunRef:
-    """A reference to a run: id, status and times (epoch seconds)."""
+    """
+    A reference to a run.
+
+    Attributes:
+        run_id: The run's id.
+        status: ``queued``, ``running``, ``succeeded``, ``failed`` or ``start-failed``.
+        started_at: Epoch seconds.
+        ended_at: Epoch seconds; ``None`` while it runs.
+    """
 
     run_id: str
     status: str
@@ -139,7 +162,16 @@ class RunRef:
 
 @attrs.frozen
 class DefinitionStatus:
-    """Stored item states of one definition, counted, and its latest run."""
+    """
+    Stored item states of one definition, counted, and its latest run.
+
+    Attributes:
+        migrated: Items stored as ``migrated``.
+        skipped: Items stored as ``skipped``.
+        failed: Items stored as ``failed``.
+        needs_update: Items stored as ``needs-update``.
+        latest_run: Its latest run, start-failed ones included; ``None`` if it never ran.
+    """
 
     migrated: int
     skipped: int
@@ -160,7 +192,12 @@ class DefinitionStatus:
 
 @attrs.frozen
 class StatusReport:
-    """``migrate status``: per definition, the stored states and the latest run."""
+    """
+    What ``migrate status`` shows.
+
+    Attributes:
+        definitions: Per definition id, in config order: its `DefinitionStatus`.
+    """
 
     definitions: Mapping[str, DefinitionStatus]
 

@@ -21,18 +21,24 @@ from typing import Any, Literal, TypeVar
 from returns.result import Failure, Result
 
 from migrate._definition import Config, Migration
-from migrate._errors import LockHeld, PreflightRefused, Skip, SourceError
+from migrate._errors import (
+    ContractChanged,
+    LockHeld,
+    PreflightRefused,
+    Skip,
+    SourceError,
+    TrackingError,
+)
 from migrate._pipeline import (
     _CURRENT,  # pyright: ignore[reportPrivateUsage]
     Scope,
-    TrackingError,
     attempts_of,
     evidence_for,
     install_attempt_hook,
 )
 from migrate._planner import Plan, PlanStep, RunOptions, plan
 from migrate._reports import ErrorCount, ProgressEvent, RunSummary
-from migrate._sources import Cursor, Item
+from migrate._sources import Contract, Cursor, Item
 from migrate._state import Counts, DefinitionResult, ErrorEvidence
 from migrate._store_sqlite import PriorState, StateRow, Store
 
@@ -43,6 +49,7 @@ _T = TypeVar("_T")
 
 _TOP_ERRORS = 5
 _DEFAULT_WINDOW = 1000
+_TICK_EVERY = 0.1  # seconds between "item" progress events inside a window
 
 
 def new_run_id() -> str:
@@ -73,6 +80,8 @@ def run(
             ``start-failed``).
         PreflightRefused: If a required dependency outside the plan did not run cleanly and
             *force* is not set (stored as ``start-failed``).
+        ContractChanged: If a definition's source contract differs from the one recorded with
+            its stored states and *force* is not set (stored as ``start-failed``).
         StoreSchemaError: If the store is newer than this version understands.
     """
     options = RunOptions() if options is None else options
@@ -133,6 +142,9 @@ class _Run:
         self.errors: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
         self._aio: asyncio.Runner | None = None
         self.config_ids = frozenset(config.ids)
+        #: Contracts to record when their definition starts, and whether to reset its cursor.
+        self.contracts: dict[str, tuple[Contract, bool]] = {}
+        self.notes: list[str] = []
 
     # --- the run ----------------------------------------------------------------------------
 
@@ -157,6 +169,7 @@ class _Run:
 
     def _execute_locked(self, started: float) -> RunSummary:
         store = self.store
+        self._check_contracts()
         if not self.plan.force:
             problems = [
                 problem
@@ -210,7 +223,55 @@ class _Run:
             ended_at=time.time(),
             definitions=dict(self.results),
             top_errors=top,
+            notes=tuple(self.notes),
         )
+
+    def _check_contracts(self) -> None:
+        """Refuse the run if a definition's contract changed under its stored states."""
+        store = self.store
+        changed: dict[str, tuple[str, ...]] = {}
+        lines: list[str] = []
+        for step in self.plan.steps:
+            definition_id = step.definition_id
+            current = self.config.get(definition_id).source.contract()
+            stored = store.contract(definition_id)
+            if stored is None:
+                self.contracts[definition_id] = (current, False)
+                continue
+            if stored.fingerprint == current.fingerprint:
+                continue
+            # The saved cursor was made under the old contract (a keyset on the old identity,
+            # another kind's position): an accepted change restarts discovery from the top.
+            self.contracts[definition_id] = (current, True)
+            if not store.has_state(definition_id):
+                continue  # nothing was stored under the old contract
+            changes = stored.changes(current)
+            if self.plan.force:
+                advice = (
+                    ""
+                    if step.mode == "update"
+                    else "; to process every migrated item again under it: "
+                    f"migrate run {definition_id} --update"
+                )
+                self.notes.append(
+                    f"{definition_id}: accepted the changed source contract "
+                    f"({'; '.join(changes)}); discovery starts again from the first item{advice}"
+                )
+                continue
+            changed[definition_id] = changes
+            stored_states = store.counts(definition_id).total
+            lines.append(
+                f"definition {definition_id!r} changed its source contract since its states "
+                f"were stored: {'; '.join(changes)}. Its {stored_states} stored item state(s) "
+                "and saved cursor were recorded under the old contract. If the change is "
+                f"intended, run: migrate run {definition_id} --force --update (records the new "
+                "contract, then processes every migrated item again); otherwise undo the change "
+                "in the config"
+            )
+        if changed:
+            error = ContractChanged("\n".join(lines), changed)
+            store.update_run(self.run_id, status="start-failed", error=str(error), ended=True)
+            raise error
 
     def _blocked_by(self, step: PlanStep) -> str | None:
         if self.plan.force:
@@ -272,6 +333,8 @@ class _DefinitionRunner:
         self.total: int | None = None
         self.error: str | None = None
         self.lookup = owner.tracking_lookup
+        self.ticking = owner.progress is not None
+        self.next_tick = 0.0
 
     # counts and reporting
 
@@ -311,10 +374,22 @@ class _DefinitionRunner:
             save_cursor=save_cursor,
         )
         self._emit("window")
+        self.next_tick = time.monotonic() + _TICK_EVERY
+
+    def _tick(self) -> None:
+        self._emit("item")
+        self.next_tick = time.monotonic() + _TICK_EVERY
 
     def run(self) -> None:
         mode = self.step.mode
+        pending = self.owner.contracts.pop(self.definition_id, None)
+        if pending is not None:
+            contract, reset_cursor = pending
+            self.store.save_contract(
+                self.definition_id, contract, self.run_id, reset_cursor=reset_cursor
+            )
         self.owner.results[self.definition_id] = self._result("running")
+        self.next_tick = time.monotonic() + _TICK_EVERY
         if mode in ("normal", "update"):
             self._run_discovery(update=mode == "update")
         else:
@@ -487,7 +562,15 @@ class _DefinitionRunner:
         if self.is_async or self.concurrency > 1:
             return self.owner.run_async(self._process_async(todo))
         now = time.time()
-        return [self._process_sync(item, state, now) for item, state in todo]
+        if not self.ticking:
+            return [self._process_sync(item, state, now) for item, state in todo]
+        rows: list[StateRow] = []
+        clock = time.monotonic
+        for item, state in todo:
+            rows.append(self._process_sync(item, state, now))
+            if clock() >= self.next_tick:
+                self._tick()
+        return rows
 
     def _scope(self, item: Item, state: PriorState | None) -> Scope:
         tracking = None if state is None or state.tracking is None else json.loads(state.tracking)
@@ -512,8 +595,15 @@ class _DefinitionRunner:
         semaphore = asyncio.Semaphore(self.concurrency)
         now = time.time()
         is_async = self.is_async
+        ticking = self.ticking
 
         async def one(item: Item, state: PriorState | None) -> StateRow:
+            row = await attempt(item, state)
+            if ticking and time.monotonic() >= self.next_tick:
+                self._tick()
+            return row
+
+        async def attempt(item: Item, state: PriorState | None) -> StateRow:
             async with semaphore:
                 scope = self._scope(item, state)
                 _CURRENT.set(scope)  # each task has its own context

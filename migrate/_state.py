@@ -63,7 +63,7 @@ class ErrorEvidence:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ErrorEvidence:
-        """Rebuild evidence stored by `to_json`."""
+        """Rebuild evidence from *data* stored by `to_json` (an unknown kind reads ``process``)."""
         kind = data.get("kind", "process")
         return cls(
             kind=kind if kind in ERROR_KINDS else "process",
@@ -79,7 +79,17 @@ class Counts:
     """
     Items per outcome: for a run, what happened in it; for a status, the stored states.
 
-    ``unchanged`` (already migrated at the same source version) is only counted by runs.
+    Attributes:
+        migrated: Items processed without error.
+        skipped: Items whose process raised `Skip`.
+        failed: Items that failed (with evidence stored).
+        unchanged: Items already migrated (or skipped) at the same source version, not processed
+            again; only runs count these, they are never stored.
+        needs_update: Items marked by ``--update`` and not processed again (yet).
+
+    Example:
+        >>> Counts(migrated=97, failed=3).total
+        100
     """
 
     migrated: int = 0
@@ -105,7 +115,7 @@ class Counts:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Counts:
-        """Rebuild counts stored by `to_json` (missing keys are 0)."""
+        """Rebuild counts from *data* stored by `to_json` (missing keys are 0)."""
         return cls(
             migrated=int(data.get("migrated", 0)),
             skipped=int(data.get("skipped", 0)),
@@ -147,7 +157,15 @@ class ItemState:
 
 @attrs.frozen
 class FailureRecord:
-    """A failed item as ``migrate failures`` shows it."""
+    """
+    A failed item as ``migrate failures`` shows it.
+
+    Attributes:
+        identity: The item's identity.
+        run_id: The run in which it last failed.
+        error: The evidence of the failure.
+        journal: Its journal entries up to the failure (destination writes already made).
+    """
 
     identity: str
     run_id: str | None
@@ -166,7 +184,16 @@ class FailureRecord:
 
 @attrs.frozen
 class DefinitionResult:
-    """What one run did for one definition: its mode, status, counts and any error."""
+    """
+    What one run did for one definition.
+
+    Attributes:
+        mode: How it ran (``normal``, ``failed``, ``skipped``, ``ids``, ``update``).
+        status: ``queued``, ``running``, ``succeeded``, ``failed`` or ``blocked``.
+        counts: What happened to its items in this run.
+        error: Why it stopped early (a window read that failed), if it did.
+        blocked: Why it was not run (a required dependency failed in this run), if it was not.
+    """
 
     mode: str
     status: str
@@ -186,7 +213,7 @@ class DefinitionResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DefinitionResult:
-        """Rebuild what `to_json` stored."""
+        """Rebuild a result from *data* stored by `to_json`."""
         return cls(
             mode=str(data.get("mode", "normal")),
             status=str(data.get("status", "running")),

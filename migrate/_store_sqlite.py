@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, Final, NamedTuple, cast
 
 from migrate._errors import ConfigError, LockHeld, LockInfo, StoreSchemaError
-from migrate._sources import Cursor
+from migrate._sources import Contract, Cursor
 from migrate._state import (
     Counts,
     DefinitionResult,
@@ -34,8 +34,9 @@ from migrate._state import (
 
 __all__ = ["SCHEMA_VERSION", "PriorState", "StateRow", "Store", "open_store", "pid_alive"]
 
-#: The schema this version writes; a store with a higher version is refused.
-SCHEMA_VERSION: Final = 1
+#: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
+#: 1: item states, runs, cursors, locks. 2: adds definition contracts.
+SCHEMA_VERSION: Final = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -69,6 +70,13 @@ CREATE TABLE IF NOT EXISTS cursors (
     definition TEXT PRIMARY KEY,
     cursor TEXT,
     updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS contracts (
+    definition TEXT PRIMARY KEY,
+    contract TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    recorded_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS locks (
     definition TEXT PRIMARY KEY,
@@ -181,6 +189,9 @@ class Store:
             version = db.execute("SELECT max(version) FROM schema_version").fetchone()[0]
             if version is None:
                 db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            elif version < SCHEMA_VERSION:
+                # Every change so far only adds tables, which the statements above created.
+                db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
             elif version > SCHEMA_VERSION:
                 raise StoreSchemaError(
                     f"store {self.path} has schema version {version}, newer than this version "
@@ -244,7 +255,16 @@ class Store:
         error: str | None = None,
         ended: bool = False,
     ) -> None:
-        """Change a run's status, per-definition record, error, or mark it ended (now)."""
+        """
+        Change a stored run; ``None`` and ``False`` leave a field as it is.
+
+        Args:
+            run_id: The run.
+            status: Its new status.
+            definitions: Its new per-definition record.
+            error: Why it failed or stopped.
+            ended: Set its end time to now.
+        """
         with self.transaction() as db:
             self._update_run(db, run_id, status, definitions, error, ended)
 
@@ -396,6 +416,49 @@ class Store:
             db.execute("DELETE FROM locks WHERE definition = ?", (definition_id,))
         return LockInfo(*row)
 
+    # --- contracts --------------------------------------------------------------------------
+
+    def contract(self, definition_id: str) -> Contract | None:
+        """The contract recorded for *definition_id*, or ``None`` if none was recorded yet."""
+        rows = self._query("SELECT contract FROM contracts WHERE definition = ?", (definition_id,))
+        return Contract.from_json(json.loads(rows[0][0])) if rows else None
+
+    def save_contract(
+        self, definition_id: str, contract: Contract, run_id: str, *, reset_cursor: bool = False
+    ) -> None:
+        """
+        Record *contract* as *definition_id*'s, replacing any, in one transaction.
+
+        Args:
+            definition_id: The definition.
+            contract: Its source contract now.
+            run_id: The run recording it.
+            reset_cursor: Also forget the saved cursor (the next normal run reads from the start).
+        """
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO contracts (definition, contract, fingerprint, run_id, "
+                "recorded_at) VALUES (?, ?, ?, ?, ?)",
+                (
+                    definition_id,
+                    json.dumps(contract.to_json(), sort_keys=True),
+                    contract.fingerprint,
+                    run_id,
+                    time.time(),
+                ),
+            )
+            if reset_cursor:
+                self._save_cursor(db, definition_id, None)
+
+    def has_state(self, definition_id: str) -> bool:
+        """Whether *definition_id* has a stored item state or a saved cursor."""
+        rows = self._query(
+            "SELECT EXISTS (SELECT 1 FROM item_states WHERE definition = ?) OR EXISTS "
+            "(SELECT 1 FROM cursors WHERE definition = ? AND cursor IS NOT NULL)",
+            (definition_id, definition_id),
+        )
+        return bool(rows[0][0])
+
     # --- cursors and item states ------------------------------------------------------------
 
     def cursor(self, definition_id: str) -> Cursor:
@@ -425,8 +488,15 @@ class Store:
         save_cursor: bool = False,
     ) -> None:
         """
-        In one transaction: write the window's item states, the run's per-definition record and
-        (when *save_cursor*) the definition's cursor.
+        Commit one window: its item states, the run's counts and the cursor in one transaction.
+
+        Args:
+            definition_id: The definition the window belongs to.
+            rows: The window's item states (`StateRow` tuples).
+            run_id: The run whose per-definition record is replaced by *definitions*.
+            definitions: The run's per-definition record, counts included.
+            cursor: The cursor after the window.
+            save_cursor: Save *cursor* (discovery runs); targeted runs keep the saved one.
         """
         with self.transaction() as db:
             if rows:

@@ -32,12 +32,21 @@ def describe(f: object) -> str:
     return name if isinstance(name, str) else repr(f)
 
 
-def user_delay(value: float, f: object) -> float:
-    """Clamp a delay computed by user code to ``[0, MAX_DELAY]``; NaN is an error."""
-    if math.isnan(value):
-        msg = f"delay function {describe(f)} returned NaN"
+def user_delay(value: object, f: object) -> float:
+    """
+    Check and clamp the seconds a user's delay function returned.
+
+    Negative results (``-inf`` included) become 0 and results above ``MAX_DELAY`` (``inf``
+    included) become ``MAX_DELAY``, as every computed delay is clamped. NaN has no place on that
+    line and is refused, as is anything that is not a number: both are bugs in the function.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        msg = f"delay function {describe(f)} must return seconds as a number, got {value!r}"
+        raise TypeError(msg)
+    if isinstance(value, float) and math.isnan(value):  # ints are never NaN (and may overflow)
+        msg = f"delay function {describe(f)} returned {value!r}, not a number of seconds"
         raise ValueError(msg)
-    if value < 0.0:
+    if value <= 0:
         return 0.0
     return MAX_DELAY if value > MAX_DELAY else float(value)
 

@@ -270,9 +270,14 @@ def recurs(n: int) -> Schedule[object, int]:
     Recur *n* times with no delay, then stop; ``recurs(0)`` stops at once. Outputs count from 0.
 
     *n* counts recurrences (retries), not the first attempt: ``recurs(2)`` allows 3 attempts.
+    The step that stops outputs *n*.
+
+    Args:
+        n: How many recurrences, >= 0.
 
     Raises:
         ValueError: If *n* < 0.
+        TypeError: If *n* is not an ``int`` (``bool`` included).
 
     Example:
         >>> recurs(2).delays(), recurs(0).delays()
@@ -308,7 +313,8 @@ def spaced(interval: DurationLike) -> Schedule[object, int]:
     Recur forever, waiting *interval* after each attempt; the output counts steps from 0.
 
     Args:
-        interval: Seconds, a ``timedelta`` or a string like ``"250ms"``.
+        interval: The wait: seconds, a ``timedelta`` or a string like ``"250ms"``. Values above
+            ``MAX_DELAY`` are accepted and wait ``MAX_DELAY``.
 
     Raises:
         ValueError: If *interval* is negative, NaN, infinite or unparseable.
@@ -325,9 +331,11 @@ def fixed(interval: DurationLike) -> Schedule[object, int]:
     Recur forever on a grid of *interval*, counted from the first step (the end of attempt 1).
 
     Each wait runs to the next grid point, so attempts start every *interval* whatever they take.
-    An attempt that overran its slot is followed at once and the grid restarts there. A time
-    within float error of a grid point counts as on it, so a wait is never a near-0 sliver. The
-    output counts steps from 0.
+    An attempt that overran its slot is followed at once and the grid restarts there (as the
+    design says; Effect keeps the old grid's phase after an overrun, which gives the same starts
+    in the examples below but not after an overrun followed by short attempts). A time within
+    float error of a grid point counts as on it, so a wait is never a near-0 sliver. The output
+    counts steps from 0.
 
     Args:
         interval: Seconds, a ``timedelta`` or a string like ``"1s"``.
@@ -359,10 +367,13 @@ def exponential(base: DurationLike, factor: float = 2.0) -> Schedule[object, flo
 
     Args:
         base: Delay before the first retry: seconds, a ``timedelta`` or a string like ``"250ms"``.
-        factor: Growth per retry; must be > 0.
+        factor: Growth per retry (a plain number), finite and > 0; default 2.0. Below 1 the
+            delays shrink toward 0.
 
     Raises:
-        ValueError: If *base* is negative, NaN or infinite, or *factor* <= 0.
+        ValueError: If *base* is a negative, NaN, infinite or unparseable duration, or *factor*
+            is <= 0, NaN or infinite.
+        TypeError: If *factor* is not a number.
 
     Example:
         >>> exponential("250ms").delays(4)
@@ -378,8 +389,10 @@ def fibonacci(one: DurationLike) -> Schedule[object, float]:
     """
     Recur forever with delays *one*, *one*, 2 *one*, 3 *one*, 5 *one*, ...; outputs the delay.
 
+    Delays saturate at ``MAX_DELAY``; there is no overflow.
+
     Args:
-        one: The unit delay: seconds, a ``timedelta`` or a string.
+        one: The unit delay: seconds, a ``timedelta`` or a string like ``"100ms"``.
 
     Raises:
         ValueError: If *one* is negative, NaN, infinite or unparseable.
@@ -395,6 +408,11 @@ def linear(base: DurationLike) -> Schedule[object, float]:
     """
     Recur forever with delays *base*, 2 *base*, 3 *base*, ...; outputs the delay.
 
+    Delays saturate at ``MAX_DELAY``; there is no overflow.
+
+    Args:
+        base: The first delay and the step: seconds, a ``timedelta`` or a string like ``"1s"``.
+
     Raises:
         ValueError: If *base* is negative, NaN, infinite or unparseable.
 
@@ -409,8 +427,14 @@ def from_delays(*delays: DurationLike) -> Schedule[object, float]:
     """
     Wait exactly *delays*, in order, then stop; outputs the delay (0.0 on the stopping step).
 
+    ``from_delays()`` with no delays stops at once. Delays above ``MAX_DELAY`` wait ``MAX_DELAY``.
+
+    Args:
+        delays: Each a duration: seconds, a ``timedelta`` or a string like ``"2s"``.
+
     Raises:
-        ValueError: If a delay is negative, NaN, infinite or unparseable.
+        ValueError: If a delay is negative, NaN, infinite or unparseable; the message names it
+            by position (``delays[1]``).
 
     Example:
         >>> from_delays(1, "2s", 0.5).delays()
@@ -423,11 +447,12 @@ def decorrelated(base: DurationLike, cap: DurationLike) -> Schedule[object, floa
     """
     AWS "decorrelated jitter": each delay is ``min(cap, uniform(base, previous * 3))``.
 
-    The first "previous" is *base*. Recurs forever; outputs the delay.
+    The first "previous" is *base*. Recurs forever; outputs the delay. A *base* of 0 waits 0
+    forever (the formula can never leave 0).
 
     Args:
-        base: The smallest delay: seconds, a ``timedelta`` or a string.
-        cap: The largest delay; must be >= *base*.
+        base: The smallest delay: seconds, a ``timedelta`` or a string like ``"100ms"``.
+        cap: The largest delay, in the same forms; must be >= *base*.
 
     Raises:
         ValueError: If a duration is negative, NaN, infinite or unparseable, or *cap* < *base*.

@@ -65,7 +65,10 @@ def to_seconds(value: DurationLike, *, name: str = "duration") -> float:
     if isinstance(value, bool):
         raise _bad(name, value, "a duration, not a bool")
     if isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond float range: as infinite as float("inf")
+            seconds = math.inf
     elif isinstance(value, datetime.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -75,7 +78,8 @@ def to_seconds(value: DurationLike, *, name: str = "duration") -> float:
         raise TypeError(msg)
     if not (seconds >= 0.0 and math.isfinite(seconds)):
         raise _bad(name, value, "a duration >= 0 (seconds, timedelta or a string like '250ms')")
-    return seconds
+    # -0.0 passes the check above; adding 0.0 makes it 0.0 so no delay ever prints as "-0.0".
+    return seconds + 0.0
 
 
 def _parse(text: str, name: str) -> float:

@@ -108,7 +108,14 @@ class Schedule(ABC, Generic[In, Out]):
 
     @abstractmethod
     def initial(self) -> Any:
-        """Return the state before the first step: plain, JSON-able data."""
+        """
+        Return the state before the first step: plain, JSON-able data.
+
+        Example:
+            >>> from schedules import exponential
+            >>> exponential(1).times(3).initial()
+            (0, 0)
+        """
 
     @abstractmethod
     def step(
@@ -121,15 +128,28 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Decide after a failed attempt.
 
+        Time-based schedules measure from their first step, the end of the first attempt.
+
         Args:
             now: The driver's monotonic time, in seconds.
             input: The step's input, usually the error.
-            state: The state from ``initial()`` or the previous step (JSON-decoded form accepted).
-            rng: Random source for jitter.
+            state: The state from ``initial()`` or the previous step (JSON-decoded form accepted:
+                lists where it gave tuples).
+            rng: Random source for jitter, anything with ``random() -> float`` in ``[0, 1)``.
 
         Returns:
             ``(state, output, delay)``: the next state, the output, and the seconds to wait
-            before the next attempt, or ``None`` to stop.
+            before the next attempt (finite, in ``[0, MAX_DELAY]``), or ``None`` to stop.
+
+        Example:
+            >>> import random
+            >>> from schedules import exponential
+            >>> policy, rng = exponential(1).times(1), random.Random(0)
+            >>> state, output, delay = policy.step(0.0, None, policy.initial(), rng)
+            >>> state, output, delay
+            ((1, 1), 1.0, 1.0)
+            >>> policy.step(1.0, None, state, rng)
+            ((1, 2), 2.0, None)
         """
 
     # -- delay shaping ---------------------------------------------------------------------------
@@ -138,12 +158,16 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Scale each delay by a random factor drawn uniformly from ``[min, max)``.
 
+        A delay *d* becomes a value in ``[min * d, max * d)``, clamped to ``MAX_DELAY``. Outputs
+        are unchanged. ``min == max`` scales by exactly that factor.
+
         Args:
-            min: Lowest factor, >= 0.
-            max: Highest factor (exclusive), >= *min*.
+            min: Lowest factor (a plain number, not a duration), >= 0. Default 0.8.
+            max: Highest factor (exclusive), >= *min*. Default 1.2.
 
         Raises:
             ValueError: If a bound is negative, NaN or infinite, or *min* > *max*.
+            TypeError: If a bound is not a number.
 
         Example:
             >>> from schedules import spaced
@@ -158,14 +182,26 @@ class Schedule(ABC, Generic[In, Out]):
 
     def modify_delay(self, f: Callable[[StepInfo[In, Out]], float]) -> Schedule[In, Out]:
         """
-        Replace each delay by ``f(info)`` seconds (clamped to ``[0, MAX_DELAY]``).
+        Replace each delay by ``f(info)`` seconds.
 
-        *f* is called only when the schedule would continue. A NaN result raises ``ValueError``.
+        *f* is called only when the schedule would continue. Its result is clamped like every
+        computed delay: negative (``-inf`` included) becomes 0, above ``MAX_DELAY`` (``inf``
+        included) becomes ``MAX_DELAY``.
+
+        Args:
+            f: A function of ``StepInfo`` (attempt, input, output, delay, elapsed, now)
+                returning the new delay in seconds, as an ``int`` or ``float``.
+
+        Raises:
+            ValueError: When stepping, if *f* returns NaN (a bug in *f*, not a delay).
+            TypeError: When stepping, if *f* returns something other than a number.
 
         Example:
             >>> from schedules import spaced
             >>> spaced(1).modify_delay(lambda info: info.delay * info.attempt).delays(3)
             [1.0, 2.0, 3.0]
+            >>> spaced(1).modify_delay(lambda info: -5).delays(1)
+            [0.0]
         """
         return _c.ModifyDelay(self, f)
 
@@ -173,18 +209,27 @@ class Schedule(ABC, Generic[In, Out]):
         self, amount: DurationLike | Callable[[StepInfo[In, Out]], float]
     ) -> Schedule[In, Out]:
         """
-        Add a fixed duration, or ``f(info)`` seconds, to each delay.
+        Add a fixed duration, or ``f(info)`` seconds, to each delay (clamped to ``MAX_DELAY``).
+
+        A function is called only when the schedule would continue; its result is clamped to
+        ``[0, MAX_DELAY]`` before it is added, so a negative result adds nothing.
 
         Args:
-            amount: A duration (seconds, ``timedelta`` or string), or a function of ``StepInfo``.
+            amount: A duration (seconds, a ``timedelta`` or a string like ``"500ms"``), or a
+                function of ``StepInfo`` returning seconds as an ``int`` or ``float``.
 
         Raises:
-            ValueError: If *amount* is a negative, NaN, infinite or unparseable duration.
+            ValueError: If *amount* is a negative, NaN, infinite or unparseable duration; when
+                stepping, if the function returns NaN.
+            TypeError: If *amount* is neither a duration nor callable; when stepping, if the
+                function returns something other than a number.
 
         Example:
             >>> from schedules import exponential
             >>> exponential(1).add_delay("500ms").delays(3)
             [1.5, 2.5, 4.5]
+            >>> exponential(1).add_delay(lambda info: info.attempt * 10).delays(3)
+            [11.0, 22.0, 34.0]
         """
         if callable(amount):
             return _c.AddDelayFn(self, amount)
@@ -192,7 +237,10 @@ class Schedule(ABC, Generic[In, Out]):
 
     def max_delay(self, limit: DurationLike) -> Schedule[In, Out]:
         """
-        Cap each delay at *limit*.
+        Cap each delay at *limit*; outputs are unchanged.
+
+        Args:
+            limit: The longest wait: seconds, a ``timedelta`` or a string like ``"4s"``.
 
         Raises:
             ValueError: If *limit* is a negative, NaN, infinite or unparseable duration.
@@ -210,8 +258,14 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Stop after at most *n* recurrences (retries; the first attempt is not counted).
 
+        ``times(3)`` allows 4 attempts in all; ``times(0)`` stops at the first step.
+
+        Args:
+            n: The most recurrences, >= 0.
+
         Raises:
-            ValueError: If *n* is not an int >= 0.
+            ValueError: If *n* < 0.
+            TypeError: If *n* is not an ``int`` (``bool`` included).
 
         Example:
             >>> from schedules import spaced
@@ -224,8 +278,12 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Stop rather than start a wait that would end more than *limit* after the first step.
 
-        The first step is the end of the first attempt. Unlike Effect's ``upTo``, the last wait
-        never overshoots *limit*.
+        The first step is the end of the first attempt; time spent in attempts counts. Unlike
+        Effect's ``upTo``, the last wait never overshoots *limit*; a wait ending exactly at
+        *limit* is allowed.
+
+        Args:
+            limit: The time budget: seconds, a ``timedelta`` or a string like ``"1 minute"``.
 
         Raises:
             ValueError: If *limit* is a negative, NaN, infinite or unparseable duration.
@@ -241,6 +299,9 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Continue only while ``p(input)`` is true (checked only when the schedule would continue).
 
+        Args:
+            p: A predicate on the step's input (usually the error).
+
         Example:
             >>> from schedules import forever
             >>> forever().while_input(lambda n: n < 2).delays(5, input=1)
@@ -254,6 +315,9 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Continue until ``p(input)`` is true (checked only when the schedule would continue).
 
+        Args:
+            p: A predicate on the step's input (usually the error); true stops.
+
         Example:
             >>> from schedules import forever
             >>> forever().until_input(lambda e: isinstance(e, KeyError)).delays(2, input=KeyError())
@@ -265,6 +329,9 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Continue only while ``p(output)`` is true (checked only when the schedule would continue).
 
+        Args:
+            p: A predicate on the schedule's output.
+
         Example:
             >>> from schedules import exponential
             >>> exponential(1).while_output(lambda d: d < 5).delays()
@@ -275,6 +342,9 @@ class Schedule(ABC, Generic[In, Out]):
     def until_output(self, p: Callable[[Out], bool]) -> Schedule[In, Out]:
         """
         Continue until ``p(output)`` is true (checked only when the schedule would continue).
+
+        Args:
+            p: A predicate on the schedule's output; true stops.
 
         Example:
             >>> from schedules import forever
@@ -289,8 +359,11 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Continue while either schedule does, with the shorter delay of those continuing.
 
-        Both sides are stepped every time. The output is ``(self's output, other's output)``.
-        ``a | b`` is the same.
+        Both sides are stepped every time, even after one has stopped. The output is
+        ``(self's output, other's output)``. ``a | b`` is the same.
+
+        Args:
+            other: The schedule to combine with, taking the same input.
 
         Example:
             >>> from schedules import exponential, spaced
@@ -305,6 +378,9 @@ class Schedule(ABC, Generic[In, Out]):
 
         Both sides are stepped every time. The output is ``(self's output, other's output)``.
         ``a & b`` is the same.
+
+        Args:
+            other: The schedule to combine with, taking the same input.
 
         Example:
             >>> from schedules import exponential, recurs, spaced
@@ -325,10 +401,17 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Run *other* once this schedule is done; the step that ends this one is *other*'s first.
 
+        The output is this schedule's output, then *other*'s (as Effect's ``andThen``).
+
+        Args:
+            other: The schedule that takes over, taking the same input.
+
         Example:
-            >>> from schedules import recurs, spaced
+            >>> from schedules import recurs, simulate, spaced
             >>> recurs(2).and_then(spaced(5).times(2)).delays()
             [0.0, 0.0, 5.0, 5.0]
+            >>> [s.output for s in simulate(recurs(1).and_then(spaced(5).times(1)), "abcd")]
+            [0, 0, 1]
         """
         return _c.AndThen(self, other)
 
@@ -337,6 +420,9 @@ class Schedule(ABC, Generic[In, Out]):
     def map(self, f: Callable[[Out], O2]) -> Schedule[In, O2]:
         """
         Transform each output with *f*; delays are unchanged.
+
+        Args:
+            f: A function of the output, called on every step (the stopping one included).
 
         Example:
             >>> from schedules import exponential, simulate
@@ -348,6 +434,9 @@ class Schedule(ABC, Generic[In, Out]):
     def tap_input(self, f: Callable[[In], object]) -> Schedule[In, Out]:
         """
         Call ``f(input)`` on every step, for side effects (logging, metrics).
+
+        Args:
+            f: Called with each input, the stopping step's included; its result is ignored.
 
         Example:
             >>> from schedules import recurs
@@ -362,6 +451,9 @@ class Schedule(ABC, Generic[In, Out]):
     def tap_output(self, f: Callable[[Out], object]) -> Schedule[In, Out]:
         """
         Call ``f(output)`` on every step, for side effects.
+
+        Args:
+            f: Called with each output, the stopping step's included; its result is ignored.
 
         Example:
             >>> from schedules import recurs
@@ -378,7 +470,11 @@ class Schedule(ABC, Generic[In, Out]):
         Start over from the initial state once *duration* has passed since the first step.
 
         The check happens before a step: a step at least *duration* after the first step of the
-        current run is taken from ``initial()`` and becomes the first step of a new run.
+        current run is taken from ``initial()`` and becomes the first step of a new run. This
+        gives Effect's ``resetAfter`` delays without stepping the stale state first.
+
+        Args:
+            duration: Seconds, a ``timedelta`` or a string like ``"30s"``.
 
         Raises:
             ValueError: If *duration* is a negative, NaN, infinite or unparseable duration.
@@ -402,14 +498,18 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Return the first *n* delays in seconds, every attempt taking no time.
 
+        The first step is at time 0; each next step comes right after the previous delay.
+
         Args:
-            n: How many delays at most; ``None`` means until the schedule stops.
-            input: The input given to every step.
-            seed: Seed for ``random.Random``; the same seed gives the same delays.
+            n: How many delays at most; ``None`` (the default) means until the schedule stops.
+            input: The input given to every step (default ``None``).
+            seed: Seed for ``random.Random``; the same seed gives the same delays. ``None``
+                (the default) seeds from the system.
 
         Raises:
             ValueError: If *n* is negative, or *n* is ``None`` and the schedule has not stopped
                 after 10,000 steps (an infinite schedule: pass *n* or add ``times``).
+            TypeError: If *n* is neither ``None`` nor an ``int``.
 
         Example:
             >>> from schedules import exponential
@@ -454,8 +554,13 @@ def simulate(
     Args:
         schedule: The schedule to run.
         inputs: One input per failed attempt, in order.
-        seed: Seed for ``random.Random``; the same seed gives the same steps.
-        start: Time of the first step, in seconds.
+        seed: Seed for ``random.Random``; the same seed gives the same steps. ``None`` (the
+            default) seeds from the system.
+        start: Time of the first step, in seconds (default 0.0); any finite number.
+
+    Raises:
+        ValueError: If *start* is NaN or infinite.
+        TypeError: If *start* is not a number.
 
     Example:
         >>> from schedules import recurs, spaced
@@ -465,9 +570,19 @@ def simulate(
         2 12.0 b (1, 1) 2.0
         3 14.0 c (2, 2) None
     """
+    # Checked at run time too: `start` often comes from untyped callers (a CLI, a config file).
+    if isinstance(start, bool) or not isinstance(start, int | float):  # pyright: ignore[reportUnnecessaryIsInstance]
+        msg = f"start must be a number of seconds, got {start!r}"
+        raise TypeError(msg)
+    try:
+        now = float(start)
+    except OverflowError:  # an int too large for a float
+        now = math.inf
+    if not math.isfinite(now):
+        msg = f"start must be a finite number of seconds, got {start!r}"
+        raise ValueError(msg)
     rng = random.Random(seed)
     state = schedule.initial()
-    now = start
     steps: list[SimulatedStep[I2, O2]] = []
     for attempt, value in enumerate(inputs, start=1):
         state, output, delay = schedule.step(now, value, state, rng)
@@ -487,7 +602,11 @@ def check_factor(value: object, name: str, *, positive: bool = False) -> float:
     if not (0.0 <= value < math.inf) or (positive and value == 0.0):
         msg = f"{name} must be a finite number {bound}, got {value!r}"
         raise ValueError(msg)
-    return float(value)
+    try:
+        return float(value) + 0.0
+    except OverflowError:  # an int too large for a float
+        msg = f"{name} must be a finite number {bound}, got {value!r}"
+        raise ValueError(msg) from None
 
 
 def check_count(value: object, name: str) -> int:

@@ -77,10 +77,14 @@ def _milliseconds(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         msg = f"{name} must be a number of milliseconds >= 0, got {value!r}"
         raise TypeError(msg)
-    if not (0.0 <= value < math.inf):
+    try:
+        ms = float(value) + 0.0
+    except OverflowError:  # an int too large for a float
+        ms = math.inf
+    if not (0.0 <= ms < math.inf):
         msg = f"{name} must be a finite number of milliseconds >= 0, got {value!r}"
         raise ValueError(msg)
-    return float(value)
+    return ms
 
 
 def from_step_options(
@@ -104,11 +108,14 @@ def from_step_options(
         backoff: ``"fixed"`` keeps the delay constant, ``"exp"`` doubles it each attempt.
         backoff_ms: Base delay in milliseconds; 0 retries with no delay.
         backoff_max_ms: Upper bound in milliseconds, or ``None`` for none.
-        jitter: Scale each delay to a random point in ``[50%, 100%]`` of itself.
+        jitter: ``True`` scales each delay to a random point in ``[50%, 100%]`` of itself,
+            rounded to whole milliseconds; default ``False``.
 
     Raises:
         ValueError: If *retries* < 1, *backoff* is not ``"fixed"`` or ``"exp"``, or a millisecond
-            value is negative, NaN or infinite.
+            value is negative, NaN or infinite. The message names the argument and the value.
+        TypeError: If *retries* is not an ``int``, a millisecond value is not a number, or
+            *jitter* is not a ``bool`` (``jitter="yes"`` is refused, not taken as true).
 
     Example:
         >>> from_step_options(retries=4, backoff="exp", backoff_ms=200).delays()
@@ -124,7 +131,9 @@ def from_step_options(
     if backoff not in ("fixed", "exp"):
         msg = f"backoff must be 'fixed' or 'exp', got {backoff!r}"
         raise ValueError(msg)
+    # A truthy non-bool ("yes", 1) is a misreading of the option, not a request for jitter.
+    if not isinstance(jitter, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        msg = f"jitter must be True or False, got {jitter!r}"
+        raise TypeError(msg)
     cap = None if backoff_max_ms is None else _milliseconds(backoff_max_ms, "backoff_max_ms")
-    return _StepOptions(
-        retries, backoff, _milliseconds(backoff_ms, "backoff_ms"), cap, bool(jitter)
-    )
+    return _StepOptions(retries, backoff, _milliseconds(backoff_ms, "backoff_ms"), cap, jitter)

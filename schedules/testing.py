@@ -1,20 +1,32 @@
 """
 Hypothesis strategies for property-testing retry policies (needs the ``testing`` extra).
 
-``schedules()`` draws arbitrary valid schedules, nested combinators included; ``durations()`` draws
-every accepted duration form. Use them to check the laws your own policy or driver relies on::
+``schedules()`` draws arbitrary valid schedules: every constructor, nested in every combinator
+(jitter, caps, added delays, ``times``, ``within``, ``reset_after``, predicates, taps, ``map``,
+``|``, ``&``, ``and_then``). ``durations()`` draws every accepted duration form. Use them to check
+the laws your own policy, wrapper or driver relies on. Drive schedules through ``delays()`` or
+``simulate()`` (seeded), or step them yourself with ``initial()``/``step()`` to let attempts take
+time.
 
-    from hypothesis import given
-    from schedules import MAX_DELAY
-    from schedules.testing import schedules
+Functions that drawn schedules carry (delay functions, predicates, taps) are module-level and
+pure, so a failing example's ``repr`` names them and the example replays.
 
-    @given(schedules(), st.integers(0, 2**32))
-    def test_my_cap_holds(schedule, seed):
-        for delay in my_policy(schedule).delays(50, seed=seed):
-            assert 0.0 <= delay <= 30.0
+Example:
+    A wrapper that must never wait more than 30 s nor retry more than 10 times, whatever it
+    wraps:
 
-Functions that drawn schedules carry (delay functions, predicates) are module-level and pure, so a
-failing example's ``repr`` names them and the example replays.
+    >>> from hypothesis import given, settings
+    >>> from hypothesis import strategies as st
+    >>> from schedules.testing import schedules
+    >>> def my_policy(schedule):
+    ...     return schedule.max_delay(30).times(10)
+    >>> @settings(max_examples=25)
+    ... @given(schedules(), st.integers(0, 2**32 - 1))
+    ... def test_my_policy_is_bounded(schedule, seed):
+    ...     delays = my_policy(schedule).delays(50, seed=seed)
+    ...     assert len(delays) <= 10
+    ...     assert all(0.0 <= d <= 30.0 for d in delays)
+    >>> test_my_policy_is_bounded()
 """
 
 from __future__ import annotations
@@ -45,8 +57,8 @@ def durations(
     milliseconds (``"250ms"``) or seconds (``"1.5s"``).
 
     Args:
-        min_value: Smallest duration, in seconds (>= 0).
-        max_value: Largest duration, in seconds.
+        min_value: Smallest duration, in seconds (>= 0); default 0.0.
+        max_value: Largest duration, in seconds (>= *min_value*); default 60.0.
 
     Example:
         >>> from hypothesis import find
@@ -87,6 +99,10 @@ def _never(value: object) -> bool:
 def _always(value: object) -> bool:
     """A predicate for drawn schedules: always true."""
     return True
+
+
+def _ignore(value: object) -> None:
+    """A tap for drawn schedules: does nothing."""
 
 
 def _leaves(delay: st.SearchStrategy[float]) -> st.SearchStrategy[Schedule[Any, Any]]:
@@ -130,7 +146,11 @@ def _extend(
         children.map(lambda s: s.modify_delay(_halve_delay)),
         children.map(lambda s: s.add_delay(_attempt_seconds)),
         children.map(lambda s: s.while_input(_always)),
+        children.map(lambda s: s.until_input(_never)),
+        children.map(lambda s: s.while_output(_always)),
         children.map(lambda s: s.until_output(_never)),
+        children.map(lambda s: s.tap_input(_ignore)),
+        children.map(lambda s: s.tap_output(_ignore)),
         children.map(lambda s: s.map(repr)),
         pairs.map(lambda p: p[0] | p[1]),
         pairs.map(lambda p: p[0] & p[1]),
@@ -150,9 +170,10 @@ def schedules(
     ``exponential``, ``fibonacci``) can grow delays up to ``MAX_DELAY``.
 
     Args:
-        max_leaves: Most constructors in one drawn schedule.
-        max_delay: Largest duration argument, in seconds.
-        finite: If true, every drawn schedule stops within 20 recurrences (a ``times`` on top).
+        max_leaves: Most constructors in one drawn schedule; default 6.
+        max_delay: Largest duration argument, in seconds; default 60.0.
+        finite: If true, every drawn schedule stops within 20 recurrences (a ``times`` on top);
+            default false: drawn schedules may recur forever, so pass ``n`` to ``delays``.
 
     Example:
         >>> from hypothesis import given, settings

@@ -93,6 +93,9 @@ class SqlDestination:
         """
         An effect inserting *record*, or updating the row with its key.
 
+        Args:
+            record: Column name to value; must hold the key column.
+
         Raises:
             ValueError: At once, if *record* lacks the key or has a column that is not a plain
                 SQL name.

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import json
 from collections.abc import Collection, Mapping
-from typing import Any, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
 from effects import Effect
 from migrate._errors import SourceError
 
-__all__ = ["Cursor", "Item", "LookupStrategy", "Source", "Window", "content_version"]
+__all__ = ["Contract", "Cursor", "Item", "LookupStrategy", "Source", "Window", "content_version"]
 
 LookupStrategy: TypeAlias = Literal["direct", "scan"]
 """``"direct"``: a lookup by identity is cheap (a key read); ``"scan"``: it reads the source."""
@@ -54,6 +55,90 @@ class Window:
     done: bool = False
 
 
+_CONTRACT_LABELS = (
+    ("kind", "source kind"),
+    ("identity", "identity field"),
+    ("version", "version field"),
+    ("lookup", "lookup strategy"),
+)
+
+
+@attrs.frozen
+class Contract:
+    """
+    What a definition's stored item states depend on in its source.
+
+    A stored state is keyed by identity and compared by version, so the states mean what they say
+    only while these stay the same. The store records a definition's contract at its first run
+    and refuses a later run whose contract differs (`ContractChanged`) unless forced. Where the
+    source reads from (a file path, a table, a connection) is not part of it: moving a file keeps
+    the states valid.
+
+    Attributes:
+        kind: The source's kind (``"csv"``, ``"jsonl"``, ``"sql"``, ``"memory"``, or the class
+            name of another source): it decides the cursor's form and how versions are computed.
+        identity: The field holding each item's identity (``None`` if the source has none).
+        version: The field holding the source version; ``None`` means a hash of the content.
+        lookup: The lookup strategy, ``"direct"`` or ``"scan"``.
+
+    Example:
+        >>> contract = Contract("csv", identity="id", version=None, lookup="scan")
+        >>> contract.fingerprint
+        '78c5e87c00563f4c'
+    """
+
+    kind: str
+    identity: str | None
+    version: str | None
+    lookup: str
+
+    @property
+    def fingerprint(self) -> str:
+        """A short stable hash of the four fields (16 hex digits)."""
+        text = json.dumps(self.to_json(), sort_keys=True)
+        return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+    def changes(self, new: Contract) -> tuple[str, ...]:
+        """
+        What differs from this contract to *new*, one phrase per changed field.
+
+        Example:
+            >>> old = Contract("csv", "id", None, "scan")
+            >>> old.changes(Contract("csv", "isbn", "updated", "scan"))
+            ("identity field 'id' -> 'isbn'", "version field None -> 'updated'")
+        """
+        mine, theirs = self.to_json(), new.to_json()
+        return tuple(
+            f"{label} {mine[key]!r} -> {theirs[key]!r}"
+            for key, label in _CONTRACT_LABELS
+            if mine[key] != theirs[key]
+        )
+
+    def to_json(self) -> dict[str, str | None]:
+        """``{"kind", "identity", "version", "lookup"}``."""
+        return {
+            "kind": self.kind,
+            "identity": self.identity,
+            "version": self.version,
+            "lookup": self.lookup,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Contract:
+        """Rebuild a contract from *data* stored by `to_json`."""
+
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return None if value is None else str(value)
+
+        return cls(
+            str(data.get("kind", "")),
+            text("identity"),
+            text("version"),
+            str(data.get("lookup", "")),
+        )
+
+
 def content_version(text: str) -> str:
     """
     Return a short stable hash of a record's content, used as its version when it has none.
@@ -80,6 +165,9 @@ class Source(abc.ABC):
     #: ``"direct"`` or ``"scan"``; decides how a failed-item run reads identities.
     lookup_strategy: LookupStrategy = "direct"
 
+    #: The kind named in the `Contract`; ``""`` means the class name.
+    kind: ClassVar[str] = ""
+
     @abc.abstractmethod
     def describe(self) -> str:
         """A short description for listings, such as ``csv:/data/authors.csv``."""
@@ -87,7 +175,10 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def read_window(self, cursor: Cursor) -> Window:
         """
-        Read the window starting at *cursor* (``None``: the beginning).
+        Read the window starting at *cursor*.
+
+        Args:
+            cursor: A ``next_cursor`` of an earlier window; ``None``: the beginning.
 
         Raises:
             SourceError: The provider failed, or the data is malformed.
@@ -96,9 +187,15 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def find(self, identities: Collection[str]) -> dict[str, Item]:
         """
-        Find the items with these identities; identities not found are absent from the result.
+        Find the items with these identities.
 
         A ``scan`` source reads itself once for all of them.
+
+        Args:
+            identities: The identities wanted.
+
+        Returns:
+            The items found, by identity; identities not found are absent.
 
         Raises:
             SourceError: The provider failed.
@@ -108,16 +205,33 @@ class Source(abc.ABC):
         """Number of items, when the source knows it cheaply; ``None`` otherwise."""
         return None
 
+    def contract(self) -> Contract:
+        """
+        What stored item states of this source depend on (see `Contract`).
+
+        By default: `kind` (or the class name), and the ``identity`` and ``version`` attributes
+        when they are strings. A source keeping its identity or version field elsewhere
+        overrides this.
+        """
+        identity = getattr(self, "identity", None)
+        version = getattr(self, "version", None)
+        return Contract(
+            kind=self.kind or type(self).__name__,
+            identity=identity if isinstance(identity, str) else None,
+            version=version if isinstance(version, str) else None,
+            lookup=self.lookup_strategy,
+        )
+
     def read(self, cursor: Cursor) -> Effect[Window, SourceError]:
-        """An effect reading the window at *cursor*; fails with `SourceError`."""
+        """An effect running `read_window` (*cursor*); fails with `SourceError`."""
         return Effect.attempt(lambda: self.read_window(cursor), catch=SourceError)
 
     def lookup(self, identity: str) -> Effect[Item | None, SourceError]:
-        """An effect finding one item by identity (``None`` if absent); fails with `SourceError`."""
+        """An effect finding the item of *identity* (``None``: absent); fails with `SourceError`."""
         return Effect.attempt(lambda: self.find((identity,)).get(identity), catch=SourceError)
 
     def lookup_many(self, identities: Collection[str]) -> Effect[dict[str, Item], SourceError]:
-        """An effect finding many items at once (one scan for a ``scan`` source)."""
+        """An effect running `find` (*identities*): one pass for a ``scan`` source."""
         return Effect.attempt(lambda: self.find(identities), catch=SourceError)
 
 

@@ -32,7 +32,7 @@ class _FileSource(Source):
     """A file read in windows; the cursor is ``{"fingerprint", "offset"}``."""
 
     lookup_strategy: LookupStrategy = "scan"
-    _kind = "file"
+    kind = "file"
 
     def __init__(
         self,
@@ -60,7 +60,7 @@ class _FileSource(Source):
         )
 
     def describe(self) -> str:
-        return f"{self._kind}:{self.path}"
+        return f"{self.kind}:{self.path}"
 
     def fingerprint(self) -> str:
         """
@@ -162,7 +162,7 @@ class CsvSource(_FileSource):
         encoding: The file's text encoding (a UTF-8 byte order mark is ignored).
     """
 
-    _kind = "csv"
+    kind = "csv"
 
     def _lines(self, handle: IO[bytes], position: list[int]) -> Iterator[str]:
         encoding = self.encoding
@@ -224,7 +224,7 @@ class JsonlSource(_FileSource):
     fields of each object).
     """
 
-    _kind = "jsonl"
+    kind = "jsonl"
 
     def _records(
         self, handle: IO[bytes], start: tuple[int, int] | None

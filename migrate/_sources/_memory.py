@@ -41,6 +41,8 @@ class MemorySource(Source):
         ['1', '2']
     """
 
+    kind = "memory"
+
     def __init__(
         self,
         items: Iterable[Mapping[str, Any]],

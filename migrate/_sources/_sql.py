@@ -107,6 +107,7 @@ class SqlSource(Source):
     """
 
     lookup_strategy: LookupStrategy = "direct"
+    kind = "sql"
 
     def __init__(
         self,

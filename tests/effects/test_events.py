@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+from collections.abc import Callable
 
 import pytest
 
 from effects import Effect, FatalError, RetryBudget, RetryEvent, add_hook, log_retries, retry
+from effects._events import hooks
 from effects.testing import VirtualClock
 from schedules import exponential, spaced
 
@@ -175,3 +178,84 @@ def test_log_retries_defaults_to_the_effects_logger(
 
 
 _PHRASES = ("retry budget exhausted", "retrying in 0.000 s", "starting attempt 2")
+
+
+def test_listeners_are_fixed_at_the_first_failure(virtual_clock: VirtualClock) -> None:
+    """A hook added mid-call hears nothing of it; one removed mid-call hears it to the end."""
+    early: list[RetryEvent] = []
+    late: list[RetryEvent] = []
+    remove_early = add_hook(early.append)
+    removers: list[Callable[[], None]] = []
+    calls: list[int] = []
+
+    def thunk() -> str:
+        calls.append(1)
+        if len(calls) == 2:
+            remove_early()
+            removers.append(add_hook(late.append))
+        if len(calls) <= 2:
+            raise FlakyError(len(calls))
+        return "ok"
+
+    try:
+        Effect.attempt(thunk, catch=FlakyError).pipe(retry(spaced(1), times=3)).run()
+        Effect.fail(FlakyError(9)).pipe(retry(times=0)).run()
+    finally:
+        for remove in removers:
+            remove()
+    assert ["retry", "attempt", "retry", "attempt"] == [e.kind for e in early]
+    assert [("give_up", 1)] == [(e.kind, e.attempt) for e in late]
+
+
+class _CountedReprError(Exception):
+    """Counts how often it is formatted with repr()."""
+
+    reprs = 0
+
+    def __repr__(self) -> str:
+        type(self).reprs += 1
+        return "_CountedReprError()"
+
+
+def test_log_retries_formats_nothing_below_the_logger_level(virtual_clock: VirtualClock) -> None:
+    """A logger not enabled for the level never formats the message or the error."""
+    logger = logging.getLogger("test.effects.quiet")
+    logger.setLevel(logging.ERROR)
+    stop = log_retries(logger, level=logging.WARNING)
+    try:
+        Effect.fail(_CountedReprError()).pipe(retry(spaced(1), times=3)).run()
+    finally:
+        stop()
+        logger.setLevel(logging.NOTSET)
+    assert 0 == _CountedReprError.reprs
+    assert [1.0, 1.0, 1.0] == virtual_clock.sleeps
+
+
+def test_hook_registration_is_thread_safe() -> None:
+    """Hooks added and removed from many threads at once are neither lost nor left behind."""
+    barrier = threading.Barrier(8)
+    before = hooks()
+    seen_all: list[bool] = []
+
+    def churn() -> None:
+        own = [lambda event: None for _ in range(300)]
+        barrier.wait()
+        removers = [add_hook(hook) for hook in own]
+        registered = hooks()
+        seen_all.append(all(any(h is hook for h in registered) for hook in own))
+        for remove in removers:
+            remove()
+
+    threads = [threading.Thread(target=churn) for _ in range(8)]
+    # Switch threads as often as possible, so an unlocked read-modify-write would lose updates.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert [True] * 8 == seen_all
+    assert before == hooks()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from returns.result import Result, Success
 
-from effects import AsyncEffect, Effect, Retry, RetryBudget, retry
+from effects import AsyncEffect, Effect, Retry, RetryBudget, retry, use_clock
 from effects.testing import VirtualClock
 from schedules import exponential, forever, from_delays, recurs, spaced
 
@@ -292,3 +292,44 @@ def test_a_policy_with_no_way_to_stop_is_refused() -> None:
         retry(on=ValueError)
     assert "schedule=forever()" in str(caught.value)
     assert forever() == retry(forever(), on=ValueError).composed
+
+
+class _NoSleepClock(VirtualClock):
+    """A clock whose sleep functions fail the test when called."""
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError(f"sleep({seconds}) called")
+
+    async def sleep_async(self, seconds: float) -> None:
+        raise AssertionError(f"sleep_async({seconds}) called")
+
+
+@pytest.mark.parametrize("policy", [retry(times=3), retry(from_delays(0, 0.0, 0), times=3)])
+@pytest.mark.anyio
+async def test_zero_delays_never_call_a_sleep_function(policy: Retry) -> None:
+    """With only 0 s delays, no sleep function is called, sync or async, by any runner."""
+    calls: list[int] = []
+
+    def thunk() -> int:
+        calls.append(1)
+        raise FlakyError(len(calls))
+
+    async def thunk_async() -> int:
+        return thunk()
+
+    async def block() -> None:
+        async for attempt in retry(from_delays(0, 0), on=FlakyError).attempts():
+            with attempt:
+                thunk()
+
+    with use_clock(_NoSleepClock()):
+        assert 4 == Effect.attempt(thunk, catch=FlakyError).pipe(policy).run().failure().attempt
+        result = await AsyncEffect.attempt(thunk_async, catch=FlakyError).pipe(policy).run()
+        assert 8 == result.failure().attempt
+        with pytest.raises(FlakyError):
+            retry(times=3, on=FlakyError)(thunk)()
+        with pytest.raises(FlakyError):
+            await retry(times=3, on=FlakyError)(thunk_async)()
+        with pytest.raises(FlakyError):
+            await block()
+    assert 19 == len(calls)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from effects import Effect, SystemClock, retry, use_clock, use_random
-from effects._services import current_clock, current_random, running_under_trio
+from effects._services import checkpoint, current_clock, current_random, running_under_trio
 from effects.testing import VirtualClock
 from schedules import spaced
 
@@ -178,3 +178,32 @@ async def test_system_clock_async_sleep_uses_the_running_library(anyio_backend: 
 def test_not_under_trio_outside_an_event_loop() -> None:
     """Plain sync code is not detected as running under trio."""
     assert not running_under_trio()
+
+
+@pytest.mark.anyio
+async def test_use_random_is_scoped_to_its_task(anyio_backend: str) -> None:
+    """An rng set inside one task is not seen by a sibling task (asyncio and trio)."""
+    rng = random.Random(1)
+    seen: dict[str, object] = {}
+
+    async def with_rng() -> None:
+        with use_random(rng):
+            await checkpoint()
+            seen["own"] = current_random()
+            await checkpoint()
+
+    async def sibling() -> None:
+        await checkpoint()
+        seen["sibling"] = current_random()
+
+    if anyio_backend == "trio":
+        import trio
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(with_rng)
+            nursery.start_soon(sibling)
+    else:
+        await asyncio.gather(with_rng(), sibling())
+    assert rng is seen["own"]
+    assert rng is not seen["sibling"]
+    assert rng is not current_random()

@@ -26,7 +26,7 @@ def utf8_stream() -> tuple[io.TextIOWrapper, io.BytesIO]:
 
 
 def _event(
-    kind: Literal["start", "window", "end"],
+    kind: Literal["start", "item", "window", "end"],
     window: int,
     processed: int,
     total: int | None,
@@ -82,6 +82,29 @@ def test_bar_progress_skips_redraws_faster_than_a_tenth_of_a_second() -> None:
         clock.now += 0.01
         progress(_event("window", n, n * 10, None))
     assert out.getvalue().count("\r") == 2  # start, then one redraw after 0.1 s
+
+
+def test_bar_progress_moves_on_item_events_between_windows() -> None:
+    """Item events (inside a window) redraw the bar too, at most every 0.1 s."""
+    out, clock = io.StringIO(), FakeClock()
+    progress = BarProgress(out, clock)
+    progress(_event("start", 0, 0, 1000))
+    clock.now += 0.05
+    progress(_event("item", 0, 5, 1000))  # too soon: no redraw
+    clock.now += 0.1
+    progress(_event("item", 0, 15, 1000))
+    frames = out.getvalue().split("\r")[1:]
+    assert len(frames) == 2
+    assert " 15/1,000   2%" in frames[1]
+
+
+def test_log_progress_ignores_item_events() -> None:
+    """Log lines stay one per window: item events print nothing."""
+    out, clock = io.StringIO(), FakeClock()
+    progress = LogProgress(out, clock)
+    progress(_event("start", 0, 0, None))
+    progress(_event("item", 0, 5, None))
+    assert ["[books] start (mode normal)"] == out.getvalue().splitlines()
 
 
 def test_bar_progress_without_total_counts_items_in_ascii() -> None:

@@ -66,8 +66,10 @@ def test_status_json_has_stored_counts_and_latest_run(project: Project) -> None:
 
 
 def test_status_of_named_definitions_only(project: Project) -> None:
-    """``status people`` reports only the definitions named."""
+    """``status people`` reports only the definitions named; ``--all`` every one."""
     assert list(project.json("status", "people")["definitions"]) == ["people"]
+    assert list(project.json("status", "--all")["definitions"]) == ["people", "orders"]
+    assert project.cli("status", "people", "--all").returncode == 2
 
 
 def test_status_table_shows_counts(project: Project) -> None:

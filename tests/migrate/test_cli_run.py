@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.migrate.test_cli_support import Project, make_project
+from tests.migrate.test_cli_support import Project, make_project, migrate_command
 
 RUN_KEYS = {"migrated", "skipped", "failed", "unchanged", "needs_update"}
 
@@ -232,3 +234,92 @@ def test_python_dash_m_migrate_is_the_same_command(tmp_path: Path) -> None:
     )
     assert done.returncode == 0
     assert done.stdout.splitlines()[1].startswith("people")
+
+
+def test_changed_contract_is_refused_with_3_until_forced(tmp_path: Path) -> None:
+    """A changed version field exits 3 saying what changed and what to do; --force accepts it."""
+    project = make_project(tmp_path, ["ok", "ok", "ok"])
+    assert project.cli("run", "people").returncode == 0
+    text = project.config.read_text().replace('identity="id",', 'identity="id", version="name",')
+    project.config.write_text(text)
+
+    refused = project.cli("run", "people")
+    assert refused.returncode == 3, refused.stderr
+    assert (
+        "migrate: refused: definition 'people' changed its source contract since its states were "
+        "stored: version field None -> 'name'. Its 3 stored item state(s)"
+    ) in refused.stderr
+    assert "run: migrate run people --force --update" in refused.stderr
+    assert project.json("runs")["runs"][0]["status"] == "start-failed"
+
+    forced = project.cli("run", "people", "--force", "--progress", "none")
+    assert forced.returncode == 0, forced.stderr
+    assert (
+        "people: accepted the changed source contract (version field None -> 'name'); "
+        "discovery starts again from the first item"
+    ) in forced.stdout
+    after = project.json("run", "people")
+    assert (after["status"], after["notes"]) == ("succeeded", [])
+
+
+def test_progress_auto_off_a_terminal_prints_a_line_per_window(tmp_path: Path) -> None:
+    """The default progress (auto) off a terminal writes log lines, one per window."""
+    project = make_project(tmp_path, ["ok"] * 15, window=10)
+    done = project.cli("run", "people")
+    assert done.returncode == 0
+    assert [line.split(":")[0] for line in done.stderr.splitlines()] == [
+        "[people] start (mode normal)",
+        "[people] window 1",
+        "[people] window 2",
+        "[people] done",
+    ]
+    assert "\r" not in done.stderr
+
+
+def test_progress_auto_on_a_terminal_draws_bars(tmp_path: Path) -> None:
+    """The default progress (auto) on a terminal redraws a bar in place, no log lines."""
+    project = make_project(tmp_path, ["ok"] * 15, window=10)
+    primary, secondary = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [*migrate_command(), "--config", str(project.config), "run", "people"],
+            cwd=project.root,
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            env={**os.environ, "TERM": "xterm"},
+        )
+        os.close(secondary)
+        received = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # the terminal closed: the process ended
+                break
+            if not chunk:
+                break
+            received += chunk
+        process.communicate(timeout=60)
+    finally:
+        os.close(primary)
+    assert process.returncode == 0
+    screen = received.decode()
+    assert screen.startswith("\rpeople")
+    assert "15 items" in screen
+    assert "[people]" not in screen
+
+
+def test_a_reader_that_goes_away_ends_output_quietly(tmp_path: Path) -> None:
+    """``migrate runs | head`` style: a closed stdout gives no traceback; exit codes stay."""
+    project = make_project(tmp_path, ["ok", "bad"])
+    for args, code in ((("run", "people", "--progress", "none"), 1), (("runs",), 0)):
+        process = subprocess.Popen(
+            [*migrate_command(), "--config", str(project.config), *args],
+            cwd=project.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        process.stdout.close()  # before the command writes anything
+        _out, err = process.communicate(timeout=60)
+        assert (code, "") == (process.returncode, err)

@@ -162,7 +162,7 @@ def test_progress_reports_each_committed_window(csv_people: Path, tmp_path: Path
     source = migrate.CsvSource(csv_people, window_size=4)
     config = config_of(tmp_path, migrate.Migration("p", source, noop))
     migrate.run(config, progress=events.append)
-    assert [(e.kind, e.window, e.processed) for e in events] == [
+    assert [(e.kind, e.window, e.processed) for e in events if e.kind != "item"] == [
         ("start", 0, 0),
         ("window", 1, 4),
         ("window", 2, 8),
@@ -170,6 +170,30 @@ def test_progress_reports_each_committed_window(csv_people: Path, tmp_path: Path
         ("end", 3, 10),
     ]
     assert {"p"} == {e.definition_id for e in events}
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_progress_ticks_between_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, concurrency: int
+) -> None:
+    """Item events report items processed inside a window before it is committed."""
+    monkeypatch.setattr("migrate._runner._TICK_EVERY", 0.0)  # a tick after every item
+    events: list[migrate.ProgressEvent] = []
+    source = migrate.MemorySource(people(6), window_size=3)
+    config = config_of(tmp_path, migrate.Migration("p", source, noop, concurrency=concurrency))
+    migrate.run(config, progress=events.append)
+    assert [(e.kind, e.window, e.processed) for e in events] == [
+        ("start", 0, 0),
+        ("item", 0, 1),
+        ("item", 0, 2),
+        ("item", 0, 3),
+        ("window", 1, 3),
+        ("item", 1, 4),
+        ("item", 1, 5),
+        ("item", 1, 6),
+        ("window", 2, 6),
+        ("end", 2, 6),
+    ]
 
 
 def test_run_record_is_stored_with_counts(csv_people: Path, tmp_path: Path) -> None:

@@ -43,4 +43,6 @@ def test_error_tree() -> None:
     assert issubclass(migrate.StoreSchemaError, migrate.RefusedError)
     assert issubclass(migrate.ConfigError, ValueError)
     assert issubclass(migrate.UsageError, ValueError)
+    assert issubclass(migrate.TrackingError, ValueError)
+    assert issubclass(migrate.ContractChanged, migrate.RefusedError)
     assert not issubclass(migrate.Skip, migrate.MigrateError)

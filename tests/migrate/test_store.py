@@ -153,3 +153,24 @@ def test_runs_newest_first_with_limit(tmp_path: Path) -> None:
     assert list(reversed(ids)) == [r.run_id for r in migrate.runs(config)]
     assert [ids[-1]] == [r.run_id for r in migrate.runs(config, limit=1)]
     assert {"run_id", "status", "mode", "definitions"} <= set(migrate.runs(config)[0].to_json())
+
+
+def test_version_1_store_is_upgraded_keeping_its_data(tmp_path: Path) -> None:
+    """A schema-1 store (before contracts) gets the contracts table and version 2, states kept."""
+    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(2)), noop))
+    migrate.run(config)
+    db = sqlite3.connect(tmp_path / "state.db")
+    with db:
+        db.execute("DROP TABLE contracts")
+        db.execute("UPDATE schema_version SET version = 1")
+    db.close()
+    with config.open_store() as store:
+        assert (None, 2) == (store.contract("p"), store.counts("p").migrated)
+    db = sqlite3.connect(tmp_path / "state.db")
+    try:
+        assert [(2,)] == db.execute("SELECT version FROM schema_version").fetchall()
+    finally:
+        db.close()
+    migrate.run(config)  # the first run since the upgrade records the contract
+    with config.open_store() as store:
+        assert migrate.Contract("memory", "id", None, "direct") == store.contract("p")

@@ -56,7 +56,7 @@ def run(
     for k in range(n):
         now += took[k] if k < len(took) else 0.0
         if json_state:
-            state = json.loads(json.dumps(state))
+            state = json.loads(json.dumps(state, allow_nan=False))
         state, output, delay = schedule.step(now, input, state, rng)
         steps.append((output, delay, now))
         if delay is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -90,17 +91,65 @@ def test_modify_delay_is_not_called_when_stopping() -> None:
     assert [1, 2] == calls
 
 
-def test_modify_delay_results_are_clamped() -> None:
-    """Negative results become 0 and results above MAX_DELAY become MAX_DELAY."""
-    assert [0.0] == spaced(1).modify_delay(lambda info: -5.0).delays(1)
-    assert [MAX_DELAY] == spaced(1).modify_delay(lambda info: math.inf).delays(1)
+# What a user's delay function may return, and what becomes of it (decision: clamp what has a
+# place on [0, MAX_DELAY], refuse NaN and non-numbers as the bugs they are).
+CLAMPED_RESULTS: list[tuple[object, float]] = [
+    (-5.0, 0.0),
+    (-0.0, 0.0),
+    (-math.inf, 0.0),
+    (-(10**400), 0.0),
+    (2.5, 2.5),
+    (3, 3.0),
+    (MAX_DELAY * 2, MAX_DELAY),
+    (math.inf, MAX_DELAY),
+    (10**400, MAX_DELAY),
+]
 
 
-def test_modify_delay_nan_is_an_error() -> None:
-    """A NaN delay from a user function raises ValueError naming the function."""
+@pytest.mark.parametrize(("result", "expected"), CLAMPED_RESULTS, ids=repr)
+def test_modify_delay_results_are_clamped(result: object, expected: float) -> None:
+    """modify_delay: negative results become 0, results above MAX_DELAY become MAX_DELAY."""
+    delays = spaced(1).modify_delay(lambda info: result).delays(2)  # type: ignore[arg-type,return-value]
+    assert [expected, expected] == delays
+    assert all(type(d) is float and math.copysign(1.0, d) == 1.0 for d in delays)
 
-    def broken(info: StepInfo[object, int]) -> float:
-        return math.nan
 
-    with pytest.raises(ValueError, match="broken"):
-        spaced(1).modify_delay(broken).delays(1)
+@pytest.mark.parametrize(("result", "expected"), CLAMPED_RESULTS, ids=repr)
+def test_add_delay_function_results_are_clamped_before_adding(
+    result: object, expected: float
+) -> None:
+    """add_delay(f): f's result is clamped to [0, MAX_DELAY], then added; the sum is clamped too."""
+    delays = spaced(1).add_delay(lambda info: result).delays(1)  # type: ignore[arg-type,return-value]
+    assert [min(1.0 + expected, MAX_DELAY)] == delays
+
+
+def broken(info: StepInfo[object, int]) -> float:
+    """A delay function with a bug: 0 / 0 in floats."""
+    return math.nan
+
+
+@pytest.mark.parametrize(
+    "wrap", [lambda s: s.modify_delay(broken), lambda s: s.add_delay(broken)], ids=["modify", "add"]
+)
+def test_nan_from_a_delay_function_is_an_error(wrap: Any) -> None:
+    """A NaN delay from a user function raises ValueError naming the function and the value."""
+    with pytest.raises(ValueError, match=r"broken returned nan"):
+        wrap(spaced(1)).delays(1)
+
+
+@pytest.mark.parametrize("result", ["1s", None, True, [1.0]], ids=repr)
+@pytest.mark.parametrize("name", ["modify_delay", "add_delay"])
+def test_non_numbers_from_a_delay_function_are_a_type_error(name: str, result: object) -> None:
+    """A delay function must return int or float seconds; anything else names it and the value."""
+
+    def sloppy(info: StepInfo[object, int]) -> float:
+        return result  # type: ignore[return-value]
+
+    with pytest.raises(TypeError) as caught:
+        getattr(spaced(1), name)(sloppy).delays(1)
+    assert (True, True) == ("sloppy" in str(caught.value), repr(result) in str(caught.value))
+
+
+def test_delay_functions_are_not_called_for_a_stopping_step() -> None:
+    """A stopping step never calls the function, so a broken function on it cannot raise."""
+    assert [] == recurs(0).modify_delay(broken).delays()

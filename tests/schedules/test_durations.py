@@ -86,3 +86,16 @@ def test_every_drawn_duration_converts_within_bounds(value: object) -> None:
     """Every form the strategy draws parses, to a value inside the requested range."""
     seconds = to_seconds(value)  # type: ignore[arg-type]
     assert 0.0 <= seconds <= 1000.0
+
+
+def test_negative_zero_is_plain_zero() -> None:
+    """-0.0 is a valid duration and comes back as +0.0, so no delay prints as -0.0."""
+    seconds = to_seconds(-0.0)
+    assert (0.0, 1.0) == (seconds, math.copysign(1.0, seconds))
+    assert "spaced(0)" == repr(spaced(-0.0))
+
+
+def test_huge_integers_are_infinite_not_an_overflow() -> None:
+    """An int beyond float range raises ValueError naming it, never OverflowError."""
+    with pytest.raises(ValueError, match="interval"):
+        spaced(10**400)

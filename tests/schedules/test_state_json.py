@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from schedules import (
     Schedule,
+    StepInfo,
     decorrelated,
     elapsed,
     exponential,
@@ -21,17 +22,39 @@ from schedules import (
     from_delays,
     from_step_options,
     linear,
+    once,
     recurs,
     spaced,
+    stop,
 )
 from schedules.testing import schedules
 from tests.schedules._support import run
 
 AnySchedule = Schedule[Any, Any]
 
+
+def _halved(info: StepInfo[object, object]) -> float:
+    """A delay function for the table below."""
+    return info.delay / 2 + info.elapsed
+
+
+def _below_ten(value: object) -> bool:
+    """A predicate for the table below."""
+    return not isinstance(value, int | float) or value < 10
+
+
+_seen: list[object] = []
+
+# Stateful leaves, so each combinator wraps a state that changes with time and randomness.
+_INNER = decorrelated(0.1, 5)
+_TIMED = fixed(1.5)
+
+# Every constructor, then every method wrapped around stateful leaves.
 BUILT_INS: list[AnySchedule] = [
     forever(),
     recurs(5),
+    once(),
+    stop(),
     spaced(1),
     fixed(1.5),
     exponential(0.5),
@@ -41,9 +64,28 @@ BUILT_INS: list[AnySchedule] = [
     decorrelated(0.1, 5),
     elapsed(),
     from_step_options(retries=6, backoff="exp", backoff_ms=100, backoff_max_ms=900, jitter=True),
+    from_step_options(retries=4, backoff_ms=50),
+    _INNER.jittered(min=0.5, max=1.5),
+    _INNER.modify_delay(_halved),
+    _INNER.add_delay("250ms"),
+    _TIMED.add_delay(_halved),
+    _INNER.max_delay(1),
+    _INNER.times(6),
+    _TIMED.within(12),
+    _INNER.while_input(_below_ten),
+    _INNER.until_input(_below_ten),
+    _INNER.while_output(_below_ten),
+    exponential(1).until_output(lambda d: d > 50),
+    elapsed() | _INNER,
+    _TIMED & exponential(0.1),
+    recurs(2).and_then(_TIMED | _INNER),
+    _INNER.map(str),
+    _TIMED.tap_input(_seen.append),
+    _TIMED.tap_output(_seen.append),
+    exponential(1).reset_after(3),
     exponential(1).jittered().max_delay(4).times(6).within(60).reset_after(30),
     (spaced(1) | exponential(0.1)).and_then(fixed(2) & recurs(3)),
-    exponential(1).modify_delay(lambda info: info.delay + info.elapsed),
+    elapsed().modify_delay(_halved).and_then(linear(1).reset_after(2)).times(15),
 ]
 
 
@@ -59,7 +101,7 @@ def resumed(
     for k in range(n):
         now += took[k] if k < len(took) else 0.0
         if k == split:
-            state = json.loads(json.dumps(state))
+            state = json.loads(json.dumps(state, allow_nan=False))
         state, output, delay = schedule.step(now, None, state, rng)
         steps.append((output, delay, now))
         if delay is None:
@@ -68,13 +110,24 @@ def resumed(
     return straight, steps
 
 
-def test_initial_states_are_json() -> None:
-    """Every built-in schedule's initial state is JSON data."""
-    for schedule in BUILT_INS:
-        state = schedule.initial()
-        assert json.loads(json.dumps(state)) == json.loads(
-            json.dumps(json.loads(json.dumps(state)))
-        )
+def as_lists(value: object) -> object:
+    """*value* with every tuple turned into a list, as JSON gives it back."""
+    if isinstance(value, tuple | list):
+        return [as_lists(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
+    return value
+
+
+@pytest.mark.parametrize("schedule", BUILT_INS, ids=repr)
+def test_states_are_strict_json_at_every_step(schedule: AnySchedule) -> None:
+    """Each state, initial and after every step, is plain JSON data (no NaN, no objects)."""
+    rng = random.Random(5)
+    state, now = schedule.initial(), 0.0
+    for _ in range(20):
+        assert as_lists(state) == json.loads(json.dumps(state, allow_nan=False))
+        state, _, delay = schedule.step(now, 3, state, rng)
+        if delay is None:
+            break
+        now += delay + 0.4
 
 
 @pytest.mark.parametrize("schedule", BUILT_INS, ids=repr)

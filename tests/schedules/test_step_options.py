@@ -114,3 +114,28 @@ def test_matches_the_reference_formula(
         expected.append(min(seconds, MAX_DELAY))
     expected.append(None)
     assert expected == delays_of(run(policy, retries + 5, ConstantRandom(r)))
+
+
+def test_exp_without_backoff_ms_retries_at_once() -> None:
+    """backoff='exp' with backoff_ms omitted (0) waits 0 before every retry."""
+    assert [0.0, 0.0, 0.0] == from_step_options(retries=4, backoff="exp").delays()
+
+
+def test_jitter_must_be_a_bool() -> None:
+    """jitter='yes' is refused rather than read as true; jitter=False gives plain delays."""
+    with pytest.raises(TypeError, match="jitter must be True or False, got 'yes'"):
+        from_step_options(retries=2, jitter="yes")  # type: ignore[arg-type]
+    assert [0.1] == from_step_options(retries=2, backoff_ms=100, jitter=False).delays()
+
+
+def test_seed_policy_with_cap_and_jitter_stays_in_the_top_half() -> None:
+    """The seed's policy (retries 5, exp 200 ms, cap 10 s, jitter): each delay in [d/2, d] ms."""
+    policy = from_step_options(
+        retries=5, backoff="exp", backoff_ms=200, backoff_max_ms=10_000, jitter=True
+    )
+    for seed in range(50):
+        delays = policy.delays(seed=seed)
+        assert 4 == len(delays)
+        for delay, full in zip(delays, [0.2, 0.4, 0.8, 1.6], strict=True):
+            assert full / 2 <= delay <= full
+            assert delay == round(delay * 1000) / 1000

@@ -12,7 +12,17 @@ from typing import Any, Never, assert_type
 
 from returns.result import Result
 
-from effects import AsyncEffect, Attempts, Effect, EffectTimeoutError, Retry, retry
+from effects import (
+    AsyncEffect,
+    Attempt,
+    Attempts,
+    Effect,
+    EffectTimeoutError,
+    Retry,
+    RetryEvent,
+    add_hook,
+    retry,
+)
 from schedules import exponential
 
 
@@ -79,6 +89,29 @@ def decorated_functions_keep_their_signature() -> None:
     assert_type(policy.attempts(), Attempts)
 
 
+async def attempts_and_pipes_keep_types() -> None:
+    for attempt in policy.attempts():
+        with attempt:
+            assert_type(attempt, Attempt)
+            assert_type(attempt.number, int)
+    async for attempt in policy.attempts():
+        assert_type(attempt, Attempt)
+
+    def as_text(effect: Effect[int, TransientError]) -> Effect[str, TransientError]:
+        return effect.map(str)
+
+    effect = Effect.attempt(fetch, catch=TransientError)
+    assert_type(effect.pipe(policy, as_text), Effect[str, TransientError])
+    assert_type(Retry(times=2), Retry)
+
+    def listen(event: RetryEvent) -> None:
+        assert_type(event.delay, float | None)
+        assert_type(event.error, Exception)
+
+    remove = add_hook(listen)
+    assert_type(remove(), None)
+
+
 async def wrong_uses_are_rejected() -> None:
     @retry(times=3, on=TransientError)
     def get(url: str) -> bytes:
@@ -98,4 +131,7 @@ async def wrong_uses_are_rejected() -> None:
     retry(on=KeyboardInterrupt)  # type: ignore[arg-type]
     retry(times="3")  # type: ignore[arg-type]
     Effect.attempt(fetch, catch=SystemExit)  # type: ignore[type-var]
+    AsyncEffect.attempt(fetch, catch=TransientError)  # type: ignore[arg-type]
+    retry("250ms", times=3)  # type: ignore[arg-type]
+    retry(times=3, on_retry=fetch)  # type: ignore[arg-type]
     del async_effect, wrong_value

@@ -74,3 +74,17 @@ assert_type(summary.definitions["authors"].counts.failed, int)
 assert_type(migrate.plan(config), migrate.Plan)
 assert_type(migrate.failures(config, "authors"), tuple[migrate.FailureRecord, ...])
 assert_type(migrate.unlock(config, "authors"), migrate.LockInfo | None)
+
+# The source contract a definition's stored states depend on, and the refusal when it changes.
+assert_type(source.contract(), migrate.Contract)
+assert_type(
+    source.contract().changes(migrate.Contract("csv", "isbn", None, "scan")), tuple[str, ...]
+)
+assert_type(source.contract().fingerprint, str)
+refusal = migrate.ContractChanged("changed", {"authors": ("identity field 'id' -> 'isbn'",)})
+assert_type(refusal.changes, dict[str, tuple[str, ...]])
+assert_type(summary.notes, tuple[str, ...])
+
+
+def on_progress(event: migrate.ProgressEvent) -> None:
+    assert_type(event.kind, Literal["start", "item", "window", "end"])

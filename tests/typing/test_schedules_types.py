@@ -108,3 +108,10 @@ def wrong_predicate_is_refused(counted: Schedule[OSError, int]) -> None:
         return len(text) < 3
 
     counted.while_input(is_short)  # type: ignore[arg-type]
+
+
+def step_options_take_a_bool_jitter() -> None:
+    """``jitter`` is a ``bool``; a string is refused statically as it is at run time."""
+    from_step_options(retries=3, jitter=True)
+    from_step_options(retries=3, jitter="yes")  # type: ignore[arg-type]
+    from_step_options(retries=3, backoff="linear")  # type: ignore[arg-type]
