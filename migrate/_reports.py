@@ -24,11 +24,14 @@ class ErrorCount:
     """
     How many items of a definition failed with the same kind, type and message in a run.
 
+    Messages that differ only in their numbers (``row 17 ...``, ``row 42 ...``) count as one.
+
     Attributes:
         definition_id: The definition.
         kind: ``source``, ``process``, ``destination`` or ``tracking``.
         type: The error's class name.
-        message: The error's message.
+        message: The error's message; when the group's messages differ, their common pattern
+            with ``<n>`` in place of the numbers.
         count: How many items failed with it in the run.
     """
 

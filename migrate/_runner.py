@@ -13,6 +13,7 @@ import asyncio
 import collections
 import inspect
 import json
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,6 +49,8 @@ Progress = Callable[[ProgressEvent], object]
 _T = TypeVar("_T")
 
 _TOP_ERRORS = 5
+#: Runs of digits, which make otherwise equal error messages differ (ids, counts, lines).
+_NUMBERS = re.compile(r"\d+")
 _DEFAULT_WINDOW = 1000
 _TICK_EVERY = 0.1  # seconds between "item" progress events inside a window
 
@@ -140,6 +143,8 @@ class _Run:
             step.definition_id: DefinitionResult(step.mode, "queued") for step in the_plan.steps
         }
         self.errors: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        #: One message seen per group of ``errors``, and whether the group's messages differ.
+        self.error_examples: dict[tuple[str, str, str, str], tuple[str, bool]] = {}
         self._aio: asyncio.Runner | None = None
         self.config_ids = frozenset(config.ids)
         #: Contracts to record when their definition starts, and whether to reset its cursor.
@@ -147,6 +152,26 @@ class _Run:
         self.notes: list[str] = []
 
     # --- the run ----------------------------------------------------------------------------
+
+    def count_error(self, definition_id: str, kind: str, type_: str, message: str) -> None:
+        """
+        Count a failure for the summary's most common errors.
+
+        Messages that differ only in their numbers (ids, line numbers, sizes) are one group, so
+        "bad row 17" and "bad row 42" count together; the summary shows the message itself when
+        the group holds one, else the pattern with ``<n>`` for the numbers.
+        """
+        key = (definition_id, kind, type_, _NUMBERS.sub("<n>", message))
+        self.errors[key] += 1
+        seen = self.error_examples.get(key)
+        if seen is None:
+            self.error_examples[key] = (message, False)
+        elif not seen[1] and seen[0] != message:
+            self.error_examples[key] = (seen[0], True)
+
+    def _shown_message(self, key: tuple[str, str, str, str]) -> str:
+        example, differs = self.error_examples[key]
+        return key[3] if differs else example
 
     def execute(self) -> RunSummary:
         store = self.store
@@ -213,8 +238,8 @@ class _Run:
         )
         store.update_run(self.run_id, status=status, definitions=self.results, ended=True)
         top = tuple(
-            ErrorCount(d, kind, type_, message, count)
-            for (d, kind, type_, message), count in self.errors.most_common(_TOP_ERRORS)
+            ErrorCount(key[0], key[1], key[2], self._shown_message(key), count)
+            for key, count in self.errors.most_common(_TOP_ERRORS)
         )
         return RunSummary(
             run_id=self.run_id,
@@ -516,7 +541,7 @@ class _DefinitionRunner:
         self, identity: str, evidence: ErrorEvidence, prior: PriorState | None
     ) -> StateRow:
         self.counts[2] += 1
-        self.owner.errors[(self.definition_id, evidence.kind, evidence.type, evidence.message)] += 1
+        self.owner.count_error(self.definition_id, evidence.kind, evidence.type, evidence.message)
         return (
             self.definition_id,
             identity,
@@ -644,9 +669,9 @@ class _DefinitionRunner:
             counts[2] += 1
             assert error is not None
             evidence = evidence_for(error, scope)
-            self.owner.errors[
-                (self.definition_id, evidence.kind, evidence.type, evidence.message)
-            ] += 1
+            self.owner.count_error(
+                self.definition_id, evidence.kind, evidence.type, evidence.message
+            )
             error_json = _encode(evidence.to_json())
         entries = scope.journal.entries
         journal = _encode(entries) if entries else None

@@ -9,6 +9,7 @@ success, 1 when the plot cannot be drawn or written, 2 for bad input.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -43,7 +44,8 @@ class Row:
         min: Shortest delay seen over the runs that reached this attempt.
         median: Median delay over those runs.
         max: Longest delay over those runs.
-        cumulative: Sum of the median delays up to and including this attempt.
+        cumulative: Median, over the runs that reached this attempt, of the total wait up to
+            and including it (never more than any run really waited, unlike a sum of medians).
         runs: How many runs reached this attempt (the others had stopped).
     """
 
@@ -154,12 +156,12 @@ def summarize(
             _run(schedule, attempts + 1, random.Random(seed + index)) for index in range(1, runs)
         )
     cut = any(len(delays) > attempts for delays in all_runs)
+    totals = [list(itertools.accumulate(delays)) for delays in all_runs]
     rows: list[Row] = []
-    cumulative = 0.0
     for index in range(min(attempts, max(len(delays) for delays in all_runs))):
         column = [delays[index] for delays in all_runs if len(delays) > index]
         median = float(statistics.median(column))
-        cumulative += median
+        cumulative = float(statistics.median([t[index] for t in totals if len(t) > index]))
         rows.append(Row(index + 1, min(column), median, max(column), cumulative, len(column)))
     return Summary(tuple(rows), len(all_runs), seed, cut)
 
@@ -216,7 +218,7 @@ def render_table(schedule: Schedule[Any, Any], summary: Summary, attempts: int) 
         lines.append("done: the schedule stops at once (no retries)")
     else:
         lines.append(f"done: the schedule stops after at most {count} retries")
-    lines.append("delay after each failed attempt; cumulative = running sum of the medians")
+    lines.append("delay after each failed attempt; cumulative = median total wait up to it")
     return "\n".join(lines)
 
 

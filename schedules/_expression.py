@@ -175,9 +175,10 @@ def parse_schedule(text: str) -> AnySchedule:
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as error:
-        raise ExpressionError(
-            f"invalid syntax: {error.msg}", text, error.lineno or 1, error.offset or 1
-        ) from None
+        reason = (
+            "invalid syntax" if error.msg == "invalid syntax" else f"invalid syntax: {error.msg}"
+        )
+        raise ExpressionError(reason, text, error.lineno or 1, error.offset or 1) from None
     except (RecursionError, MemoryError):
         raise ExpressionError("expression is nested too deeply", text) from None
     walker = _Walker(text)

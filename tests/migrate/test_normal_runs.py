@@ -156,6 +156,23 @@ def test_top_errors_counts_the_most_common(tmp_path: Path) -> None:
     ]
 
 
+def test_top_errors_group_messages_that_differ_only_in_numbers(tmp_path: Path) -> None:
+    """Messages naming different ids count as one error, shown with <n> for the numbers."""
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        if int(item.identity) < 4:
+            raise ValueError(f"row {item.identity} has no title")
+        if int(item.identity) == 4:
+            raise ValueError("quota exceeded")
+
+    source = migrate.MemorySource([{"id": i} for i in range(1, 7)])
+    summary = migrate.run(config_of(tmp_path, migrate.Migration("p", source, process)))
+    assert [(e.message, e.count) for e in summary.top_errors] == [
+        ("row <n> has no title", 3),
+        ("quota exceeded", 1),
+    ]
+
+
 def test_progress_reports_each_committed_window(csv_people: Path, tmp_path: Path) -> None:
     """The progress callback gets start, one event per window with counts so far, then end."""
     events: list[migrate.ProgressEvent] = []
