@@ -7,7 +7,7 @@ import contextvars
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, overload
 
 import attrs
 from returns.result import Failure, Result, Success
@@ -28,6 +28,10 @@ E_co = TypeVar("E_co", bound=Exception, covariant=True)
 T = TypeVar("T")
 B = TypeVar("B")
 X = TypeVar("X", bound=Exception)
+# Tuples of two or three catch types get their own overloads: mypy would otherwise join them
+# (`catch=(KeyError, ValueError)` typed as Exception) where pyright keeps the union.
+X2 = TypeVar("X2", bound=Exception)
+X3 = TypeVar("X3", bound=Exception)
 T1 = TypeVar("T1")
 T2 = TypeVar("T2")
 T3 = TypeVar("T3")
@@ -135,8 +139,21 @@ class Effect(Generic[A_co, E_co]):
 
         return Effect(run)
 
+    @overload
     @staticmethod
-    def attempt(thunk: Callable[[], T], catch: type[X] | tuple[type[X], ...]) -> Effect[T, X]:
+    def attempt(thunk: Callable[[], T], catch: tuple[type[X], type[X2]]) -> Effect[T, X | X2]: ...
+    @overload
+    @staticmethod
+    def attempt(
+        thunk: Callable[[], T], catch: tuple[type[X], type[X2], type[X3]]
+    ) -> Effect[T, X | X2 | X3]: ...
+    @overload
+    @staticmethod
+    def attempt(thunk: Callable[[], T], catch: type[X] | tuple[type[X], ...]) -> Effect[T, X]: ...
+    @staticmethod
+    def attempt(
+        thunk: Callable[[], T], catch: type[Exception] | tuple[type[Exception], ...]
+    ) -> Effect[T, Any]:
         """
         An effect that runs ``thunk()``; exceptions of the *catch* types become typed failures.
 
@@ -158,11 +175,11 @@ class Effect(Generic[A_co, E_co]):
         """
         types = error_types(catch, "catch")
 
-        def run() -> Result[T, X]:
+        def run() -> Result[T, Exception]:
             try:
                 return Success(thunk())
             except types as error:
-                return Failure(cast("X", error))
+                return Failure(error)
 
         return Effect(run)
 
@@ -489,10 +506,25 @@ class AsyncEffect(Generic[A_co, E_co]):
 
         return AsyncEffect(run)
 
+    @overload
+    @staticmethod
+    def attempt(
+        thunk: Callable[[], Awaitable[T]], catch: tuple[type[X], type[X2]]
+    ) -> AsyncEffect[T, X | X2]: ...
+    @overload
+    @staticmethod
+    def attempt(
+        thunk: Callable[[], Awaitable[T]], catch: tuple[type[X], type[X2], type[X3]]
+    ) -> AsyncEffect[T, X | X2 | X3]: ...
+    @overload
     @staticmethod
     def attempt(
         thunk: Callable[[], Awaitable[T]], catch: type[X] | tuple[type[X], ...]
-    ) -> AsyncEffect[T, X]:
+    ) -> AsyncEffect[T, X]: ...
+    @staticmethod
+    def attempt(
+        thunk: Callable[[], Awaitable[T]], catch: type[Exception] | tuple[type[Exception], ...]
+    ) -> AsyncEffect[T, Any]:
         """
         An effect that awaits ``thunk()``; exceptions of the *catch* types become typed failures.
 
@@ -507,11 +539,11 @@ class AsyncEffect(Generic[A_co, E_co]):
         """
         types = error_types(catch, "catch")
 
-        async def run() -> Result[T, X]:
+        async def run() -> Result[T, Exception]:
             try:
                 return Success(await thunk())
             except types as error:
-                return Failure(cast("X", error))
+                return Failure(error)
 
         return AsyncEffect(run)
 

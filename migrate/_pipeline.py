@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, cast
 
-from effects import RetryEvent, add_hook
+from effects import RetryEvent
 from migrate._errors import DestinationError, SourceError, TrackingError
 from migrate._state import ErrorEvidence, ErrorKind
 
@@ -202,21 +202,17 @@ def current_scope() -> Scope | None:
     return _CURRENT.get()
 
 
-def _record_attempts(event: RetryEvent) -> None:
-    # Keep the attempt count of a retried call that gave up, for the item's error evidence.
+def record_attempts(event: RetryEvent) -> None:
+    """
+    A retry hook keeping the attempt count of a call that gave up inside an item's scope.
+
+    A run registers it (``effects.add_hook``) for its duration, so the item's error evidence can
+    say how many attempts the failing call made. Outside a scope it does nothing.
+    """
     if event.kind in ("give_up", "budget_exhausted"):
         scope = _CURRENT.get()
         if scope is not None:
             scope.note_attempts(event.error, event.attempt)
-
-
-_HOOK_INSTALLED: list[Callable[[], None]] = []
-
-
-def install_attempt_hook() -> None:
-    """Register (once per process) the hook that counts attempts of retried calls in a scope."""
-    if not _HOOK_INSTALLED:
-        _HOOK_INSTALLED.append(add_hook(_record_attempts))
 
 
 def attempts_of(scope: Scope, error: BaseException) -> int:

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar
 
 from returns.result import Failure, Result
 
+from effects import add_hook
 from migrate._definition import Config, Migration
 from migrate._errors import (
     ContractChanged,
@@ -35,7 +36,7 @@ from migrate._pipeline import (
     Scope,
     attempts_of,
     evidence_for,
-    install_attempt_hook,
+    record_attempts,
 )
 from migrate._planner import Plan, PlanStep, RunOptions, plan
 from migrate._reports import ErrorCount, ProgressEvent, RunSummary
@@ -56,8 +57,13 @@ _TICK_EVERY = 0.1  # seconds between "item" progress events inside a window
 
 
 def new_run_id() -> str:
-    """A run id sortable by start time: ``YYYYmmddTHHMMSS-xxxx`` (UTC)."""
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+    """
+    A run id sortable by start time: ``YYYYmmddTHHMMSS-xxxxxxxx`` (UTC).
+
+    32 random bits keep two runs started in the same second apart (the store's run ids are
+    unique, so a collision would fail the second run).
+    """
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
 
 
 def run(
@@ -206,7 +212,8 @@ class _Run:
                 store.update_run(self.run_id, status="start-failed", error=str(error), ended=True)
                 raise error
         store.update_run(self.run_id, status="running")
-        install_attempt_hook()
+        # Registered for this run only: outside runs, retries in the process stay listener-free.
+        remove_hook = add_hook(record_attempts)
         try:
             for step in self.plan.steps:
                 blocked = self._blocked_by(step)
@@ -233,6 +240,8 @@ class _Run:
                 ended=True,
             )
             raise
+        finally:
+            remove_hook()
         status: Literal["succeeded", "failed"] = (
             "succeeded" if all(r.status == "succeeded" for r in self.results.values()) else "failed"
         )

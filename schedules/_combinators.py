@@ -67,8 +67,14 @@ class Jittered(Schedule[In, Out]):
     ) -> tuple[Any, Out, float | None]:
         state, out, delay = self.inner.step(now, input, state, rng)
         if delay is not None:
-            low = self.low
-            delay *= low + rng.random() * (self.high - low)
+            low, high = self.low, self.high
+            plain = delay
+            delay *= low + rng.random() * (high - low)
+            top = high * plain
+            if delay >= top and low * plain < top:
+                # Float rounding (r near 1, or subnormal bounds) reached the open end of
+                # [min*d, max*d): take the largest float below it instead.
+                delay = math.nextafter(top, 0.0)
             delay = MAX_DELAY if delay > MAX_DELAY else delay
         return state, out, delay
 

@@ -12,7 +12,7 @@ import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar, overload
 
 import attrs
 
@@ -27,6 +27,10 @@ I_co = TypeVar("I_co", covariant=True)
 O_co = TypeVar("O_co", covariant=True)
 I2 = TypeVar("I2")
 O2 = TypeVar("O2")
+# The output of a schedule that accepts any input: such a schedule narrows its input to what a
+# predicate, callback or other schedule given to it accepts (`exponential(1).while_input(p)`
+# with `p(error: ApiRequestError)` is a Schedule[ApiRequestError, float]).
+O3 = TypeVar("O3")
 
 _DELAYS_LIMIT: Final = 10_000
 
@@ -180,7 +184,13 @@ class Schedule(ABC, Generic[In, Out]):
             raise ValueError(msg)
         return _c.Jittered(self, low, high)
 
-    def modify_delay(self, f: Callable[[StepInfo[In, Out]], float]) -> Schedule[In, Out]:
+    @overload
+    def modify_delay(self, f: Callable[[StepInfo[In, Out]], float]) -> Schedule[In, Out]: ...
+    @overload
+    def modify_delay(
+        self: Schedule[object, O3], f: Callable[[StepInfo[I2, O3]], float]
+    ) -> Schedule[I2, O3]: ...
+    def modify_delay(self, f: Callable[[StepInfo[Any, Any]], float]) -> Schedule[Any, Any]:
         """
         Replace each delay by ``f(info)`` seconds.
 
@@ -205,9 +215,17 @@ class Schedule(ABC, Generic[In, Out]):
         """
         return _c.ModifyDelay(self, f)
 
+    @overload
     def add_delay(
         self, amount: DurationLike | Callable[[StepInfo[In, Out]], float]
-    ) -> Schedule[In, Out]:
+    ) -> Schedule[In, Out]: ...
+    @overload
+    def add_delay(
+        self: Schedule[object, O3], amount: Callable[[StepInfo[I2, O3]], float]
+    ) -> Schedule[I2, O3]: ...
+    def add_delay(
+        self, amount: DurationLike | Callable[[StepInfo[Any, Any]], float]
+    ) -> Schedule[Any, Any]:
         """
         Add a fixed duration, or ``f(info)`` seconds, to each delay (clamped to ``MAX_DELAY``).
 
@@ -295,7 +313,11 @@ class Schedule(ABC, Generic[In, Out]):
         """
         return _c.Within(self, to_seconds(limit, name="limit"))
 
-    def while_input(self, p: Callable[[In], bool]) -> Schedule[In, Out]:
+    @overload
+    def while_input(self, p: Callable[[In], bool]) -> Schedule[In, Out]: ...
+    @overload
+    def while_input(self: Schedule[object, O3], p: Callable[[I2], bool]) -> Schedule[I2, O3]: ...
+    def while_input(self, p: Callable[[Any], bool]) -> Schedule[Any, Any]:
         """
         Continue only while ``p(input)`` is true (checked only when the schedule would continue).
 
@@ -311,7 +333,11 @@ class Schedule(ABC, Generic[In, Out]):
         """
         return _c.InputCheck(self, p, keep=True)
 
-    def until_input(self, p: Callable[[In], bool]) -> Schedule[In, Out]:
+    @overload
+    def until_input(self, p: Callable[[In], bool]) -> Schedule[In, Out]: ...
+    @overload
+    def until_input(self: Schedule[object, O3], p: Callable[[I2], bool]) -> Schedule[I2, O3]: ...
+    def until_input(self, p: Callable[[Any], bool]) -> Schedule[Any, Any]:
         """
         Continue until ``p(input)`` is true (checked only when the schedule would continue).
 
@@ -355,7 +381,13 @@ class Schedule(ABC, Generic[In, Out]):
 
     # -- combining -------------------------------------------------------------------------------
 
-    def union(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]:
+    @overload
+    def union(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]: ...
+    @overload
+    def union(
+        self: Schedule[object, O3], other: Schedule[I2, O2]
+    ) -> Schedule[I2, tuple[O3, O2]]: ...
+    def union(self, other: Schedule[Any, Any]) -> Schedule[Any, tuple[Any, Any]]:
         """
         Continue while either schedule does, with the shorter delay of those continuing.
 
@@ -372,7 +404,13 @@ class Schedule(ABC, Generic[In, Out]):
         """
         return _c.Union(self, other)
 
-    def intersect(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]:
+    @overload
+    def intersect(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]: ...
+    @overload
+    def intersect(
+        self: Schedule[object, O3], other: Schedule[I2, O2]
+    ) -> Schedule[I2, tuple[O3, O2]]: ...
+    def intersect(self, other: Schedule[Any, Any]) -> Schedule[Any, tuple[Any, Any]]:
         """
         Continue while both schedules do, with the longer delay.
 
@@ -389,15 +427,31 @@ class Schedule(ABC, Generic[In, Out]):
         """
         return _c.Intersect(self, other)
 
-    def __or__(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]:
+    @overload
+    def __or__(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]: ...
+    @overload
+    def __or__(
+        self: Schedule[object, O3], other: Schedule[I2, O2]
+    ) -> Schedule[I2, tuple[O3, O2]]: ...
+    def __or__(self, other: Schedule[Any, Any]) -> Schedule[Any, tuple[Any, Any]]:
         """``a | b`` is ``a.union(b)``."""
         return _c.Union(self, other)
 
-    def __and__(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]:
+    @overload
+    def __and__(self, other: Schedule[In, O2]) -> Schedule[In, tuple[Out, O2]]: ...
+    @overload
+    def __and__(
+        self: Schedule[object, O3], other: Schedule[I2, O2]
+    ) -> Schedule[I2, tuple[O3, O2]]: ...
+    def __and__(self, other: Schedule[Any, Any]) -> Schedule[Any, tuple[Any, Any]]:
         """``a & b`` is ``a.intersect(b)``."""
         return _c.Intersect(self, other)
 
-    def and_then(self, other: Schedule[In, O2]) -> Schedule[In, Out | O2]:
+    @overload
+    def and_then(self, other: Schedule[In, O2]) -> Schedule[In, Out | O2]: ...
+    @overload
+    def and_then(self: Schedule[object, O3], other: Schedule[I2, O2]) -> Schedule[I2, O3 | O2]: ...
+    def and_then(self, other: Schedule[Any, Any]) -> Schedule[Any, Any]:
         """
         Run *other* once this schedule is done; the step that ends this one is *other*'s first.
 
@@ -431,7 +485,11 @@ class Schedule(ABC, Generic[In, Out]):
         """
         return _c.Map(self, f)
 
-    def tap_input(self, f: Callable[[In], object]) -> Schedule[In, Out]:
+    @overload
+    def tap_input(self, f: Callable[[In], object]) -> Schedule[In, Out]: ...
+    @overload
+    def tap_input(self: Schedule[object, O3], f: Callable[[I2], object]) -> Schedule[I2, O3]: ...
+    def tap_input(self, f: Callable[[Any], object]) -> Schedule[Any, Any]:
         """
         Call ``f(input)`` on every step, for side effects (logging, metrics).
 

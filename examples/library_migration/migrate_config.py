@@ -98,7 +98,7 @@ destination_retry = retry(
 )
 
 
-@migrate.destination(name="catalogue", catch=ApiRequestError, key=lambda path, record: path)
+@migrate.destination(name="catalogue", catch=ApiRequestError, key="path")
 def put(path: str, record: dict[str, Any]) -> str:
     """Create or replace one catalogue record (idempotent by path) and return its id."""
     return catalogue.put(path, record)

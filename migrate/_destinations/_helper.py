@@ -17,6 +17,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 ErrorTypes = type[Exception] | tuple[type[Exception], ...]
+# A parameter name, or a function of the call's arguments. The decorator form cannot tie a
+# lambda's parameters to the function decorated later, so strict pyright sees them as unknown
+# there; a parameter name (`key="path"`) is the typed spelling.
 KeyFunction = Callable[..., Any]
 
 
@@ -38,7 +41,7 @@ def destination(  # type: ignore[overload-overlap]  # a coroutine function is al
     *,
     name: str | None = None,
     catch: ErrorTypes = Exception,
-    key: KeyFunction | None = None,
+    key: str | Callable[P, object] | None = None,
 ) -> Callable[P, AsyncEffect[R, DestinationError]]: ...
 @overload
 def destination(
@@ -47,7 +50,7 @@ def destination(
     *,
     name: str | None = None,
     catch: ErrorTypes = Exception,
-    key: KeyFunction | None = None,
+    key: str | Callable[P, object] | None = None,
 ) -> Callable[P, Effect[R, DestinationError]]: ...
 @overload
 def destination(
@@ -56,7 +59,7 @@ def destination(
     *,
     name: str | None = None,
     catch: ErrorTypes = Exception,
-    key: KeyFunction | None = None,
+    key: str | KeyFunction | None = None,
 ) -> DestinationDecorator: ...
 def destination(
     fn: Callable[..., Any] | None = None,
@@ -64,7 +67,7 @@ def destination(
     *,
     name: str | None = None,
     catch: ErrorTypes = Exception,
-    key: KeyFunction | None = None,
+    key: str | KeyFunction | None = None,
 ) -> Any:
     """
     Make a destination call of any function: calling it returns an effect instead of running.
@@ -76,8 +79,8 @@ def destination(
     `DestinationError` raised by the function passes through as it is. On success a change entry
     is added to the journal of the item being processed. Wrap the smallest repeatable call::
 
-        @migrate.destination(name="crm", key=lambda author: author["id"])
-        def put_author(author: dict[str, object]) -> int: ...
+        @migrate.destination(name="crm", key="author_id")
+        def put_author(author_id: int, author: dict[str, object]) -> int: ...
 
         def process(item, scope):
             crm_id = put_author(item.data).pipe(retry_transient).run_or_raise()
@@ -86,7 +89,20 @@ def destination(
         fn: The function; omit it to use ``destination(name=...)`` as a decorator.
         name: The destination name in errors and journal entries; default: the function's name.
         catch: The exception types that are destination failures; others propagate as defects.
-        key: Computes the journal entry's ``key`` from the call's arguments.
+        key: The journal entry's ``key``: the name of one of *fn*'s parameters (its argument in
+            each call; type-checks everywhere), or a function of the call's arguments (in the
+            decorator form strict pyright cannot type a lambda's parameters: use a name there).
+
+    Raises:
+        ValueError: If *key* is a name that is not one of *fn*'s parameters.
+
+    Example:
+        >>> import migrate
+        >>> @migrate.destination(name="catalogue", key="path")
+        ... def put(path: str, record: dict[str, str]) -> str:
+        ...     return path
+        >>> put("/books/1", {"title": "Dune"}).run()
+        <Success: /books/1>
     """
     if fn is None:
         return functools.partial(_wrap, name=name, catch=catch, key=key)
@@ -98,12 +114,13 @@ def _wrap(
     *,
     name: str | None,
     catch: ErrorTypes,
-    key: KeyFunction | None,
+    key: str | KeyFunction | None,
 ) -> Callable[..., Any]:
     if not callable(fn):
         raise TypeError(f"destination() needs a callable, got {fn!r}")
     label = name or getattr(fn, "__name__", None) or repr(fn)
     operation = getattr(fn, "__name__", "call")
+    key_of = _argument(fn, key) if isinstance(key, str) else key
 
     def translate(error: Exception) -> DestinationError:
         if isinstance(error, DestinationError):
@@ -116,7 +133,7 @@ def _wrap(
         scope = current_scope()
         if scope is not None:
             scope.journal.change(
-                label, operation, key=None if key is None else key(*args, **kwargs)
+                label, operation, key=None if key_of is None else key_of(*args, **kwargs)
             )
 
     if inspect.iscoroutinefunction(fn):
@@ -149,3 +166,19 @@ def _wrap(
         return Effect.attempt(call, catch=DestinationError)
 
     return make
+
+
+def _argument(fn: Callable[..., Any], name: str) -> KeyFunction:
+    """Return a function of a call's arguments giving the argument bound to parameter *name*."""
+    signature = inspect.signature(fn)
+    if name not in signature.parameters:
+        known = ", ".join(signature.parameters) or "none"
+        msg = f"key must name a parameter of {fn.__qualname__}(); got {name!r}, parameters: {known}"
+        raise ValueError(msg)
+
+    def argument(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments[name]
+
+    return argument

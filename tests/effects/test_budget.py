@@ -139,7 +139,7 @@ def test_threads_hammering_never_exceed_the_bound() -> None:
     for _ in range(200):
         budget.record_attempt(now=1.0)
     granted: list[int] = []
-    barrier = threading.Barrier(16)
+    barrier = threading.Barrier(16, timeout=60)
 
     def hammer() -> None:
         barrier.wait()

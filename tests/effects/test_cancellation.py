@@ -1,6 +1,8 @@
 """Cancellation from outside a retried call ends it at once, mid-wait or mid-attempt.
 
 Real time is the point here: the waits are 10 s on the system clock and the deadlines 50 ms.
+Ending in under ``PROMPT`` seconds (far below the 10 s wait, far above the deadline) proves the
+cancellation was prompt, with room for a machine slowed down tenfold.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from schedules import spaced
 
 DEADLINE = 0.05
 LONG = 10.0
+PROMPT = 3.0
 
 
 class TransientError(Exception):
@@ -60,7 +63,7 @@ async def test_cancel_during_the_wait_of_a_decorated_function(anyio_backend: str
         raise TransientError
 
     elapsed = await cancel_after(anyio_backend, flaky)
-    assert elapsed < 0.5
+    assert elapsed < PROMPT
     await real_sleep(anyio_backend, 0.02)
     assert [1] == calls
 
@@ -76,7 +79,7 @@ async def test_cancel_during_an_attempt_is_not_retried(anyio_backend: str) -> No
         await real_sleep(anyio_backend, LONG)
 
     elapsed = await cancel_after(anyio_backend, slow)
-    assert elapsed < 0.5
+    assert elapsed < PROMPT
     assert [1] == calls
 
 
@@ -91,7 +94,7 @@ async def test_cancel_a_retried_async_effect_mid_wait(anyio_backend: str) -> Non
 
     effect = AsyncEffect.attempt(thunk, catch=Exception).retry(spaced(LONG))
     elapsed = await cancel_after(anyio_backend, effect.run)
-    assert elapsed < 0.5
+    assert elapsed < PROMPT
     assert [1] == calls
 
 
@@ -107,7 +110,7 @@ async def test_cancel_an_async_for_attempts_loop_mid_wait(anyio_backend: str) ->
                 raise TransientError
 
     elapsed = await cancel_after(anyio_backend, block)
-    assert elapsed < 0.5
+    assert elapsed < PROMPT
     assert [1] == numbers
 
 
@@ -131,7 +134,7 @@ async def test_asyncio_timeout_block_cancels_a_retry(anyio_backend: str) -> None
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(DEADLINE):
                 await flaky()
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < PROMPT
     assert [1] == calls
 
 
@@ -149,4 +152,4 @@ async def test_timed_out_attempts_are_retried_as_typed_failures(anyio_backend: s
     result = await AsyncEffect.sync(slow).timeout(0.01).retry(times=2).run()
     assert isinstance(result.failure(), EffectTimeoutError)
     assert 3 == len(starts)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < PROMPT

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from effects import Effect, FatalError, Retry, RetryBudget, RetryEvent, add_hook, retry, use_clock
 from effects import use_random as use_rng
 from effects._driver import Counting, Run
+from effects._events import _REGISTRY
 from effects.testing import VirtualClock
 from schedules import forever
 
@@ -36,6 +37,15 @@ class NotRetryableError(Exception):
 
 class DefectError(Exception):
     """Outside every ``on=`` / ``catch=`` of these tests."""
+
+
+@pytest.fixture(autouse=True)
+def no_global_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start each test with no process-wide hook, whatever ran before in this process.
+
+    A registered hook turns the shortcut off, which would make these comparisons vacuous.
+    """
+    monkeypatch.setattr(_REGISTRY, "hooks", ())
 
 
 OUTCOMES = ("transient", "fatal", "not_retryable", "defect", "interrupt", "ok")

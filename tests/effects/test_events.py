@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from effects import Effect, FatalError, RetryBudget, RetryEvent, add_hook, log_retries, retry
-from effects._events import hooks
+from effects._events import _REGISTRY, hooks
 from effects.testing import VirtualClock
 from schedules import exponential, spaced
 
@@ -129,6 +129,8 @@ def test_no_event_is_built_when_nobody_listens(
     def forbidden(*args: object, **kwargs: object) -> RetryEvent:
         raise AssertionError("event built with nobody listening")
 
+    # Nobody listening means no hook either, whatever earlier code in this process registered.
+    monkeypatch.setattr(_REGISTRY, "hooks", ())
     monkeypatch.setattr("effects._driver.RetryEvent", forbidden)
     failing_effect(5).pipe(retry(spaced(1), times=3)).run()
     assert [1.0, 1.0, 1.0] == virtual_clock.sleeps
@@ -233,7 +235,7 @@ def test_log_retries_formats_nothing_below_the_logger_level(virtual_clock: Virtu
 
 def test_hook_registration_is_thread_safe() -> None:
     """Hooks added and removed from many threads at once are neither lost nor left behind."""
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(8, timeout=60)
     before = hooks()
     seen_all: list[bool] = []
 

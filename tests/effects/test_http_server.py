@@ -25,7 +25,10 @@ _NO_HEADERS: Mapping[str, str] = {}
 
 @attrs.frozen
 class Reply:
-    """One scripted answer: status, headers, body, and real seconds to stall before answering."""
+    """One scripted answer: status, headers, body, and real seconds to stall before answering.
+
+    A stall ends early when the server closes, so a long one costs a test nothing.
+    """
 
     status: int
     headers: Mapping[str, str] = attrs.field(factory=lambda: _NO_HEADERS)
@@ -36,6 +39,11 @@ class Reply:
 def http_date_in(seconds: int) -> str:
     """An IMF-fixdate at least *seconds* whole seconds from now (rounded up to a whole second)."""
     return email.utils.formatdate(math.ceil(time.time()) + seconds, usegmt=True)
+
+
+def epoch_of(http_date: str) -> float:
+    """The epoch seconds an HTTP-date names."""
+    return email.utils.parsedate_to_datetime(http_date).timestamp()
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -54,6 +62,7 @@ class ScriptedServer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         self._script: list[Reply | None] = []
         self.paths: list[str] = []
         server = self
@@ -62,7 +71,7 @@ class ScriptedServer:
             def do_GET(self) -> None:
                 reply = server._next(self.path)
                 if reply is not None and reply.stall:
-                    time.sleep(reply.stall)  # real time is the point: a client timeout
+                    server._closing.wait(reply.stall)  # real time is the point: a client timeout
                 headers = _NO_HEADERS if reply is None else reply.headers
                 status = 200 if reply is None else reply.status
                 body = b"ok" if reply is None else reply.body
@@ -102,7 +111,8 @@ class ScriptedServer:
             return len(self.paths)
 
     def close(self) -> None:
-        """Stop serving and release the port."""
+        """Stop serving (ending any stall) and release the port."""
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
@@ -127,42 +137,53 @@ def urllib_get(url: str) -> bytes:
             raise ApiRequestError.from_response(error) from error
 
 
-def busy_then_ok(date_seconds: int = 3) -> list[Reply]:
-    """503 with Retry-After: 1, then 429 with Retry-After as an HTTP-date, then (unscripted) 200."""
-    return [
-        Reply(503, {"Retry-After": "1"}),
-        Reply(429, {"Retry-After": http_date_in(date_seconds)}),
-    ]
+@attrs.frozen
+class BusyThenOk:
+    """A script: 503 with Retry-After: 1, then 429 with an HTTP-date, then (unscripted) 200."""
+
+    date: str = attrs.field(factory=lambda: http_date_in(10))
+    scripted_at: float = attrs.field(factory=time.time)
+
+    @property
+    def replies(self) -> list[Reply]:
+        """The two failing replies, in order."""
+        return [Reply(503, {"Retry-After": "1"}), Reply(429, {"Retry-After": self.date})]
+
+    def check(self, sleeps: list[float]) -> None:
+        """The waits are what the server asked: 1 s, then until the date.
+
+        The date was read between scripting and now, so the second wait lies between the
+        date's distance from now and from the scripting, however slow the requests were.
+        """
+        date = epoch_of(self.date)
+        assert 2 == len(sleeps)
+        assert 1.0 == sleeps[0]
+        assert date - time.time() <= sleeps[1] <= date - self.scripted_at
 
 
 POLICY = respect_retry_after(exponential("10ms"), limit=60)
 
 
-def check_busy_then_ok_sleeps(sleeps: list[float]) -> None:
-    """The waits honour what the server asked: 1 s, then the date (3 s away, less latency)."""
-    assert 2 == len(sleeps)
-    assert 1.0 == sleeps[0]
-    assert 2.5 <= sleeps[1] <= 4.0
-
-
 def test_urllib_decorated_function_honours_retry_after(server: ScriptedServer) -> None:
     """Through urllib and @retry: two retries waiting what the server asked, then the body."""
-    server.script(busy_then_ok())
+    busy = BusyThenOk()
+    server.script(busy.replies)
     fetch = retry(POLICY, times=4, on=ApiRequestError)(urllib_get)
     with use_clock(VirtualClock()) as clock:
         assert b"ok" == fetch(server.url + "/a")
     assert 3 == server.requests
-    check_busy_then_ok_sleeps(clock.sleeps)
+    busy.check(clock.sleeps)
 
 
 def test_urllib_effect_honours_retry_after(server: ScriptedServer) -> None:
     """The same through Effect.attempt(...).retry(...).run_or_raise()."""
-    server.script(busy_then_ok())
+    busy = BusyThenOk()
+    server.script(busy.replies)
     effect = Effect.attempt(lambda: urllib_get(server.url + "/b"), catch=ApiRequestError)
     with use_clock(VirtualClock()) as clock:
         assert b"ok" == effect.retry(POLICY, times=4).run_or_raise()
     assert 3 == server.requests
-    check_busy_then_ok_sleeps(clock.sleeps)
+    busy.check(clock.sleeps)
 
 
 def test_retry_after_above_the_limit_stops_at_once(server: ScriptedServer) -> None:
@@ -203,7 +224,8 @@ def test_permanent_status_is_not_retried(server: ScriptedServer) -> None:
 def test_httpx_sync_client_honours_retry_after(server: ScriptedServer) -> None:
     """Through httpx.Client: the same waits and request count."""
     httpx = pytest.importorskip("httpx")
-    server.script(busy_then_ok())
+    busy = BusyThenOk()
+    server.script(busy.replies)
 
     with httpx.Client(timeout=10) as client:
 
@@ -218,14 +240,15 @@ def test_httpx_sync_client_honours_retry_after(server: ScriptedServer) -> None:
         with use_clock(VirtualClock()) as clock:
             assert "ok" == fetch("/f")
     assert 3 == server.requests
-    check_busy_then_ok_sleeps(clock.sleeps)
+    busy.check(clock.sleeps)
 
 
 @pytest.mark.anyio
 async def test_httpx_async_client_honours_retry_after(server: ScriptedServer) -> None:
     """Through httpx.AsyncClient under asyncio and trio: the same waits and request count."""
     httpx = pytest.importorskip("httpx")
-    server.script(busy_then_ok())
+    busy = BusyThenOk()
+    server.script(busy.replies)
 
     async with httpx.AsyncClient(timeout=10) as client:
 
@@ -240,7 +263,7 @@ async def test_httpx_async_client_honours_retry_after(server: ScriptedServer) ->
             effect = AsyncEffect.attempt(get, catch=ApiRequestError).retry(POLICY, times=4)
             assert "ok" == await effect.run_or_raise()
     assert 3 == server.requests
-    check_busy_then_ok_sleeps(clock.sleeps)
+    busy.check(clock.sleeps)
 
 
 @pytest.mark.anyio

@@ -141,11 +141,18 @@ def test_retry_after_above_the_limit_stops(server: ScriptedServer) -> None:
 
 
 def test_client_timeout_is_transient_and_retried(server: ScriptedServer) -> None:
-    """A request that times out (a 0.05 s timeout here, real time) is retried and then succeeds."""
-    server.script([Reply(200, body=AUTHOR, stall=0.3), Reply(200, body=AUTHOR)])
-    result, clock = run(get_author(server.url, "7", timeout=0.05).pipe(retry_transient))
+    """A request that times out (real time) is retried, and the retry succeeds."""
+    # The first reply stalls until the server closes; the first attempt gives up after 0.5 s,
+    # long enough that its request is surely the one that meets the stall. The retry has 10 s.
+    server.script([Reply(200, body=AUTHOR, stall=60), Reply(200, body=AUTHOR)])
+    timeouts = iter([0.5])
+    effect = Effect.attempt(
+        lambda: fetch_author(server.url, "7", next(timeouts, 10.0)), catch=ApiRequestError
+    )
+    result, clock = run(effect.pipe(retry_transient))
     assert "Ada" == result.unwrap()["name"]
     assert 1 == len(clock.sleeps)
+    assert 2 == server.requests
 
 
 def test_the_same_value_works_as_a_plain_function_of_effects(server: ScriptedServer) -> None:

@@ -44,7 +44,7 @@ def test_a_use_clock_block_cannot_be_entered_twice() -> None:
 def test_clock_set_in_a_thread_does_not_leak() -> None:
     """A clock installed in one thread is invisible to other threads and to the caller."""
     seen: dict[str, object] = {}
-    ready = threading.Barrier(2)
+    ready = threading.Barrier(2, timeout=60)
 
     def with_virtual() -> None:
         with use_clock(VirtualClock(start=100)):
@@ -70,7 +70,7 @@ def test_clock_set_in_a_thread_does_not_leak() -> None:
 def test_threads_retry_on_their_own_clocks() -> None:
     """Two threads retrying under different virtual clocks each record only their own waits."""
     clocks = {"a": VirtualClock(), "b": VirtualClock()}
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(2, timeout=60)
 
     def work(name: str, delay: float) -> None:
         with use_clock(clocks[name]):

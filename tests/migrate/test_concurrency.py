@@ -47,7 +47,7 @@ def test_sync_process_with_concurrency_runs_in_threads(tmp_path: Path) -> None:
     lock = threading.Lock()
     active = [0]
     peak = [0]
-    barrier = threading.Barrier(2, timeout=5)
+    barrier = threading.Barrier(2, timeout=60)
 
     def process(item: migrate.Item, scope: migrate.Scope) -> None:
         with lock:

@@ -200,3 +200,23 @@ def test_destination_retry_attempts_are_recorded_in_evidence(
         failure.error.attempts,
     ) == ("destination", "DestinationError", 3)
     assert virtual_clock.sleeps == [1.0, 2.0]
+
+
+def test_a_run_leaves_no_retry_hook_behind(tmp_path: Path) -> None:
+    """The hook counting attempts for evidence is registered during a run only, then removed."""
+    from effects._events import hooks
+
+    before = hooks()
+    seen_during: list[int] = []
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        seen_during.append(len(hooks()))
+        Effect.fail(ConnectionError("down")).pipe(retry(times=2)).run_or_raise()
+
+    source = migrate.MemorySource([{"id": 1}])
+    config = config_of(tmp_path, migrate.Migration("p", source, process))
+    summary = migrate.run(config)
+    (failure,) = migrate.failures(config, "p")
+    assert [len(before) + 1] == seen_during
+    assert before == hooks()
+    assert ("failed", 3) == (summary.status, failure.error.attempts)

@@ -6,10 +6,10 @@ import math
 import random
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from schedules import MAX_DELAY, Schedule, forever, simulate
+from schedules import MAX_DELAY, Schedule, forever, simulate, spaced
 from schedules.testing import schedules
 from tests.schedules._support import ConstantRandom, delays_of, run
 
@@ -89,6 +89,9 @@ def test_max_delay_never_exceeds_the_cap(a: AnySchedule, cap: float, seed: int) 
     st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 3.0)).map(sorted),
     st.floats(0.0, 0.999),
 )
+# Float edges where low + r * (high - low) rounds up to high: always tried, not only when drawn.
+@example(spaced(1), [0.0, 5e-324], 0.75)
+@example(spaced(7), [0.5, 0.5 + 2**-52], 0.9)
 def test_jittered_delays_lie_in_the_scaled_range(
     a: AnySchedule, bounds: list[float], r: float
 ) -> None:
