@@ -39,6 +39,7 @@ from migrate import (
     status,
     unlock,
 )
+from migrate._errors import plural
 
 __all__ = [
     "EXIT_FAILED_ITEMS",
@@ -106,7 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive_int, default=20, metavar="N")
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
-    p = commands.add_parser("failures", help="failed items of a definition, with evidence")
+    p = commands.add_parser(
+        "failures",
+        help="failed items of a definition, with evidence, in natural identity order (7 before 13)",
+    )
     p.add_argument("definition", metavar="DEF")
     p.add_argument("--limit", type=_positive_int, default=None, metavar="N")
     p.add_argument("--json", action="store_true", help="print one JSON document")
@@ -403,7 +407,7 @@ def _cmd_failures(config: Config, args: argparse.Namespace, out: Writer) -> int:
         return EXIT_OK
     total = status(config, definitions=(args.definition,)).definitions[args.definition].failed
     shown = f" (showing {_n(len(records))})" if total > len(records) else ""
-    print(f"{args.definition}: {_n(total)} failed item(s){shown}", file=out)
+    print(f"{args.definition}: {plural(total, 'failed item')}{shown}", file=out)
     for record in records:
         error = record.error
         tries = "attempt" if error.attempts == 1 else "attempts"
@@ -469,22 +473,26 @@ class LogProgress:
         self._processed[definition_id] = event.processed
         if event.kind == "start":
             self._started[definition_id] = now
-            total = "" if event.total is None else f", {_n(event.total)} items"
+            total = "" if event.total is None else f", {plural(event.total, 'item')}"
             line = f"[{definition_id}] start (mode {event.mode}{total})"
         else:
             elapsed = now - self._started.get(definition_id, now)
-            rate = f", {event.processed / elapsed:,.0f} items/s" if elapsed > 0 else ""
+            speed = f"{event.processed / elapsed:,.0f}" if elapsed > 0 else ""
+            unit = "item/s" if speed == "1" else "items/s"
+            rate = f", {speed} {unit}" if speed else ""
             brief = _counts_brief(event.counts) or "nothing"
-            of = "" if event.total is None else f"/{_n(event.total)}"
             if event.kind == "window":
-                line = (
-                    f"[{definition_id}] window {event.window}: {_n(event.processed)}{of} items "
-                    f"({brief}){rate}"
+                # "3/10 items": the noun agrees with the number next to it.
+                done = (
+                    plural(event.processed, "item")
+                    if event.total is None
+                    else f"{_n(event.processed)}/{plural(event.total, 'item')}"
                 )
+                line = f"[{definition_id}] window {event.window}: {done} ({brief}){rate}"
             else:
                 line = (
-                    f"[{definition_id}] done: {_n(event.processed)} items in {elapsed:.1f}s "
-                    f"({brief})"
+                    f"[{definition_id}] done: {plural(event.processed, 'item')} in "
+                    f"{elapsed:.1f}s ({brief})"
                 )
         print(line, file=self.stream, flush=True)
 
@@ -540,7 +548,7 @@ class BarProgress:
             head = f"{bar} {_n(done)}/{_n(event.total)} {fraction:4.0%}"
         else:
             spin = "-\\|/"[event.window % 4] if event.kind != "end" else " "
-            head = f"{spin} {_n(done)} items"
+            head = f"{spin} {plural(done, 'item')}"
         parts = [f"{event.definition_id:<14}", head, rate, failed]
         if event.kind == "end":
             parts.append(f"{elapsed:.1f}s")

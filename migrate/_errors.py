@@ -58,6 +58,17 @@ def format_time(timestamp: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def plural(count: int, noun: str) -> str:
+    """
+    *count* (with thousands separators) and *noun*, with an ``s`` unless *count* is 1.
+
+    Example:
+        >>> plural(1, "item"), plural(0, "item"), plural(12345, "failed item")
+        ('1 item', '0 items', '12,345 failed items')
+    """
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
 class Skip(Exception):  # noqa: N818 - the issue fixes this name: `raise migrate.Skip(reason)`
     """
     Raised by a process pipeline to skip its item; the item's state becomes ``skipped``.

@@ -8,7 +8,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from migrate._definition import Config
-from migrate._errors import UsageError
+from migrate._errors import UsageError, plural
 
 __all__ = ["Mode", "Plan", "PlanStep", "RunOptions", "plan"]
 
@@ -73,7 +73,9 @@ class PlanStep:
     Attributes:
         definition_id: The definition.
         mode: How it runs.
-        reason: ``"named"``, or ``"dependency of X"`` when pulled in by ``with_dependencies``.
+        reason: Why the definition is in the plan: ``"named"`` (named in the options),
+            ``"all"`` (no definition named, or ``all``), or ``"dependency of X"`` (pulled in by
+            ``with_dependencies`` for definition X; such a step runs in mode ``normal``).
     """
 
     definition_id: str
@@ -112,7 +114,7 @@ class Plan:
 
     def __str__(self) -> str:
         width = max((len(s.definition_id) for s in self.steps), default=0)
-        lines = [f"Plan: {len(self.steps)} definition(s), mode {self.mode}"]
+        lines = [f"Plan: {plural(len(self.steps), 'definition')}, mode {self.mode}"]
         for number, step in enumerate(self.steps, 1):
             lines.append(
                 f"  {number}. {step.definition_id:<{width}}  {step.mode:<7}  {step.reason}"
@@ -162,13 +164,17 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
         ...     Migration("books", MemorySource([]), process, requires=["authors"]),
         ... ])
         >>> print(plan(config, RunOptions(["books"], failed=True, with_dependencies=True)))
-        Plan: 2 definition(s), mode failed
+        Plan: 2 definitions, mode failed
           1. authors  normal   dependency of books
           2. books    failed   named
         >>> print(plan(config, RunOptions(["books"])))
-        Plan: 1 definition(s), mode normal
+        Plan: 1 definition, mode normal
           1. books  normal   named
           requires authors (for books): must have run cleanly
+        >>> print(plan(config))
+        Plan: 2 definitions, mode normal
+          1. authors  normal   all
+          2. books    normal   all
     """
     options = RunOptions() if options is None else options
     if options.failed and options.skipped:
@@ -198,7 +204,7 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
         config.get(definition_id)
         if definition_id not in named:
             named.append(definition_id)
-    reasons = dict.fromkeys(named, "named")
+    reasons = dict.fromkeys(named, "named" if options.definitions else "all")
     if options.with_dependencies:
         pending = list(named)
         while pending:
@@ -209,9 +215,7 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
                     pending.append(dependency)
     order = config.order(list(reasons))
     mode = options.mode
-    steps = tuple(
-        PlanStep(d, mode if reasons[d] == "named" else "normal", reasons[d]) for d in order
-    )
+    steps = tuple(PlanStep(d, mode if d in named else "normal", reasons[d]) for d in order)
     checked = tuple(
         (d, dependency)
         for d in order

@@ -66,7 +66,12 @@ def failures(
     config: Config, definition_id: str, *, limit: int | None = None
 ) -> tuple[FailureRecord, ...]:
     """
-    The failed items of a definition with their evidence, in identity order.
+    The failed items of a definition with their evidence, in natural identity order.
+
+    Natural order compares runs of digits as numbers, so ``"7"`` comes before ``"13"`` and
+    ``"b2"`` before ``"b10"``; the rest compares as text. (Not the order the items failed: the
+    items of one window share a time, and a ``--failed`` run retimes them all.) *limit* takes
+    the first ones in that order.
 
     Args:
         config: The config whose store is read.

@@ -30,6 +30,7 @@ from migrate._errors import (
     Skip,
     SourceError,
     TrackingError,
+    plural,
 )
 from migrate._pipeline import (
     _CURRENT,  # pyright: ignore[reportPrivateUsage]
@@ -41,6 +42,7 @@ from migrate._pipeline import (
 from migrate._planner import Plan, PlanStep, RunOptions, plan
 from migrate._reports import ErrorCount, ProgressEvent, RunSummary
 from migrate._sources import Contract, Cursor, Item
+from migrate._sources._base import MissingFieldError
 from migrate._state import Counts, DefinitionResult, ErrorEvidence
 from migrate._store_sqlite import PriorState, StateRow, Store
 
@@ -122,11 +124,11 @@ def preflight(config: Config, store: Store, definition_id: str, dependency: str)
         if result is not None and result.error:
             what = f"stopped with an error ({result.error})"
         elif result is not None and result.counts.failed:
-            what = f"ended with {result.counts.failed} failed item(s)"
+            what = f"ended with {plural(result.counts.failed, 'failed item')}"
         return f"{refused}: its latest run {latest.run_id} {what}; {advice}"
     failed = store.count_status(dependency, "failed")
     if failed:
-        return f"{refused} has {failed} failed item(s); {advice}"
+        return f"{refused} has {plural(failed, 'failed item')}; {advice}"
     return None
 
 
@@ -293,10 +295,10 @@ class _Run:
                 )
                 continue
             changed[definition_id] = changes
-            stored_states = store.counts(definition_id).total
+            stored_states = plural(store.counts(definition_id).total, "stored item state")
             lines.append(
                 f"definition {definition_id!r} changed its source contract since its states "
-                f"were stored: {'; '.join(changes)}. Its {stored_states} stored item state(s) "
+                f"were stored: {'; '.join(changes)}. Its {stored_states} "
                 "and saved cursor were recorded under the old contract. If the change is "
                 f"intended, run: migrate run {definition_id} --force --update (records the new "
                 "contract, then processes every migrated item again); otherwise undo the change "
@@ -441,13 +443,12 @@ class _DefinitionRunner:
 
     def _run_discovery(self, *, update: bool) -> None:
         source = self.migration.source
-        if update:
-            self.store.mark_needs_update(self.definition_id, self.run_id)
-        cursor = self.store.cursor(self.definition_id)
+        cursor = None if update else self.store.cursor(self.definition_id)
         if cursor is None:
             self.total = source.count()
         self._emit("start")
         retry = self.migration.source_cursor_retry
+        unmarked = update
         while True:
             effect = source.read(cursor)
             if retry is not None:
@@ -458,10 +459,15 @@ class _DefinitionRunner:
                 error: SourceError = outcome.failure()
                 attempts = attempts_of(sink, error)
                 self.error = (
-                    f"reading {source.describe()} failed after {attempts} attempt(s): "
+                    f"reading {source.describe()} failed after {plural(attempts, 'attempt')}: "
                     f"{type(error).__name__}: {error}"
                 )
                 return
+            if unmarked:
+                # Marked once the source has read, so a source whose arguments do not match its
+                # data (a SourceError above) leaves every stored state as it was.
+                self.store.mark_needs_update(self.definition_id, self.run_id)
+                unmarked = False
             window = outcome.unwrap()
             rows = self._process_window(window.items, discovery=True) if window.items else []
             self._commit(rows, window.next_cursor, save_cursor=True)
@@ -498,6 +504,8 @@ class _DefinitionRunner:
             sink = Scope(self.run_id, self.definition_id, "")
             outcome = self._run_in(sink, effect.run)
             if isinstance(outcome, Failure):
+                if self._stop_on_missing_field(outcome.failure()):
+                    return
                 batch_error = evidence_for(outcome.failure(), sink, "source")
             else:
                 found = outcome.unwrap()
@@ -519,6 +527,8 @@ class _DefinitionRunner:
                     sink = Scope(self.run_id, self.definition_id, identity)
                     result = self._run_in(sink, lookup.run)
                     if isinstance(result, Failure):
+                        if self._stop_on_missing_field(result.failure()):
+                            return
                         evidence = evidence_for(result.failure(), sink, "source")
                         rows.append(self._failed_row(identity, evidence, prior.get(identity)))
                         continue
@@ -535,6 +545,14 @@ class _DefinitionRunner:
                 items.append(item)
             rows.extend(self._process_window(items, discovery=False, prior=prior))
             self._commit(rows, None, save_cursor=False)
+
+    def _stop_on_missing_field(self, error: SourceError) -> bool:
+        # The source's arguments do not match its data: every lookup would fail alike, and
+        # turning the targeted items' states into failures would lose what they were.
+        if not isinstance(error, MissingFieldError):
+            return False
+        self.error = f"looking up items in {self.migration.source.describe()} failed: {error}"
+        return True
 
     @staticmethod
     def _run_in(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -578,15 +579,16 @@ class Store:
         return tuple(_item_state(row) for row in rows)
 
     def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:
-        """Failed items of *definition_id* with their evidence, in identity order."""
-        sql = (
+        """
+        Failed items of *definition_id* with their evidence, in natural identity order (see
+        `natural_key`: ``"7"`` before ``"13"``), the first *limit* of them (``None``: all).
+        """
+        rows = self._query(
             "SELECT identity, run_id, error, journal FROM item_states "
-            "WHERE definition = ? AND status = 'failed' ORDER BY identity"
+            "WHERE definition = ? AND status = 'failed'",
+            (definition_id,),
         )
-        params: tuple[Any, ...] = (definition_id,)
-        if limit is not None:
-            sql += " LIMIT ?"
-            params = (definition_id, limit)
+        ordered = sorted(rows, key=lambda row: natural_key(row[0]))
         return tuple(
             FailureRecord(
                 identity=row[0],
@@ -594,7 +596,7 @@ class Store:
                 error=ErrorEvidence.from_json(_loads(row[2]) or {}),
                 journal=tuple(_loads(row[3]) or ()),
             )
-            for row in self._query(sql, params)
+            for row in (ordered if limit is None else ordered[:limit])
         )
 
     def tracking(self, definition_id: str, identity: str) -> dict[str, Any] | None:
@@ -604,6 +606,27 @@ class Store:
             (definition_id, identity),
         )
         return cast("dict[str, Any] | None", _loads(rows[0][0])) if rows else None
+
+
+_DIGITS = re.compile(r"([0-9]+)")
+
+
+def natural_key(identity: str) -> tuple[tuple[int, int, str], ...]:
+    """
+    Sort key putting identities in natural order: runs of digits compare as numbers (before
+    text at the same place), the rest as text; equal numbers by their text (``"007"`` first).
+
+    Example:
+        >>> sorted(["13", "7", "b2", "b10", "a", "100"], key=natural_key)
+        ['7', '13', '100', 'a', 'b2', 'b10']
+    """
+    parts = _DIGITS.split(identity)
+    # split() with a group alternates text, digits, text, ...: odd positions are digit runs.
+    return tuple(
+        (0, int(part), part) if index % 2 else (1, 0, part)
+        for index, part in enumerate(parts)
+        if part
+    )
 
 
 _RUN_COLUMNS = "id, status, mode, definitions, error, started_at, ended_at, pid, host"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
@@ -31,7 +31,9 @@ class Item:
         identity: The item's identity, always a string (``str()`` of the identity field).
         data: The record's fields.
         version: The source version: the version field's value as a string, or a content hash
-            when the source has no version field, so a changed record is processed again.
+            when the source is given no version field, so a changed record is processed again.
+            ``None`` only when the version field's value is null: such an item is processed
+            on every run. (A version field the record lacks is a `SourceError`, not ``None``.)
     """
 
     identity: str
@@ -235,12 +237,48 @@ class Source(abc.ABC):
         return Effect.attempt(lambda: self.find(identities), catch=SourceError)
 
 
+class MissingFieldError(SourceError):
+    """
+    A source's records lack its configured identity or version field: the source's arguments do
+    not match its data. Not transient: the runner stops the definition and writes no state.
+    """
+
+
+def missing_field(where: str, role: str, field: str, present: Iterable[str]) -> MissingFieldError:
+    """
+    The error for a *role* (``"identity"`` or ``"version"``) *field* absent at *where*.
+
+    Example:
+        >>> error = missing_field("csv:p.csv header", "version", "rev", ["id", "name"])
+        >>> print(*str(error).split("; "), sep="\\n")
+        csv:p.csv header has no version field 'rev'
+        its fields are 'id', 'name' (check the source's version= argument)
+    """
+    fields = ", ".join(repr(str(name)) for name in present) or "none"
+    return MissingFieldError(
+        f"{where} has no {role} field {field!r}; its fields are {fields} "
+        f"(check the source's {role}= argument)"
+    )
+
+
 def identity_of(record: Mapping[str, Any], field: str, where: str) -> str:
     """Return ``str(record[field])``, or raise `SourceError` naming *where* it is missing."""
     try:
         value = record[field]
     except KeyError:
-        raise SourceError(f"{where} has no identity field {field!r}") from None
+        raise missing_field(where, "identity", field, record) from None
     if value is None or value == "":
         raise SourceError(f"{where} has an empty identity field {field!r}")
     return str(value)
+
+
+def version_of(record: Mapping[str, Any], field: str, where: str) -> str | None:
+    """
+    Return the version field's value as a string (``None`` when the value is null), or raise
+    `SourceError` naming *where* the field is missing.
+    """
+    try:
+        value = record[field]
+    except KeyError:
+        raise missing_field(where, "version", field, record) from None
+    return None if value is None else str(value)

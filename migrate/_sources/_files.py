@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from migrate._errors import SourceError
+from migrate._errors import SourceError, plural
 from migrate._sources._base import (
     Cursor,
     Item,
@@ -20,6 +20,8 @@ from migrate._sources._base import (
     Window,
     content_version,
     identity_of,
+    missing_field,
+    version_of,
 )
 
 __all__ = ["CsvSource", "JsonlSource"]
@@ -88,14 +90,11 @@ class _FileSource(Source):
         """
 
     def _item(self, record: dict[str, Any], raw: str, line: int) -> Item:
-        identity = identity_of(record, self.identity, f"{self.describe()} line {line}")
-        version: str | None
+        where = f"{self.describe()} line {line}"
+        identity = identity_of(record, self.identity, where)
         if self.version is None:
-            version = content_version(raw)
-        else:
-            value = record.get(self.version)
-            version = None if value is None else str(value)
-        return Item(identity, record, version)
+            return Item(identity, record, content_version(raw))
+        return Item(identity, record, version_of(record, self.version, where))
 
     def read_window(self, cursor: Cursor) -> Window:
         fingerprint = self.fingerprint()
@@ -133,10 +132,7 @@ class _FileSource(Source):
         try:
             with self.path.open("rb") as handle:
                 for line, _offset, record, raw in self._records(handle, None):
-                    value = record.get(self.identity)
-                    if value is None:
-                        continue
-                    key = str(value)
+                    key = identity_of(record, self.identity, f"{self.describe()} line {line}")
                     if key in wanted and key not in found:
                         found[key] = self._item(record, raw, line)
                         if len(found) == len(wanted):
@@ -160,6 +156,12 @@ class CsvSource(_FileSource):
         version: The column holding the row's source version; ``None`` uses a hash of the row.
         window_size: Rows per window (>= 1).
         encoding: The file's text encoding (a UTF-8 byte order mark is ignored).
+
+    Reads and lookups raise `SourceError` (so a run stops that definition with the message and
+    stores nothing for it) when the file cannot be read, a row is malformed, a row's identity is
+    empty, or the header lacks the *identity* or *version* column; that message names the column,
+    the file and the header's columns. The file is not opened before the first read, so these
+    are not known when the config loads.
     """
 
     kind = "csv"
@@ -194,6 +196,9 @@ class CsvSource(_FileSource):
         header, header_end, header_lines = self._header(handle)
         if not header:
             return
+        for role, field in (("identity", self.identity), ("version", self.version)):
+            if field is not None and field not in header:
+                raise missing_field(f"{self.describe()} header", role, field, header)
         offset, base_line = (header_end, header_lines) if start is None else start
         handle.seek(offset)
         position = [offset]
@@ -205,8 +210,9 @@ class CsvSource(_FileSource):
                 if not row:
                     continue
                 if len(row) != width:
+                    line = base_line + reader.line_num
                     raise SourceError(
-                        f"{describe} line {base_line + reader.line_num}: {len(row)} fields, "
+                        f"{describe} line {line}: {plural(len(row), 'field')}, "
                         f"the header has {width}"
                     )
                 record = dict(zip(header, row, strict=True))
@@ -222,6 +228,12 @@ class JsonlSource(_FileSource):
 
     Lookup strategy ``scan``; cursor and arguments as `CsvSource` (*identity* and *version* name
     fields of each object).
+
+    Every object must have the *identity* field and, when given, the *version* field (a null
+    version value gives ``Item.version`` ``None``: the item is processed on every run). An object
+    lacking either fails the read or lookup with `SourceError` naming the field, the file and
+    line, and the fields the object has; a run then stops that definition at that window and
+    stores nothing for the window.
     """
 
     kind = "jsonl"

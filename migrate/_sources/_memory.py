@@ -6,6 +6,7 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from migrate._errors import plural
 from migrate._sources._base import (
     Cursor,
     Item,
@@ -14,6 +15,7 @@ from migrate._sources._base import (
     Window,
     content_version,
     identity_of,
+    version_of,
 )
 
 __all__ = ["MemorySource"]
@@ -28,12 +30,15 @@ class MemorySource(Source):
         identity: The field holding each record's identity.
         lookup: The lookup strategy to declare: ``"direct"`` (an index) or ``"scan"`` (a pass over
             the items, counted in `scans`).
-        version: The field holding the source version; ``None`` uses a hash of the record.
+        version: The field holding the source version; ``None`` uses a hash of the record. A null
+            value gives ``Item.version`` ``None`` (the item is processed on every run).
         window_size: Items per window (>= 1).
 
     Raises:
         ValueError: If *lookup* is neither ``"direct"`` nor ``"scan"``, or *window_size* < 1.
-        SourceError: If a record has no identity.
+        SourceError: If a record lacks the *identity* field (or its value is empty) or lacks the
+            *version* field; the message names the field, the item's position and the fields
+            it has. Raised here, so a config building the source fails to load.
 
     Example:
         >>> source = MemorySource([{"id": 1, "name": "Ada"}, {"id": 2, "name": "Alan"}])
@@ -65,14 +70,12 @@ class MemorySource(Source):
         self._index = {item.identity: item for item in self._items}
 
     def _item(self, record: dict[str, Any], position: int) -> Item:
-        identity = identity_of(record, self.identity, f"memory item {position}")
-        version: str | None
+        where = f"memory item {position}"
+        identity = identity_of(record, self.identity, where)
         if self.version is None:
             version = content_version(json.dumps(record, sort_keys=True, default=str))
-        else:
-            value = record.get(self.version)
-            version = None if value is None else str(value)
-        return Item(identity, record, version)
+            return Item(identity, record, version)
+        return Item(identity, record, version_of(record, self.version, where))
 
     def __repr__(self) -> str:
         return (
@@ -81,7 +84,7 @@ class MemorySource(Source):
         )
 
     def describe(self) -> str:
-        return f"memory:{len(self._items)} items"
+        return f"memory:{plural(len(self._items), 'item')}"
 
     def count(self) -> int:
         return len(self._items)

@@ -7,7 +7,15 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal, Protocol, cast
 
 from migrate._errors import SourceError
-from migrate._sources._base import Cursor, Item, LookupStrategy, Source, Window, content_version
+from migrate._sources._base import (
+    Cursor,
+    Item,
+    LookupStrategy,
+    Source,
+    Window,
+    content_version,
+    missing_field,
+)
 
 __all__ = ["DbApiConnection", "SqlSource", "placeholder", "quote_identifier"]
 
@@ -104,6 +112,12 @@ class SqlSource(Source):
 
     Raises:
         ValueError: If *table*, *identity* or *version* is not a plain SQL name.
+
+    Reads and lookups raise `SourceError` when the driver fails, or when the table has no
+    *identity* or *version* column (the message names the column, the table and the columns it
+    has; a run then stops the definition and stores nothing for it). The database is not
+    queried before the first read, so these are not known when the config loads. A null
+    version value gives ``Item.version`` ``None``: the item is processed on every run.
     """
 
     lookup_strategy: LookupStrategy = "direct"
@@ -158,18 +172,21 @@ class SqlSource(Source):
         return columns, rows
 
     def _items(self, columns: list[str], rows: Sequence[Sequence[Any]]) -> list[Item]:
-        try:
-            key = columns.index(self.identity)
-        except ValueError:
-            raise SourceError(f"{self.describe()}: no identity column {self.identity!r}") from None
+        where = f"{self.describe()} table {self.table!r}"
+        if self.identity not in columns:
+            raise missing_field(where, "identity", self.identity, columns)
+        key = columns.index(self.identity)
         versioned = self.version
+        if versioned is not None and versioned not in columns:
+            raise missing_field(where, "version", versioned, columns)
+        at = None if versioned is None else columns.index(versioned)
         items: list[Item] = []
         for row in rows:
             data = dict(zip(columns, row, strict=True))
-            if versioned is None:
+            if at is None:
                 version: str | None = content_version(repr(tuple(row)))
             else:
-                value = data.get(versioned)
+                value = row[at]
                 version = None if value is None else str(value)
             items.append(Item(str(row[key]), data, version))
         return items

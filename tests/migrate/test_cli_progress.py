@@ -147,3 +147,35 @@ def test_summary_text_has_counts_table_errors_and_next_steps() -> None:
         "see the evidence: migrate failures authors",
         "after fixing the cause: migrate run authors --failed",
     ]
+
+
+def test_log_progress_says_1_item_not_1_items() -> None:
+    """Counts of one take the singular: start, window (with and without total) and done."""
+    out, clock = io.StringIO(), FakeClock()
+    progress = LogProgress(out, clock)
+    progress(_event("start", 0, 0, 1))
+    clock.now += 1.0
+    progress(_event("window", 1, 1, 1))
+    progress(_event("end", 1, 1, 1))
+    unknown = LogProgress(out, clock)
+    unknown(_event("start", 0, 0, None))
+    unknown(_event("window", 1, 1, None))
+    assert out.getvalue().splitlines() == [
+        "[books] start (mode normal, 1 item)",
+        "[books] window 1: 1/1 item (migrated 1), 1 item/s",
+        "[books] done: 1 item in 1.0s (migrated 1)",
+        "[books] start (mode normal)",
+        "[books] window 1: 1 item (migrated 1)",
+    ]
+
+
+def test_bar_progress_without_total_says_1_item() -> None:
+    """A bar without a known total counts "1 item", then "2 items"."""
+    out, clock = io.StringIO(), FakeClock()
+    progress = BarProgress(out, clock)
+    progress(_event("start", 0, 1, None))
+    clock.now += 1.0
+    progress(_event("window", 1, 2, None))
+    assert ["books           - 1 item", "books           \\ 2 items  2/s"] == (
+        out.getvalue().split("\r")[1:]
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.migrate.test_cli_support import Project, make_project
+from tests.migrate.cli_support import Project, make_project
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_failures_text_shows_identity_and_error(project: Project) -> None:
     """``failures DEF`` prints each failed identity with its error."""
     done = project.cli("failures", "people")
     assert done.returncode == 0
-    assert "people: 1 failed item(s)" in done.stdout
+    assert "people: 1 failed item\n" in done.stdout
     assert "\n2  (run " in done.stdout
     assert "process error ValueError: marked bad" in done.stdout
 
@@ -107,7 +107,7 @@ def test_failures_limit_caps_the_list(tmp_path: Path) -> None:
     assert project.cli("run", "people").returncode == 1
     assert len(project.json("failures", "people", "--limit", "2")) == 2
     assert (
-        "people: 5 failed item(s) (showing 3)"
+        "people: 5 failed items (showing 3)"
         in project.cli("failures", "people", "--limit", "3").stdout
     )
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.migrate.test_cli_support import Project, make_project, migrate_command
+from tests.migrate.cli_support import Project, make_project, migrate_command
 
 RUN_KEYS = {"migrated", "skipped", "failed", "unchanged", "needs_update"}
 
@@ -247,7 +247,7 @@ def test_changed_contract_is_refused_with_3_until_forced(tmp_path: Path) -> None
     assert refused.returncode == 3, refused.stderr
     assert (
         "migrate: refused: definition 'people' changed its source contract since its states were "
-        "stored: version field None -> 'name'. Its 3 stored item state(s)"
+        "stored: version field None -> 'name'. Its 3 stored item states"
     ) in refused.stderr
     assert "run: migrate run people --force --update" in refused.stderr
     assert project.json("runs")["runs"][0]["status"] == "start-failed"

@@ -99,7 +99,7 @@ def test_changed_field_is_refused_naming_the_change(
         f"definition 'p' changed its source contract since its states were stored: {change}."
         in (message)
     )
-    assert "Its 4 stored item state(s)" in message
+    assert "Its 4 stored item states" in message
     assert "migrate run p --force --update" in message
     assert {"p": (change,)} == refused.value.changes
     assert [] == seen

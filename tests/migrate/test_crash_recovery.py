@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.migrate.test_cli_support import counts_sum, make_project
+from tests.migrate.cli_support import counts_sum, make_project
 
 N = 300
 WINDOW = 10

@@ -129,3 +129,45 @@ def test_plan_json(tmp_path: Path) -> None:
     document = migrate.plan(_config(tmp_path), migrate.RunOptions(definitions=("books",))).to_json()
     assert document["steps"] == [{"definition": "books", "mode": "normal", "reason": "named"}]
     assert document["checked"] == [{"definition": "books", "requires": "authors"}]
+
+
+def test_plan_reasons_say_why_each_step_is_there(tmp_path: Path) -> None:
+    """Reasons: "all" when nothing is named (or --all), "named", "dependency of X"."""
+    config = _config(tmp_path)
+    reasons = {
+        label: [(s.definition_id, s.mode, s.reason) for s in migrate.plan(config, opts).steps]
+        for label, opts in {
+            "none": migrate.RunOptions(failed=True),
+            "all": migrate.RunOptions(all=True),
+            "named": migrate.RunOptions(definitions=("reviews", "books"), with_dependencies=True),
+        }.items()
+    }
+    assert {
+        "none": [
+            ("authors", "failed", "all"),
+            ("books", "failed", "all"),
+            ("reviews", "failed", "all"),
+        ],
+        "all": [
+            ("authors", "normal", "all"),
+            ("books", "normal", "all"),
+            ("reviews", "normal", "all"),
+        ],
+        "named": [
+            ("authors", "normal", "dependency of books"),
+            ("books", "normal", "named"),
+            ("reviews", "normal", "named"),
+        ],
+    } == reasons
+
+
+def test_printed_plan_pluralises_definitions(tmp_path: Path) -> None:
+    """--plan says "1 definition" and "3 definitions", and each step's reason."""
+    config = _config(tmp_path)
+    one = str(migrate.plan(config, migrate.RunOptions(definitions=("authors",))))
+    three = str(migrate.plan(config))
+    assert ("Plan: 1 definition, mode normal", "Plan: 3 definitions, mode normal") == (
+        one.splitlines()[0],
+        three.splitlines()[0],
+    )
+    assert three.splitlines()[1].split() == ["1.", "authors", "normal", "all"]

@@ -146,3 +146,18 @@ def test_progress_total_is_the_number_of_targets(tmp_path: Path) -> None:
     events: list[migrate.ProgressEvent] = []
     migrate.run(config, FAILED, progress=events.append)
     assert {2} == {e.total for e in events}
+
+
+def test_failures_are_listed_in_natural_identity_order(tmp_path: Path) -> None:
+    """failures() lists "7" before "13" (numbers numerically, then text); limit takes the first."""
+    rows = [{"id": key} for key in ("13", "b10", "7", "100", "a", "b2", "2")]
+    config = config_of(
+        tmp_path,
+        migrate.Migration(
+            "p", migrate.MemorySource(rows), recorder([], fail={r["id"] for r in rows})
+        ),
+    )
+    migrate.run(config)
+    listed = [f.identity for f in migrate.failures(config, "p")]
+    first = [f.identity for f in migrate.failures(config, "p", limit=3)]
+    assert (["2", "7", "13", "100", "a", "b2", "b10"], ["2", "7", "13"]) == (listed, first)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.migrate.test_cli_support import make_project
+from tests.migrate.cli_support import make_project
 
 
 @pytest.mark.timeout(120)

@@ -259,7 +259,7 @@ def test_source_read_failure_stops_the_definition_with_an_error(tmp_path: Path) 
     result = summary.definitions["p"]
     assert (summary.status, result.status) == ("failed", "failed")
     assert result.error is not None
-    assert "failed after 1 attempt(s)" in result.error
+    assert "failed after 1 attempt:" in result.error
 
 
 def test_a_definition_named_twice_runs_once(csv_people: Path, tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_cursor_retry_giving_up_stops_the_definition_with_the_attempts(
     summary = migrate.run(config)
     error = summary.definitions["p"].error
     assert error is not None
-    assert "failed after 5 attempt(s)" in error
+    assert "failed after 5 attempts:" in error
     assert (source.reads, len(virtual_clock.sleeps)) == (5, 4)
 
 
