@@ -1,0 +1,40 @@
+"""The packages stand in layers: schedules imports nothing of ours, effects only schedules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ALLOWED = {
+    "schedules": {"schedules"},
+    "effects": {"schedules", "effects"},
+    "migrate": {"schedules", "effects", "migrate"},
+}
+
+
+def _imported_packages(path: Path) -> set[str]:
+    """Top-level names of every import in *path*, including imports inside functions."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_the_layers_below(package: str) -> None:
+    """No module of a package imports a package of ours above it."""
+    ours = set(ALLOWED)
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files, f"no modules found under {package}/"
+    wrong = {
+        str(path.relative_to(ROOT)): sorted((_imported_packages(path) & ours) - ALLOWED[package])
+        for path in files
+    }
+    assert {} == {name: bad for name, bad in wrong.items() if bad}
