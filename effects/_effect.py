@@ -70,8 +70,57 @@ def _name(f: object) -> str:
     return str(getattr(f, "__qualname__", None) or repr(f))
 
 
+class _Pipe:
+    """``pipe``, shared by ``Effect`` and ``AsyncEffect``."""
+
+    __slots__ = ()
+
+    @overload
+    def pipe(self, f1: Callable[[Self], T1], /) -> T1: ...
+    @overload
+    def pipe(self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], /) -> T2: ...
+    @overload
+    def pipe(
+        self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], f3: Callable[[T2], T3], /
+    ) -> T3: ...
+    @overload
+    def pipe(
+        self,
+        f1: Callable[[Self], T1],
+        f2: Callable[[T1], T2],
+        f3: Callable[[T2], T3],
+        f4: Callable[[T3], T4],
+        /,
+    ) -> T4: ...
+    @overload
+    def pipe(
+        self,
+        f1: Callable[[Self], T1],
+        f2: Callable[[T1], T2],
+        f3: Callable[[T2], T3],
+        f4: Callable[[T3], T4],
+        f5: Callable[[T4], T5],
+        /,
+    ) -> T5: ...
+    def pipe(self, *fs: Callable[[Any], Any]) -> Any:
+        """
+        Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))`` (up to five typed).
+
+        This is how a retry strategy (a ``Retry`` or any effect-to-effect function) is applied.
+
+        Example:
+            >>> from effects import retry
+            >>> Effect.succeed(2).pipe(retry(times=3), lambda e: e.map(str)).run()
+            <Success: 2>
+        """
+        value: Any = self
+        for f in fs:
+            value = f(value)
+        return value
+
+
 @attrs.frozen(eq=False, repr=False)
-class Effect(Generic[A_co, E_co]):
+class Effect(_Pipe, Generic[A_co, E_co]):
     """
     A lazy, re-runnable computation that succeeds with ``A`` or fails with the typed error ``E``.
 
@@ -339,49 +388,6 @@ class Effect(Generic[A_co, E_co]):
 
         return Effect(run)
 
-    @overload
-    def pipe(self, f1: Callable[[Self], T1], /) -> T1: ...
-    @overload
-    def pipe(self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], /) -> T2: ...
-    @overload
-    def pipe(
-        self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], f3: Callable[[T2], T3], /
-    ) -> T3: ...
-    @overload
-    def pipe(
-        self,
-        f1: Callable[[Self], T1],
-        f2: Callable[[T1], T2],
-        f3: Callable[[T2], T3],
-        f4: Callable[[T3], T4],
-        /,
-    ) -> T4: ...
-    @overload
-    def pipe(
-        self,
-        f1: Callable[[Self], T1],
-        f2: Callable[[T1], T2],
-        f3: Callable[[T2], T3],
-        f4: Callable[[T3], T4],
-        f5: Callable[[T4], T5],
-        /,
-    ) -> T5: ...
-    def pipe(self, *fs: Callable[[Any], Any]) -> Any:
-        """
-        Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))`` (up to five typed).
-
-        This is how a retry strategy (a ``Retry`` or any effect-to-effect function) is applied.
-
-        Example:
-            >>> from effects import retry
-            >>> Effect.succeed(2).pipe(retry(times=3), lambda e: e.map(str)).run()
-            <Success: 2>
-        """
-        value: Any = self
-        for f in fs:
-            value = f(value)
-        return value
-
     def retry(
         self,
         schedule: Schedule[Any, Any] | None = None,
@@ -454,7 +460,7 @@ class Effect(Generic[A_co, E_co]):
 
 
 @attrs.frozen(eq=False, repr=False)
-class AsyncEffect(Generic[A_co, E_co]):
+class AsyncEffect(_Pipe, Generic[A_co, E_co]):
     """
     ``Effect`` for ``async`` work, under asyncio or trio: the same constructors (taking async
     thunks), combinators and runners, with ``await effect.run()``.
@@ -654,40 +660,6 @@ class AsyncEffect(Generic[A_co, E_co]):
             return Failure(EffectTimeoutError(seconds))
 
         return AsyncEffect(run)
-
-    @overload
-    def pipe(self, f1: Callable[[Self], T1], /) -> T1: ...
-    @overload
-    def pipe(self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], /) -> T2: ...
-    @overload
-    def pipe(
-        self, f1: Callable[[Self], T1], f2: Callable[[T1], T2], f3: Callable[[T2], T3], /
-    ) -> T3: ...
-    @overload
-    def pipe(
-        self,
-        f1: Callable[[Self], T1],
-        f2: Callable[[T1], T2],
-        f3: Callable[[T2], T3],
-        f4: Callable[[T3], T4],
-        /,
-    ) -> T4: ...
-    @overload
-    def pipe(
-        self,
-        f1: Callable[[Self], T1],
-        f2: Callable[[T1], T2],
-        f3: Callable[[T2], T3],
-        f4: Callable[[T3], T4],
-        f5: Callable[[T4], T5],
-        /,
-    ) -> T5: ...
-    def pipe(self, *fs: Callable[[Any], Any]) -> Any:
-        """Apply functions left to right: ``eff.pipe(f, g)`` is ``g(f(eff))``, like ``Effect``."""
-        value: Any = self
-        for f in fs:
-            value = f(value)
-        return value
 
     def retry(
         self,
