@@ -49,7 +49,7 @@ def test() -> int:
     """Run the whole suite: pytest, ruff, mypy --strict, pyright (strict), typing cases."""
     env_bin = BIN
     steps: list[list[str | Path]] = [
-        [PY, "-m", "pytest", "-q", "-p", "no:randomly"],
+        [PY, "-m", "pytest", "-q"],
         [env_bin / "ruff", "check", "."],
         [env_bin / "ruff", "format", "--check", "."],
         [PY, "-m", "mypy", *PACKAGES, "tests/typing", "benchmarks", "examples", "dev.py"],
