@@ -372,7 +372,7 @@ def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
     for record in records:
         parts: list[str] = []
         for definition_id, result in record.definitions.items():
-            brief = _counts_brief(result.counts)
+            brief = _counts_brief(result.counts, result.retries)
             if result.blocked:
                 brief = "blocked"
             elif result.error:
@@ -439,12 +439,15 @@ def _cmd_unlock(config: Config, args: argparse.Namespace, out: Writer) -> int:
 # --- run: progress -----------------------------------------------------------------------------
 
 
-def _counts_brief(counts: Counts) -> str:
-    return ", ".join(
+def _counts_brief(counts: Counts, retries: int = 0) -> str:
+    parts = [
         f"{label} {_n(getattr(counts, key))}"
         for key, label in _COUNT_COLUMNS
         if getattr(counts, key)
-    )
+    ]
+    if retries:
+        parts.append(f"retries {_n(retries)}")
+    return ", ".join(parts)
 
 
 class LogProgress:
@@ -480,7 +483,7 @@ class LogProgress:
             speed = f"{event.processed / elapsed:,.0f}" if elapsed > 0 else ""
             unit = "item/s" if speed == "1" else "items/s"
             rate = f", {speed} {unit}" if speed else ""
-            brief = _counts_brief(event.counts) or "nothing"
+            brief = _counts_brief(event.counts, event.retries) or "nothing"
             if event.kind == "window":
                 # "3/10 items": the noun agrees with the number next to it.
                 done = (
@@ -541,6 +544,7 @@ class BarProgress:
         done = event.processed
         rate = f"{done / elapsed:,.0f}/s" if elapsed > 0 else ""
         failed = f"failed {_n(event.counts.failed)}" if event.counts.failed else ""
+        retries = f"retries {_n(event.retries)}" if event.retries else ""
         if event.total:
             fraction = min(1.0, done / event.total)
             filled = round(fraction * _BAR_WIDTH)
@@ -549,7 +553,7 @@ class BarProgress:
         else:
             spin = "-\\|/"[event.window % 4] if event.kind != "end" else " "
             head = f"{spin} {plural(done, 'item')}"
-        parts = [f"{event.definition_id:<14}", head, rate, failed]
+        parts = [f"{event.definition_id:<14}", head, rate, failed, retries]
         if event.kind == "end":
             parts.append(f"{elapsed:.1f}s")
         return "  ".join(p for p in parts if p)
@@ -572,27 +576,44 @@ def _progress(
 
 
 def summary_text(summary: RunSummary) -> str:
-    """The run's summary for people: a counts table per definition and the most common errors."""
+    """
+    The run's summary for people: a table of counts and retries per definition, notes, and the
+    most common errors.
+    """
     took = max(0.0, summary.ended_at - summary.started_at)
     lines = [f"run {summary.run_id} {summary.status} in {took:.1f}s", ""]
     rows: list[list[str]] = []
     totals = dict.fromkeys((key for key, _ in _COUNT_COLUMNS), 0)
+    total_retries = 0
     notes: list[str] = []
     for definition_id, result in summary.definitions.items():
         counts = result.counts
         rows.append(
-            [definition_id, result.mode, *(_n(getattr(counts, key)) for key, _ in _COUNT_COLUMNS)]
+            [
+                definition_id,
+                result.mode,
+                *(_n(getattr(counts, key)) for key, _ in _COUNT_COLUMNS),
+                _n(result.retries),
+            ]
         )
         for key in totals:
             totals[key] += getattr(counts, key)
+        total_retries += result.retries
         if result.blocked:
             notes.append(f"{definition_id}: not run: {result.blocked}")
         if result.error:
             notes.append(f"{definition_id}: stopped: {result.error}")
+        if result.gave_up:
+            notes.append(
+                f"{definition_id}: {plural(result.gave_up, 'retried call')} failed all the same "
+                "(retries ran out, the retry budget refused, or a later error was not retryable)"
+            )
     if len(rows) > 1:
-        rows.append(["total", "", *(_n(totals[key]) for key, _ in _COUNT_COLUMNS)])
-    header = ["definition", "mode", *(label for _, label in _COUNT_COLUMNS)]
-    lines.append(_table(header, rows, numeric={2, 3, 4, 5, 6}))
+        rows.append(
+            ["total", "", *(_n(totals[key]) for key, _ in _COUNT_COLUMNS), _n(total_retries)]
+        )
+    header = ["definition", "mode", *(label for _, label in _COUNT_COLUMNS), "retries"]
+    lines.append(_table(header, rows, numeric={2, 3, 4, 5, 6, 7}))
     notes += summary.notes
     if notes:
         lines += ["", *notes]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -202,17 +204,80 @@ def current_scope() -> Scope | None:
     return _CURRENT.get()
 
 
+class RetryTally:
+    """
+    The retries made during one definition's work in one run; thread-safe.
+
+    The runner sets it as the current tally (`counting_retries`) around the definition's work;
+    tasks and worker threads started from there inherit it with their context.
+
+    Attributes:
+        definition_id: The definition whose work is counted.
+        retries: ``"retry"`` events heard: retries made.
+        gave_up: ``"give_up"`` and ``"budget_exhausted"`` events after at least one retry:
+            retried calls that failed all the same.
+    """
+
+    __slots__ = ("_lock", "definition_id", "gave_up", "retries")
+
+    def __init__(self, definition_id: str) -> None:
+        self.definition_id = definition_id
+        self.retries = 0
+        self.gave_up = 0
+        # Worker threads (asyncio.to_thread) report at once; "+=" alone could lose a count.
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RetryTally({self.definition_id!r}, retries={self.retries}, gave_up={self.gave_up})"
+
+    def add_retry(self) -> None:
+        """Count one retry."""
+        with self._lock:
+            self.retries += 1
+
+    def add_gave_up(self) -> None:
+        """Count one retried call that failed in the end."""
+        with self._lock:
+            self.gave_up += 1
+
+
+_TALLY: ContextVar[RetryTally | None] = ContextVar("migrate_retry_tally", default=None)
+
+
+@contextmanager
+def counting_retries(tally: RetryTally) -> Generator[RetryTally]:
+    """Count the retries heard by `record_attempts` in this context into *tally*."""
+    token = _TALLY.set(tally)
+    try:
+        yield tally
+    finally:
+        _TALLY.reset(token)
+
+
 def record_attempts(event: RetryEvent) -> None:
     """
-    A retry hook keeping the attempt count of a call that gave up inside an item's scope.
+    A retry hook counting a definition's retries and the attempts of a call that gave up.
 
-    A run registers it (``effects.add_hook``) for its duration, so the item's error evidence can
-    say how many attempts the failing call made. Outside a scope it does nothing.
+    A run registers it (``effects.add_hook``) for its duration. A ``"retry"`` event counts one
+    retry in the current `RetryTally`; a ``"give_up"`` or ``"budget_exhausted"`` event counts a
+    retried call that failed (after at least one retry) there, and keeps the call's attempt
+    count in the current item's scope, so the item's error evidence can say how many attempts
+    the failing call made. Without a current tally or scope it does nothing; a call that
+    succeeds at once emits no event at all.
     """
-    if event.kind in ("give_up", "budget_exhausted"):
+    kind = event.kind
+    if kind == "retry":
+        tally = _TALLY.get()
+        if tally is not None:
+            tally.add_retry()
+    elif kind != "attempt":
         scope = _CURRENT.get()
         if scope is not None:
             scope.note_attempts(event.error, event.attempt)
+        if event.attempt > 1:
+            tally = _TALLY.get()
+            if tally is not None:
+                tally.add_gave_up()
 
 
 def attempts_of(scope: Scope, error: BaseException) -> int:

@@ -62,7 +62,8 @@ class RunSummary:
         status: ``"succeeded"`` (no failed item, no error) or ``"failed"``.
         started_at: Epoch seconds.
         ended_at: Epoch seconds.
-        definitions: Per definition: mode, status, counts for this run, error, blocked reason.
+        definitions: Per definition: mode, status, counts for this run, error, blocked reason,
+            retries.
         top_errors: The failures' most common errors, most common first (at most 5).
         notes: Things the user should know, such as a changed source contract accepted by
             ``force``.
@@ -78,23 +79,14 @@ class RunSummary:
 
     def to_json(self) -> dict[str, Any]:
         """``{"run_id", "status", "definitions": {ID: {"migrated", "skipped", "failed",
-        "unchanged", "needs_update", "mode", "status", "error", "blocked"}}, "started_at",
-        "ended_at", "top_errors", "notes"}``."""
+        "unchanged", "needs_update", "mode", "status", "error", "blocked", "retries",
+        "gave_up"}}, "started_at", "ended_at", "top_errors", "notes"}``."""
         return {
             "run_id": self.run_id,
             "status": self.status,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
-            "definitions": {
-                key: {
-                    **value.counts.to_json(),
-                    "mode": value.mode,
-                    "status": value.status,
-                    "error": value.error,
-                    "blocked": value.blocked,
-                }
-                for key, value in self.definitions.items()
-            },
+            "definitions": {key: value.to_report() for key, value in self.definitions.items()},
             "top_errors": [error.to_json() for error in self.top_errors],
             "notes": list(self.notes),
         }
@@ -117,6 +109,8 @@ class ProgressEvent:
         total: Items expected in all, when known (targeted modes; sources that count cheaply,
             on a run from the beginning); else ``None``.
         counts: Counts so far.
+        retries: Retries made so far by the definition's retried calls (see
+            `DefinitionResult.retries`).
     """
 
     run_id: str
@@ -127,6 +121,7 @@ class ProgressEvent:
     processed: int
     total: int | None
     counts: Counts
+    retries: int = 0
 
 
 @attrs.frozen

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import inspect
 import json
 import re
@@ -19,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
+import attrs
 from returns.result import Failure, Result
 
 from effects import add_hook
@@ -34,8 +36,10 @@ from migrate._errors import (
 )
 from migrate._pipeline import (
     _CURRENT,  # pyright: ignore[reportPrivateUsage]
+    RetryTally,
     Scope,
     attempts_of,
+    counting_retries,
     evidence_for,
     record_attempts,
 )
@@ -228,7 +232,7 @@ class _Run:
         except BaseException as error:
             self.results = {
                 key: (
-                    DefinitionResult(value.mode, "failed", value.counts, value.error, value.blocked)
+                    attrs.evolve(value, status="failed")
                     if value.status in ("queued", "running")
                     else value
                 )
@@ -336,7 +340,9 @@ class _Run:
         async def wait() -> _T:
             return await awaitable
 
-        return self._aio.run(wait())
+        # The runner's own context was copied when it was created, in whatever definition ran
+        # first: run in the caller's, so its item scope and retry tally reach the tasks.
+        return self._aio.run(wait(), context=contextvars.copy_context())
 
     def tracking_lookup(self, definition_id: str, identity: str) -> dict[str, Any] | None:
         if definition_id not in self.config_ids:
@@ -371,6 +377,7 @@ class _DefinitionRunner:
         self.lookup = owner.tracking_lookup
         self.ticking = owner.progress is not None
         self.next_tick = 0.0
+        self.tally = RetryTally(self.definition_id)
 
     # counts and reporting
 
@@ -379,7 +386,15 @@ class _DefinitionRunner:
         return Counts(m, s, f, u, n)
 
     def _result(self, status: str) -> DefinitionResult:
-        return DefinitionResult(self.step.mode, status, self._counts(), self.error)
+        tally = self.tally
+        return DefinitionResult(
+            self.step.mode,
+            status,
+            self._counts(),
+            self.error,
+            retries=tally.retries,
+            gave_up=tally.gave_up,
+        )
 
     def _emit(self, kind: str) -> None:
         if self.owner.progress is None:
@@ -395,6 +410,7 @@ class _DefinitionRunner:
                 processed=counts.total,
                 total=self.total,
                 counts=counts,
+                retries=self.tally.retries,
             )
         )
 
@@ -417,6 +433,12 @@ class _DefinitionRunner:
         self.next_tick = time.monotonic() + _TICK_EVERY
 
     def run(self) -> None:
+        # Every retried call of this definition's work, from this thread or from the tasks and
+        # worker threads it starts (they copy the context), counts into its tally.
+        with counting_retries(self.tally):
+            self._run()
+
+    def _run(self) -> None:
         mode = self.step.mode
         pending = self.owner.contracts.pop(self.definition_id, None)
         if pending is not None:

@@ -193,6 +193,13 @@ class DefinitionResult:
         counts: What happened to its items in this run.
         error: Why it stopped early (a window read that failed), if it did.
         blocked: Why it was not run (a required dependency failed in this run), if it was not.
+        retries: Retries made by retried calls during its work in this run: each ``"retry"``
+            event of a destination or process call in an item's scope, and of a source read or
+            lookup wrapped by ``source_cursor_retry`` / ``source_lookup_retry``. A call that
+            succeeds at once counts 0; one that succeeds on its third attempt counts 2.
+        gave_up: Retried calls (at least one retry) that failed in the end all the same: their
+            schedule ended, a later error was not retryable, or the retry budget refused.
+            Calls that failed on their first attempt without a retry are not counted.
     """
 
     mode: str
@@ -200,6 +207,8 @@ class DefinitionResult:
     counts: Counts = Counts()
     error: str | None = None
     blocked: str | None = None
+    retries: int = 0
+    gave_up: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Plain data stored with the run."""
@@ -209,18 +218,36 @@ class DefinitionResult:
             "counts": self.counts.to_json(),
             "error": self.error,
             "blocked": self.blocked,
+            "retries": self.retries,
+            "gave_up": self.gave_up,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DefinitionResult:
-        """Rebuild a result from *data* stored by `to_json`."""
+        """Rebuild a result from *data* stored by `to_json` (records older than the retry
+        counts read 0 retries)."""
         return cls(
             mode=str(data.get("mode", "normal")),
             status=str(data.get("status", "running")),
             counts=Counts.from_json(data.get("counts") or {}),
             error=data.get("error"),
             blocked=data.get("blocked"),
+            retries=int(data.get("retries", 0)),
+            gave_up=int(data.get("gave_up", 0)),
         )
+
+    def to_report(self) -> dict[str, Any]:
+        """The run's view for ``--json``: ``{"migrated", "skipped", "failed", "unchanged",
+        "needs_update", "mode", "status", "error", "blocked", "retries", "gave_up"}``."""
+        return {
+            **self.counts.to_json(),
+            "mode": self.mode,
+            "status": self.status,
+            "error": self.error,
+            "blocked": self.blocked,
+            "retries": self.retries,
+            "gave_up": self.gave_up,
+        }
 
 
 @attrs.frozen
@@ -252,7 +279,8 @@ class RunRecord:
 
     def to_json(self) -> dict[str, Any]:
         """``{"run_id", "status", "mode", "started_at", "ended_at", "pid", "host",
-        "definitions": {ID: {"migrated", ..., "mode", "status", "error", "blocked"}}, "error"}``."""
+        "definitions": {ID: {"migrated", ..., "mode", "status", "error", "blocked", "retries",
+        "gave_up"}}, "error"}``."""
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -261,15 +289,6 @@ class RunRecord:
             "ended_at": self.ended_at,
             "pid": self.pid,
             "host": self.host,
-            "definitions": {
-                key: {
-                    **value.counts.to_json(),
-                    "mode": value.mode,
-                    "status": value.status,
-                    "error": value.error,
-                    "blocked": value.blocked,
-                }
-                for key, value in self.definitions.items()
-            },
+            "definitions": {key: value.to_report() for key, value in self.definitions.items()},
             "error": self.error,
         }

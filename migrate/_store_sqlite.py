@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, NamedTuple, cast
 
+import attrs
+
 from migrate._errors import ConfigError, LockHeld, LockInfo, StoreSchemaError
 from migrate._sources import Contract, Cursor
 from migrate._state import (
@@ -344,12 +346,9 @@ class Store:
             for record in dead:
                 status: RunStatus = "failed" if record.status == "running" else "start-failed"
                 definitions = {
-                    key: DefinitionResult(
-                        value.mode,
-                        "failed" if value.status in ("running", "queued") else value.status,
-                        value.counts,
-                        value.error,
-                        value.blocked,
+                    key: attrs.evolve(
+                        value,
+                        status="failed" if value.status in ("running", "queued") else value.status,
                     )
                     for key, value in record.definitions.items()
                 }

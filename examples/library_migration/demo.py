@@ -3,8 +3,9 @@ The migrate demo: authors and books into a flaky catalogue API, then fix and rep
 
 1. Generate a library: 2,000 authors (CSV) and about 6,000 books (SQLite), a few invalid.
 2. Start the catalogue API on 127.0.0.1; it fails transiently (503, 429 with Retry-After).
-3. ``migrate run --all --with-dependencies``: retries absorb the transient failures; the invalid
-   records end as failed items with evidence.
+3. ``migrate run --all --with-dependencies``: retries absorb the transient failures (the
+   summary's ``retries`` column counts them, and they match the transient answers the catalogue
+   reports giving); the invalid records end as failed items with evidence.
    Books wait: their required dependency has failed items.
 4. ``migrate failures authors``: what went wrong, per item. Fix the source, then
    ``migrate run authors --failed``: only the failed items are processed again.
@@ -17,6 +18,7 @@ Everything goes through the ``migrate`` command, as a user would type it. Run it
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -61,6 +63,50 @@ def migrate_cli(args: Sequence[str], env: dict[str, str], expect: Sequence[int] 
     return code
 
 
+def transient_answers(server: RunningServer) -> int:
+    """How many 429 and 503 answers the catalogue has given so far."""
+    statuses = server.catalogue.stats()["statuses"]
+    assert isinstance(statuses, dict)
+    return sum(v for k, v in statuses.items() if k in ("429", "503"))
+
+
+def latest_run_retries(env: dict[str, str]) -> tuple[int, int]:
+    """
+    The latest run's retries and retried calls that failed all the same, summed over its
+    definitions, from ``migrate runs --limit 1 --json`` (run quietly).
+    """
+    done = subprocess.run(
+        [*migrate_command(), "--config", str(CONFIG), "runs", "--limit", "1", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (record,) = json.loads(done.stdout)["runs"]
+    results = record["definitions"].values()
+    return sum(r["retries"] for r in results), sum(r["gave_up"] for r in results)
+
+
+def corroborate_retries(server: RunningServer, env: dict[str, str], transient_before: int) -> None:
+    """Set the summary's retries beside the transient answers the catalogue gave in the run."""
+    retries, gave_up = latest_run_retries(env)
+    transient = transient_answers(server) - transient_before
+    if retries == transient:
+        print(
+            f"\nthe summary's {retries:,} retries match the {transient:,} transient answers "
+            "(429/503) the catalogue gave during the run"
+        )
+    else:  # a lost connection is retried too, but the catalogue never answered it
+        print(
+            f"\nthe summary counts {retries:,} retries; the catalogue gave {transient:,} "
+            "transient answers (429/503) during the run (the rest: lost connections)"
+        )
+    if gave_up:
+        print(f"{gave_up:,} retried calls failed all the same (see migrate failures)")
+    else:
+        print("every retried call succeeded in the end: no call ran out of retries")
+
+
 def show_stats(server: RunningServer) -> dict[str, Any]:
     """Print what the catalogue saw: requests by status and keys that needed a retry."""
     stats = server.catalogue.stats()
@@ -97,8 +143,10 @@ def run_demo(work: Path, authors: int = 2_000) -> float:
 
         section("4. Migrate everything: authors, then books")
         migrate_cli(["run", "--all", "--with-dependencies", "--plan"], env)
+        transient_before = transient_answers(server)
         migrate_cli(["run", "--all", "--with-dependencies"], env, expect=(1,))
         print("\nbooks did not run: their required dependency, authors, has failed items.")
+        corroborate_retries(server, env, transient_before)
         show_stats(server)
 
         section("5. Why the authors failed: the evidence")
@@ -112,7 +160,9 @@ def run_demo(work: Path, authors: int = 2_000) -> float:
         print(f"requests made by this run: {server.catalogue.stats()['requests'] - before:,}")
 
         section("7. Now the books (each looks up its author's catalogue id)")
+        transient_before = transient_answers(server)
         migrate_cli(["run", "books"], env, expect=(1,))
+        corroborate_retries(server, env, transient_before)
         show_stats(server)
         migrate_cli(["failures", "books", "--limit", "2"], env)
 

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import migrate
+from effects import retry
 
 HERE = Path(__file__).resolve().parent
 
@@ -49,6 +50,17 @@ def gate(identity):
             time.sleep(0.01)
 
 
+calls = {}
+
+
+@retry(times=3, on=ConnectionError)
+def flaky(identity):
+    """Fail the first two calls for *identity* (in this process), then succeed."""
+    calls[identity] = calls.get(identity, 0) + 1
+    if calls[identity] <= 2:
+        raise ConnectionError(f"flaky {identity}")
+
+
 def migrate_person(item, scope):
     gate(item.identity)
     state = item.data["state"]
@@ -56,6 +68,8 @@ def migrate_person(item, scope):
         raise migrate.Skip("marked skip")
     if state == "bad":
         raise ValueError("marked bad")
+    if state == "flaky":
+        flaky(item.identity)
     people_table.upsert({"id": int(item.identity), "name": item.data["name"]}).run_or_raise()
     scope.track({"dest_id": int(item.identity)})
 

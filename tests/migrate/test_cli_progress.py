@@ -73,6 +73,21 @@ def test_bar_progress_redraws_one_line_and_ends_it() -> None:
     assert "\n" not in "".join(frames[:2])
 
 
+def test_progress_mentions_retries_so_far() -> None:
+    """Log lines and bars add the retries made so far, once there are any."""
+    out, clock = io.StringIO(), FakeClock()
+    counts = Counts(migrated=10)
+    event = ProgressEvent("r1", "books", "normal", "window", 1, 10, None, counts, retries=1234)
+    LogProgress(out, clock)(event)
+    assert "[books] window 1: 10 items (migrated 10, retries 1,234)\n" == out.getvalue()
+    out = io.StringIO()
+    bar = BarProgress(out, clock)
+    bar(_event("start", 0, 0, None))
+    clock.now += 1.0
+    bar(event)
+    assert "books           \\ 10 items  10/s  retries 1,234" == out.getvalue().split("\r")[-1]
+
+
 def test_bar_progress_skips_redraws_faster_than_a_tenth_of_a_second() -> None:
     """Windows that arrive faster than the redraw interval do not redraw the bar."""
     out, clock = io.StringIO(), FakeClock()
@@ -118,14 +133,17 @@ def test_bar_progress_without_total_counts_items_in_ascii() -> None:
 
 
 def test_summary_text_has_counts_table_errors_and_next_steps() -> None:
-    """The summary shows per-definition counts, a total, the top errors and what to do next."""
+    """The summary shows per-definition counts and retries, a total, the top errors, calls that
+    failed after retrying, and what to do next."""
     summary = RunSummary(
         run_id="r1",
         status="failed",
         started_at=10.0,
         ended_at=12.5,
         definitions={
-            "authors": DefinitionResult("normal", "failed", Counts(migrated=97, failed=3)),
+            "authors": DefinitionResult(
+                "normal", "failed", Counts(migrated=97, failed=3), retries=1234, gave_up=1
+            ),
             "books": DefinitionResult("normal", "blocked", Counts(), blocked="authors failed"),
         },
         top_errors=(ErrorCount("authors", "destination", "DestinationError", "HTTP 422", 3),),
@@ -133,11 +151,13 @@ def test_summary_text_has_counts_table_errors_and_next_steps() -> None:
     assert summary_text(summary).splitlines() == [
         "run r1 failed in 2.5s",
         "",
-        "definition  mode    migrated  skipped  failed  unchanged  needs-update",
-        "authors     normal        97        0       3          0             0",
-        "books       normal         0        0       0          0             0",
-        "total                     97        0       3          0             0",
+        "definition  mode    migrated  skipped  failed  unchanged  needs-update  retries",
+        "authors     normal        97        0       3          0             0    1,234",
+        "books       normal         0        0       0          0             0        0",
+        "total                     97        0       3          0             0    1,234",
         "",
+        "authors: 1 retried call failed all the same (retries ran out, the retry budget refused, "
+        "or a later error was not retryable)",
         "books: not run: authors failed",
         "",
         "most common errors:",

@@ -32,7 +32,8 @@ def test_clean_run_exits_0_and_json_has_the_issue_keys(tmp_path: Path) -> None:
     document = json.loads(done.stdout)
     assert {"run_id", "status", "definitions"} <= set(document)
     assert document["status"] == "succeeded"
-    assert RUN_KEYS <= set(document["definitions"]["people"])
+    assert RUN_KEYS | {"retries", "gave_up"} <= set(document["definitions"]["people"])
+    assert document["definitions"]["people"]["retries"] == 0
     assert _counts(document, "people") == _expect(migrated=5)
     assert _counts(document, "orders") == _expect(migrated=5)
     assert project.dest_ids("orders") == [1, 2, 3, 4, 5]
@@ -54,8 +55,28 @@ def test_run_with_failed_items_exits_1(tmp_path: Path) -> None:
         "failed",
         "unchanged",
         "needs-update",
+        "retries",
     ]
-    assert row.split() == ["people", "normal", "1", "1", "2", "0", "0"]
+    assert row.split() == ["people", "normal", "1", "1", "2", "0", "0", "0"]
+
+
+def test_run_json_and_table_show_retries_per_definition(tmp_path: Path) -> None:
+    """Two items retried twice each: 4 retries for people, 0 for orders, in JSON and tables."""
+    project = make_project(tmp_path, ["ok", "flaky", "flaky"])
+    document = project.json("run", "--all")
+    assert {"people": (4, 0), "orders": (0, 0)} == {
+        key: (value["retries"], value["gave_up"]) for key, value in document["definitions"].items()
+    }
+    assert _counts(document, "people") == _expect(migrated=3)
+    (record,) = project.json("runs")["runs"]
+    assert 4 == record["definitions"]["people"]["retries"]
+    assert "people: migrated 3, retries 4" in project.cli("runs").stdout
+    project.write_people(["flaky", "flaky", "flaky", "flaky"])
+    done = project.cli("run", "people", "--progress", "log")
+    assert done.returncode == 0, done.stderr
+    # Persons 2 and 3 are unchanged; 1 (now flaky) and the new 4 are retried twice each.
+    assert ["people", "normal", "2", "0", "0", "2", "0", "4"] == done.stdout.splitlines()[3].split()
+    assert "(migrated 2, unchanged 2, retries 4)" in done.stderr
 
 
 def test_failed_run_reprocesses_only_failed_items(tmp_path: Path) -> None:

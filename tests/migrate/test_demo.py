@@ -34,6 +34,11 @@ def test_demo_migrates_everything_after_fixing_and_reprocessing_failures() -> No
     # Transient failures happened and were retried away.
     transient = re.findall(r"transient failures answered \(429/503\): ([\d,]+)", out)
     assert int(transient[-1].replace(",", "")) > 0
+    # The summaries count the retries: as many as the catalogue's transient answers, per run.
+    assert "needs-update  retries" in out
+    matched = re.findall(r"the summary's ([\d,]+) retries match the ([\d,]+) transient", out)
+    assert len(matched) == 2
+    assert all(retries == transient and retries != "0" for retries, transient in matched)
     # Each reprocessing run touched only the failed items: 3 authors, then 5 books.
     assert re.findall(r"requests made by this run: (\d+)", out) == ["3", "5"]
     assert "every author and book is in the catalogue" in out
