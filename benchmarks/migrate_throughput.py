@@ -20,9 +20,14 @@ a failed-item run.
    read to find them (target: once), counted by wrapping the source's ``find`` and by counting
    opens of the CSV file.
 
+3. Memory: the same no-op run, and the floor loop, over N / 10 and N rows (``--rows``), each in a
+   fresh process: the tracemalloc peak (Python's allocations; SQLite's page cache, bounded by its
+   ``cache_size``, is not traced) and the peak RSS of a run without tracemalloc. Streaming keeps
+   the peak bounded by the window, not the source: target, peak at N <= 1.5 x peak at N / 10.
+
 Run with ``.venv/bin/python benchmarks/migrate_throughput.py [--rows N] [--failed N]
-[--naive-rows N] [--rounds N] [--profile]``; ``--profile`` prints the top of a cProfile of one
-throughput run.
+[--naive-rows N] [--rounds N] [--profile] [--no-memory]``; ``--profile`` prints the top of a
+cProfile of one throughput run.
 """
 
 from __future__ import annotations
@@ -30,17 +35,21 @@ from __future__ import annotations
 import argparse
 import cProfile
 import csv
+import gc
 import io
 import itertools
 import pstats
 import sqlite3
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 from unittest import mock
+
+from _memory import Figures, emit, fresh, peak_rss
 
 import migrate
 
@@ -254,6 +263,81 @@ def failed_run_reads(work: Path, rows: int) -> int:
     return CountingCsvSource.finds
 
 
+# --- memory ------------------------------------------------------------------------------------
+
+MEMORY_TARGET = 1.5  # peak at --rows over peak at --rows / 10
+MEMORY_LOOPS = {"ours": "ours (migrate run)", "floor": "hand-written floor loop"}
+
+
+def memory_case(loop: str, mode: str, source: Path, db_path: Path, rows: int) -> Figures:
+    """Run *loop* over *source* in this (fresh) process; its peak memory, *mode* = trace|rss."""
+    gc.collect()
+    rss_before = peak_rss()
+    if mode == "trace":
+        tracemalloc.start(1)
+    if loop == "ours":
+        config = migrate.Config(
+            [migrate.Migration("rows", migrate.CsvSource(source), do_nothing)],
+            store=f"sqlite:///{db_path}",
+        )
+        summary = migrate.run(config, migrate.RunOptions(definitions=("rows",)))
+        if summary.definitions["rows"].counts.migrated != rows:
+            raise SystemExit(f"expected {rows} migrated items")
+    else:
+        floor(db_path, source, rows)
+    peak = tracemalloc.get_traced_memory()[1] if mode == "trace" else 0
+    tracemalloc.stop()
+    rss = peak_rss()
+    return {"peak": peak, "rss": rss, "rss_growth": rss - rss_before}
+
+
+def memory(work: Path, rows: int) -> float:
+    """Peak memory of ours and the floor at *rows* / 10 and *rows*; print; return our ratio."""
+    sizes = (max(1, rows // 10), rows)
+    script = Path(__file__)
+    got: dict[tuple[str, int], Figures] = {}
+    for size in sizes:
+        source = work / f"memory-{size}.csv"
+        write_csv(source, size)
+        for loop in MEMORY_LOOPS:
+            figures: Figures = {}
+            for mode in ("trace", "rss"):
+                db_path = work / f"memory-{loop}-{mode}-{size}.db"
+                case = ("--memory-case", f"{loop}:{mode}", "--rows", str(size))
+                figures |= {
+                    f"{mode}_{key}": value
+                    for key, value in fresh(script, *case, str(source), str(db_path)).items()
+                }
+            got[loop, size] = figures
+    print(
+        f"memory, {sizes[0]:,} vs {sizes[1]:,} CSV rows (window {WINDOW:,}), each case in a "
+        "fresh process: tracemalloc peak, and peak RSS (VmHWM, else ru_maxrss) of a run without "
+        "tracemalloc (its growth = over the process after imports)"
+    )
+    print(f"  {'loop':<26}{'rows':>9}{'traced peak':>13}{'peak RSS':>10}{'growth':>10}")
+    for (loop, size), figures in got.items():
+        print(
+            f"  {MEMORY_LOOPS[loop]:<26}{size:>9,}{figures['trace_peak'] / 1e6:>10.2f} MB"
+            f"{figures['rss_rss'] / 1e6:>7.1f} MB{figures['rss_rss_growth'] / 1e6:>7.1f} MB"
+        )
+    ratios = {
+        loop: (
+            got[loop, sizes[1]]["trace_peak"] / got[loop, sizes[0]]["trace_peak"],
+            got[loop, sizes[1]]["rss_rss"] / got[loop, sizes[0]]["rss_rss"],
+        )
+        for loop in MEMORY_LOOPS
+    }
+    ours = ratios["ours"][0]
+    verdict = "meets" if ours <= MEMORY_TARGET else "MISSES"
+    for loop, (traced, rss) in ratios.items():
+        print(
+            f"  {MEMORY_LOOPS[loop]}: peak at {sizes[1]:,} / peak at {sizes[0]:,} rows = "
+            f"{traced:.2f} traced, {rss:.2f} peak RSS"
+        )
+    print(f"  ours {ours:.2f} ({verdict} the target of <= {MEMORY_TARGET}: bounded by the window)")
+    return ours
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the throughput run")
@@ -263,13 +347,23 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds, best kept")
     parser.add_argument("--profile", action="store_true", help="cProfile one throughput run")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory comparison")
+    parser.add_argument("--memory-case", help=argparse.SUPPRESS)
+    parser.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_case:
+        loop, _, mode = args.memory_case.partition(":")
+        source, db_path = args.paths
+        emit(memory_case(loop, mode, source, db_path, args.rows))
+        return
     if min(args.rows, args.failed, args.naive_rows, args.rounds) < 1:
         parser.error("--rows, --failed, --naive-rows and --rounds must be >= 1")
     with tempfile.TemporaryDirectory(prefix="migrate-bench-") as folder:
         work = Path(folder)
         throughput(work, args.rows, args.naive_rows, args.rounds, profile=args.profile)
         failed_run_reads(work, args.failed)
+        if not args.no_memory:
+            memory(work, args.rows)
 
 
 if __name__ == "__main__":

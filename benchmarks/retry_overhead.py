@@ -1,7 +1,7 @@
 """
 Retry overhead of ``effects.retry`` beside tenacity, stamina and backoff, in one process.
 
-Run: ``.venv/bin/python benchmarks/retry_overhead.py [--quick]``
+Run: ``.venv/bin/python benchmarks/retry_overhead.py [--quick] [--no-memory]``
 
 Three cases, each timed with ``timeit`` (runs of about 20 ms, the candidates interleaved round by
 round so that load from other processes hits them alike; min and median ns per call):
@@ -28,6 +28,13 @@ compares bookkeeping, not sleeping:
 - backoff: ``on_exception(constant, ValueError, max_tries=5, interval=0, jitter=None,
   logger=None)``.
 
+Memory, each case in a fresh process (``benchmarks/_memory.py`` says how): (4a) and (4b) are
+cases 1 and 3 measured with tracemalloc: the traced peak of one call, the blocks held while the
+wrapped function runs, objects left per call for the cyclic garbage collector, and what is still
+allocated after 100,000 more calls (10,000 for the peers' failure path); (4c) the bytes kept by
+one ``Retry`` value beside a tenacity ``Retrying``, and by one decorated function of each library.
+``--no-memory`` skips them.
+
 Targets (issue 3): success path <= 5x bare and >= 50x cheaper than tenacity; async success <= 3x a
 bare await; failure path >= 20x cheaper than tenacity.
 """
@@ -39,9 +46,11 @@ import asyncio
 import contextlib
 import statistics
 import sys
+import textwrap
 import time
 import timeit
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -49,30 +58,42 @@ import backoff
 import stamina
 import stamina.instrumentation
 import tenacity
+from _memory import Figures, Probe, constructed, emit, fresh, per_call, ratio
 
 from effects import retry
-from schedules import forever
+from schedules import exponential, forever
 
 PEERS = ("tenacity", "stamina", "backoff")
 
 
-def sync_wrappers() -> dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]]:
-    """Return each library's decorator, configured as the module docstring says."""
-    return {
-        "effects": retry(times=4, on=ValueError),
-        "tenacity": tenacity.retry(
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def sync_wrapper(name: str) -> Decorator:
+    """Return library *name*'s decorator, configured as the module docstring says."""
+    if name == "effects":
+        return retry(times=4, on=ValueError)
+    if name == "tenacity":
+        return tenacity.retry(
             stop=tenacity.stop_after_attempt(5),
             wait=tenacity.wait_none(),
             retry=tenacity.retry_if_exception_type(ValueError),
             reraise=True,
-        ),
-        "stamina": stamina.retry(
+        )
+    if name == "stamina":
+        return stamina.retry(
             on=ValueError, attempts=5, timeout=None, wait_initial=0, wait_max=0, wait_jitter=0
-        ),
-        "backoff": backoff.on_exception(
+        )
+    if name == "backoff":
+        return backoff.on_exception(
             backoff.constant, ValueError, max_tries=5, interval=0, jitter=None, logger=None
-        ),
-    }
+        )
+    raise ValueError(f"name must be one of effects, {', '.join(PEERS)}; got {name!r}")
+
+
+def sync_wrappers() -> dict[str, Decorator]:
+    """Return each library's decorator, configured as the module docstring says."""
+    return {name: sync_wrapper(name) for name in ("effects", *PEERS)}
 
 
 Results = dict[str, tuple[float, float]]
@@ -204,13 +225,144 @@ def table(title: str, results: Results) -> list[str]:
     return lines
 
 
+# --- memory ------------------------------------------------------------------------------------
+
+MEMORY_ROWS = ("bare", "effects", *PEERS)
+
+
+def memory_case(case: str, name: str, *, quick: bool) -> Figures:
+    """Measure one memory case for one candidate, in this (fresh) process."""
+    stamina.instrumentation.set_on_retry_hooks([])
+    if case == "policy":
+        return policy_size(name)
+    probe = Probe()
+    retained_calls = 10_000 if quick else 100_000
+    if case == "success":
+
+        def work() -> int:
+            probe()
+            return 1
+
+        call: Callable[[], object] = work if name == "bare" else sync_wrapper(name)(work)
+    elif case == "failure":
+        calls = 0
+
+        def flaky_probed() -> int:
+            nonlocal calls
+            calls += 1
+            if calls % 4:
+                raise ValueError(calls)
+            probe()
+            return calls
+
+        def bare() -> int:
+            for _ in range(4):
+                try:
+                    return flaky_probed()
+                except ValueError:
+                    continue
+            raise AssertionError
+
+        call = bare if name == "bare" else sync_wrapper(name)(flaky_probed)
+        # The peers' failure path runs ~100 us a call under tracemalloc: fewer calls for them.
+        if name in PEERS:
+            retained_calls //= 10
+    else:
+        raise ValueError(f"case must be success, failure or policy; got {case!r}")
+    with mock.patch("time.sleep", _no_sleep):
+        return per_call(call, probe, calls=500 if quick else 2_000, retained_calls=retained_calls)
+
+
+def policy_size(name: str) -> Figures:
+    """Bytes kept by one policy value (``*-policy``) or one decorated function (a library)."""
+
+    def work() -> int:
+        return 1
+
+    if name == "effects-policy":
+        return constructed(lambda: retry(times=4, on=ValueError))
+    if name == "effects-policy-exp":
+        return constructed(
+            lambda: retry(exponential(0.25).jittered().max_delay(4), times=4, on=ValueError)
+        )
+    if name == "tenacity-policy":
+        return constructed(
+            lambda: tenacity.Retrying(
+                stop=tenacity.stop_after_attempt(5),
+                wait=tenacity.wait_none(),
+                retry=tenacity.retry_if_exception_type(ValueError),
+                reraise=True,
+            )
+        )
+    return constructed(lambda: sync_wrapper(name)(work))
+
+
+def memory_tables(quick: bool) -> list[str]:
+    """Run every memory case in a fresh process; return the formatted tables."""
+    script = Path(__file__)
+    flag = ("--quick",) if quick else ()
+    lines: list[str] = []
+    for case, title in (
+        ("success", "4a. memory per call, sync success"),
+        ("failure", "4b. memory per call, 3 failures then success (time.sleep a no-op)"),
+    ):
+        rows = {
+            name: fresh(script, "--memory-case", f"{case}:{name}", *flag) for name in MEMORY_ROWS
+        }
+        ours = rows["effects"]["peak_bytes"]
+        lines += [
+            "",
+            f"## {title}",
+            f"{'':<10} {'peak B':>8} {'x effects':>10} {'live B':>7} {'blocks':>7}"
+            f" {'cyclic/call':>12} {'retained B':>11} {'blocks':>7} {'after calls':>12}",
+        ]
+        for name, got in rows.items():
+            vs_ours = "" if name in ("bare", "effects") else ratio(ours, got["peak_bytes"])
+            lines.append(
+                f"{name:<10} {got['peak_bytes']:>8.0f} {vs_ours:>10} {got['live_bytes']:>7.0f}"
+                f" {got['live_blocks']:>7.0f} {got['cyclic_per_call']:>12.1f}"
+                f" {got['retained_bytes']:>11.0f} {got['retained_blocks']:>7.0f}"
+                f" {got['retained_calls']:>12,.0f}"
+            )
+    sizes = {
+        label: fresh(script, "--memory-case", f"policy:{name}")
+        for label, name in (
+            ("effects Retry: retry(times=4, on=...)", "effects-policy"),
+            ("effects Retry: exponential schedule, 3 layers + times", "effects-policy-exp"),
+            ("tenacity Retrying (stop, wait, retry)", "tenacity-policy"),
+            ("decorated function: effects", "effects"),
+            *((f"decorated function: {peer}", peer) for peer in PEERS),
+        )
+    }
+    ours_policy = sizes["effects Retry: retry(times=4, on=...)"]["bytes"]
+    ours_decorated = sizes["decorated function: effects"]["bytes"]
+    lines += [
+        "",
+        "## 4c. memory kept by one policy / one decorated function (traced, mean of 1,000)",
+        f"{'':<54} {'bytes':>7} {'blocks':>7} {'x effects':>10}",
+    ]
+    for label, got in sizes.items():
+        ours_size = ours_decorated if label.startswith("decorated") else ours_policy
+        vs_ours = "" if label.startswith("effects") else ratio(ours_size, got["bytes"])
+        if label == "decorated function: effects":
+            vs_ours = ""
+        lines.append(f"{label:<54} {got['bytes']:>7.0f} {got['blocks']:>7.1f} {vs_ours:>10}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the three cases and print their tables."""
     parser = argparse.ArgumentParser(
         description="Retry overhead beside tenacity, stamina, backoff."
     )
     parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke test")
+    parser.add_argument("--memory-case", help=argparse.SUPPRESS)
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory tables")
     args = parser.parse_args(argv)
+    if args.memory_case:
+        case, _, name = args.memory_case.partition(":")
+        emit(memory_case(case, name, quick=args.quick))
+        return 0
     scale = 0.25 if args.quick else 1.0
     repeat = 3 if args.quick else 9
     # stamina logs every retry through its default hooks: no output, and no cost, here.
@@ -234,6 +386,20 @@ def main(argv: list[str] | None = None) -> int:
     for title, results in cases:
         print()
         print("\n".join(table(title, results)))
+    if not args.no_memory:
+        print()
+        print(
+            textwrap.fill(
+                "Memory (tracemalloc, each row in a fresh process, after imports and a warm-up;"
+                " harness subtracted): peak B = traced peak of one call above what was live before"
+                " it (median); live B / blocks = held while the wrapped function runs (its last"
+                " attempt); retained = left after that many more calls and gc.collect() (0 = no"
+                " leak); cyclic/call = objects per call left for the cyclic GC (gc off for 1,000"
+                " calls); 'x effects' = peer's peak B over ours",
+                width=100,
+            )
+        )
+        print("\n".join(memory_tables(args.quick)))
     return 0
 
 

@@ -195,7 +195,10 @@ def call_sync(  # noqa: PLR0917
     while True:
         delay = run.decide(attempt, error)
         if delay is None:
-            raise error
+            try:
+                raise error
+            finally:
+                del error  # the traceback holds this frame; no cycle through its locals
         if delay > 0:
             run.clock.sleep(delay)
         attempt += 1
@@ -224,7 +227,10 @@ async def call_async(  # noqa: PLR0917
     while True:
         delay = run.decide(attempt, error)
         if delay is None:
-            raise error
+            try:
+                raise error
+            finally:
+                del error  # the traceback holds this frame; no cycle through its locals
         if delay > 0:
             await run.clock.sleep_async(delay)
         attempt += 1

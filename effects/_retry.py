@@ -264,7 +264,11 @@ def _wrap_sync(policy: Policy, on: ErrorTypes, fn: Callable[P, R]) -> Callable[P
             except on as error:
                 first = error
             # Outside the `except` block, so the error re-raised at the end keeps its context.
-            return call_sync(policy, on, fn, first, args, kwargs)
+            try:
+                return call_sync(policy, on, fn, first, args, kwargs)
+            finally:
+                # The error's traceback holds this frame: drop the frame's hold on the error.
+                del first
 
         return retried
 
@@ -275,7 +279,11 @@ def _wrap_sync(policy: Policy, on: ErrorTypes, fn: Callable[P, R]) -> Callable[P
             return fn(*args, **kwargs)
         except on as error:
             first = error
-        return call_sync(policy, on, fn, first, args, kwargs)
+        try:
+            return call_sync(policy, on, fn, first, args, kwargs)
+        finally:
+            # The error's traceback holds this frame: drop the frame's hold on the error.
+            del first
 
     return retried_with_budget
 
@@ -291,7 +299,11 @@ def _wrap_async(
                 return await fn(*args, **kwargs)
             except on as error:
                 first = error
-            return await call_async(policy, on, fn, first, args, kwargs)
+            try:
+                return await call_async(policy, on, fn, first, args, kwargs)
+            finally:
+                # The error's traceback holds this frame: drop the frame's hold on the error.
+                del first
 
         return retried
 
@@ -302,7 +314,11 @@ def _wrap_async(
             return await fn(*args, **kwargs)
         except on as error:
             first = error
-        return await call_async(policy, on, fn, first, args, kwargs)
+        try:
+            return await call_async(policy, on, fn, first, args, kwargs)
+        finally:
+            # The error's traceback holds this frame: drop the frame's hold on the error.
+            del first
 
     return retried_with_budget
 
