@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
@@ -31,9 +31,9 @@ class Item:
         identity: The item's identity, always a string (``str()`` of the identity field).
         data: The record's fields.
         version: The source version: the version field's value as a string, or a content hash
-            when the source is given no version field, so a changed record is processed again.
-            ``None`` only when the version field's value is null: such an item is processed
-            on every run. (A version field the record lacks is a `SourceError`, not ``None``.)
+            when the source is given no version field or the record's value is null or empty,
+            so a changed record is processed again and an unchanged one is not. ``None`` only
+            for items built by hand. (A version field the record lacks is a `SourceError`.)
     """
 
     identity: str
@@ -272,13 +272,20 @@ def identity_of(record: Mapping[str, Any], field: str, where: str) -> str:
     return str(value)
 
 
-def version_of(record: Mapping[str, Any], field: str, where: str) -> str | None:
+def version_of(
+    record: Mapping[str, Any], field: str, where: str, content: Callable[[], str]
+) -> str:
     """
-    Return the version field's value as a string (``None`` when the value is null), or raise
-    `SourceError` naming *where* the field is missing.
+    Return the version field's value as a string, or raise `SourceError` naming *where* the
+    field is missing.
+
+    A null or empty value falls back to ``content_version(content())``: a record without a
+    version still counts as unchanged until its content changes.
     """
     try:
         value = record[field]
     except KeyError:
         raise missing_field(where, "version", field, record) from None
-    return None if value is None else str(value)
+    if value is None or value == "":
+        return content_version(content())
+    return str(value)

@@ -94,7 +94,7 @@ class _FileSource(Source):
         identity = identity_of(record, self.identity, where)
         if self.version is None:
             return Item(identity, record, content_version(raw))
-        return Item(identity, record, version_of(record, self.version, where))
+        return Item(identity, record, version_of(record, self.version, where, lambda: raw))
 
     def read_window(self, cursor: Cursor) -> Window:
         fingerprint = self.fingerprint()
@@ -230,7 +230,7 @@ class JsonlSource(_FileSource):
     fields of each object).
 
     Every object must have the *identity* field and, when given, the *version* field (a null
-    version value gives ``Item.version`` ``None``: the item is processed on every run). An object
+    or empty version value falls back to a hash of the object's line, as with no version). An object
     lacking either fails the read or lookup with `SourceError` naming the field, the file and
     line, and the fields the object has; a run then stops that definition at that window and
     stores nothing for the window.

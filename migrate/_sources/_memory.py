@@ -30,8 +30,8 @@ class MemorySource(Source):
         identity: The field holding each record's identity.
         lookup: The lookup strategy to declare: ``"direct"`` (an index) or ``"scan"`` (a pass over
             the items, counted in `scans`).
-        version: The field holding the source version; ``None`` uses a hash of the record. A null
-            value gives ``Item.version`` ``None`` (the item is processed on every run).
+        version: The field holding the source version; ``None`` uses a hash of the record, and
+            so does a record whose value is null or empty.
         window_size: Items per window (>= 1).
 
     Raises:
@@ -72,10 +72,13 @@ class MemorySource(Source):
     def _item(self, record: dict[str, Any], position: int) -> Item:
         where = f"memory item {position}"
         identity = identity_of(record, self.identity, where)
+
+        def content() -> str:
+            return json.dumps(record, sort_keys=True, default=str)
+
         if self.version is None:
-            version = content_version(json.dumps(record, sort_keys=True, default=str))
-            return Item(identity, record, version)
-        return Item(identity, record, version_of(record, self.version, where))
+            return Item(identity, record, content_version(content()))
+        return Item(identity, record, version_of(record, self.version, where, content))
 
     def __repr__(self) -> str:
         return (

@@ -116,8 +116,8 @@ class SqlSource(Source):
     Reads and lookups raise `SourceError` when the driver fails, or when the table has no
     *identity* or *version* column (the message names the column, the table and the columns it
     has; a run then stops the definition and stores nothing for it). The database is not
-    queried before the first read, so these are not known when the config loads. A null
-    version value gives ``Item.version`` ``None``: the item is processed on every run.
+    queried before the first read, so these are not known when the config loads. A null or
+    empty version value falls back to a hash of the row, as with no version column.
     """
 
     lookup_strategy: LookupStrategy = "direct"
@@ -183,11 +183,11 @@ class SqlSource(Source):
         items: list[Item] = []
         for row in rows:
             data = dict(zip(columns, row, strict=True))
-            if at is None:
-                version: str | None = content_version(repr(tuple(row)))
+            value = None if at is None else row[at]
+            if value is None or value == "":
+                version = content_version(repr(tuple(row)))
             else:
-                value = row[at]
-                version = None if value is None else str(value)
+                version = str(value)
             items.append(Item(str(row[key]), data, version))
         return items
 

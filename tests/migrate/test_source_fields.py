@@ -73,11 +73,36 @@ def test_jsonl_record_without_the_version_field_names_its_line(tmp_path: Path) -
     )
 
 
-def test_jsonl_null_version_value_is_no_version(tmp_path: Path) -> None:
-    """A version field present with a null value gives Item.version None (not an error)."""
-    path = write_jsonl(tmp_path / "p.jsonl", [{"id": 1, "rev": None}])
-    (item,) = migrate.JsonlSource(path, version="rev").read(None).run_or_raise().items
-    assert item.version is None
+def test_null_or_empty_version_values_fall_back_to_a_content_hash(tmp_path: Path) -> None:
+    """A null or empty version value is versioned by content: equal content, equal version."""
+    path = write_jsonl(tmp_path / "p.jsonl", [{"id": 1, "rev": None}, {"id": 2, "rev": ""}])
+    first = migrate.JsonlSource(path, version="rev").read(None).run_or_raise().items
+    again = migrate.JsonlSource(path, version="rev").read(None).run_or_raise().items
+    assert all(item.version for item in first)
+    assert [i.version for i in first] == [i.version for i in again]
+    assert first[0].version != first[1].version
+
+
+def test_items_with_null_versions_are_unchanged_until_their_content_changes(
+    tmp_path: Path,
+) -> None:
+    """After a file change restarts discovery, only the null-versioned item that changed runs."""
+    seen: list[str] = []
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        seen.append(item.identity)
+
+    path = tmp_path / "p.jsonl"
+    write_jsonl(path, [{"id": 1, "rev": None, "name": "a"}, {"id": 2, "rev": None, "name": "b"}])
+    config = migrate.Config(
+        [migrate.Migration("p", migrate.JsonlSource(path, version="rev"), process)],
+        store="sqlite:///state.db",
+        base_dir=tmp_path,
+    )
+    migrate.run(config)
+    write_jsonl(path, [{"id": 1, "rev": None, "name": "a"}, {"id": 2, "rev": None, "name": "B"}])
+    second = migrate.run(config)
+    assert (["1", "2", "2"], 1) == (seen, second.definitions["p"].counts.unchanged)
 
 
 def test_jsonl_lookup_fails_on_a_record_without_identity(tmp_path: Path) -> None:
