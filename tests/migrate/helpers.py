@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +68,41 @@ def recorder(
 
 def noop(item: migrate.Item, scope: migrate.Scope) -> None:
     """A process that does nothing."""
+
+
+class UnavailableError(Exception):
+    """A provider error the retry strategies in these tests classify as transient."""
+
+    transient = True
+
+
+class FlakySource(migrate.MemorySource):
+    """A memory source whose window reads and lookups fail a given number of times first."""
+
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        *,
+        read_failures: int = 0,
+        lookup_failures: int = 0,
+        lookup: migrate.LookupStrategy = "direct",
+    ) -> None:
+        super().__init__(rows, lookup=lookup, window_size=2)
+        self.read_failures = read_failures
+        self.lookup_failures = lookup_failures
+        self.reads = 0
+        self.finds = 0
+
+    def read_window(self, cursor: migrate.Cursor) -> migrate.Window:
+        self.reads += 1
+        if self.read_failures:
+            self.read_failures -= 1
+            raise migrate.SourceError("read failed", UnavailableError("try later"))
+        return super().read_window(cursor)
+
+    def find(self, identities: Collection[str]) -> dict[str, migrate.Item]:
+        self.finds += 1
+        if self.lookup_failures:
+            self.lookup_failures -= 1
+            raise migrate.SourceError("lookup failed", UnavailableError("try later"))
+        return super().find(identities)

@@ -5,48 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import migrate
 from effects import FatalError, retry
-from migrate import SourceError
-from tests.migrate.helpers import config_of, noop, people
-
-
-class UnavailableError(Exception):
-    """A provider error the retry policies here treat as transient."""
-
-
-class FlakySource(migrate.MemorySource):
-    """A memory source whose window reads and lookups fail a given number of times first."""
-
-    def __init__(
-        self,
-        rows: list[dict[str, Any]],
-        *,
-        read_failures: int = 0,
-        lookup_failures: int = 0,
-        lookup: migrate.LookupStrategy = "direct",
-    ) -> None:
-        super().__init__(rows, lookup=lookup, window_size=2)
-        self.read_failures = read_failures
-        self.lookup_failures = lookup_failures
-
-    def read_window(self, cursor: migrate.Cursor) -> migrate.Window:
-        if self.read_failures:
-            self.read_failures -= 1
-            raise SourceError("read failed", UnavailableError("try later"))
-        return super().read_window(cursor)
-
-    def find(self, identities: Collection[str]) -> dict[str, migrate.Item]:
-        if self.lookup_failures:
-            self.lookup_failures -= 1
-            raise SourceError("lookup failed", UnavailableError("try later"))
-        return super().find(identities)
+from tests.migrate.helpers import FlakySource, UnavailableError, config_of, noop, people
 
 
 class FlakyApi:

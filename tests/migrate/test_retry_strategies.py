@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -11,45 +10,7 @@ from effects import Effect, retry
 from effects.testing import VirtualClock
 from migrate import SourceError
 from schedules import exponential
-from tests.migrate.helpers import config_of, noop, people
-
-
-class UnavailableError(Exception):
-    """A provider error a retry strategy classifies as transient."""
-
-    transient = True
-
-
-class Flaky(migrate.MemorySource):
-    """A memory source whose reads and lookups fail a given number of times first."""
-
-    def __init__(
-        self,
-        rows: list[dict[str, Any]],
-        *,
-        read_failures: int = 0,
-        lookup_failures: int = 0,
-        lookup: migrate.LookupStrategy = "direct",
-    ) -> None:
-        super().__init__(rows, lookup=lookup, window_size=2)
-        self.read_failures = read_failures
-        self.lookup_failures = lookup_failures
-        self.reads = 0
-        self.finds = 0
-
-    def read_window(self, cursor: migrate.Cursor) -> migrate.Window:
-        self.reads += 1
-        if self.read_failures:
-            self.read_failures -= 1
-            raise SourceError("read failed", UnavailableError("try later"))
-        return super().read_window(cursor)
-
-    def find(self, identities: Collection[str]) -> dict[str, migrate.Item]:
-        self.finds += 1
-        if self.lookup_failures:
-            self.lookup_failures -= 1
-            raise SourceError("lookup failed", UnavailableError("try later"))
-        return super().find(identities)
+from tests.migrate.helpers import FlakySource, UnavailableError, config_of, noop, people
 
 
 def _transient(error: Exception) -> bool:
@@ -63,7 +24,7 @@ def test_cursor_retry_recovers_a_flaky_window_read(
     tmp_path: Path, virtual_clock: VirtualClock
 ) -> None:
     """A Retry as source_cursor_retry repeats failed window reads with its backoff."""
-    source = Flaky(people(3), read_failures=2)
+    source = FlakySource(people(3), read_failures=2)
     config = config_of(
         tmp_path, migrate.Migration("p", source, noop, source_cursor_retry=TRANSIENT)
     )
@@ -76,7 +37,7 @@ def test_cursor_retry_giving_up_stops_the_definition_with_the_attempts(
     tmp_path: Path, virtual_clock: VirtualClock
 ) -> None:
     """When retries run out, the definition stops with an error naming the attempts made."""
-    source = Flaky(people(3), read_failures=99)
+    source = FlakySource(people(3), read_failures=99)
     config = config_of(
         tmp_path, migrate.Migration("p", source, noop, source_cursor_retry=TRANSIENT)
     )
@@ -89,7 +50,7 @@ def test_cursor_retry_giving_up_stops_the_definition_with_the_attempts(
 
 def test_without_a_cursor_retry_a_read_is_attempted_once(tmp_path: Path) -> None:
     """No source_cursor_retry: one attempt, then the definition stops."""
-    source = Flaky(people(3), read_failures=1)
+    source = FlakySource(people(3), read_failures=1)
     config = config_of(tmp_path, migrate.Migration("p", source, noop))
     assert migrate.run(config).status == "failed"
     assert source.reads == 1
@@ -105,7 +66,7 @@ def test_lookup_retry_recovers_flaky_direct_lookups(
         if item.identity in fail:
             raise ValueError("bad")
 
-    source = Flaky(people(3))
+    source = FlakySource(people(3))
     config = config_of(
         tmp_path, migrate.Migration("p", source, process, source_lookup_retry=TRANSIENT)
     )
@@ -120,7 +81,7 @@ def test_lookup_giving_up_fails_the_item_with_source_evidence_and_attempts(
     tmp_path: Path, virtual_clock: VirtualClock
 ) -> None:
     """A lookup that keeps failing fails the item: kind source, the cause, attempts made."""
-    source = Flaky(people(2))
+    source = FlakySource(people(2))
     config = config_of(
         tmp_path, migrate.Migration("p", source, noop, source_lookup_retry=TRANSIENT)
     )
@@ -141,7 +102,7 @@ def test_scan_lookup_retry_wraps_the_single_batch_read(
     tmp_path: Path, virtual_clock: VirtualClock
 ) -> None:
     """For a scan source the retry wraps the one batch read of all targets."""
-    source = Flaky(people(6), lookup="scan")
+    source = FlakySource(people(6), lookup="scan")
     config = config_of(
         tmp_path, migrate.Migration("p", source, noop, source_lookup_retry=TRANSIENT)
     )
@@ -159,7 +120,7 @@ def test_any_effect_to_effect_function_is_a_strategy(tmp_path: Path) -> None:
         applied.append("read")
         return read.retry(times=1)
 
-    source = Flaky(people(3), read_failures=1)
+    source = FlakySource(people(3), read_failures=1)
     config = config_of(tmp_path, migrate.Migration("p", source, noop, source_cursor_retry=strategy))
     assert migrate.run(config).status == "succeeded"
     assert applied == ["read", "read"]
