@@ -1,0 +1,77 @@
+"""
+A durable workflow engine whose step retries survive a crash.
+
+A **workflow** is an ``async def`` that the engine replays from its start whenever the run
+resumes; each step it awaits is checkpointed in a store, so a completed step returns its recorded
+output on replay and never runs again. **Local steps** (``ctx.local_step``) run in the engine's
+process and retry in memory; **dispatched steps** (``ctx.step``) run on a worker and retry
+durably: the wait before the next attempt is persisted on the checkpoint, so a worker or the whole
+orchestrator may die between attempts and nothing is lost or run twice.
+
+Example:
+    >>> import asyncio
+    >>> from effects.durable import Engine, step, workflow
+    >>> @step("double", retries=3, backoff_ms=100)
+    ... async def double(n: int) -> int:
+    ...     return 2 * n
+    >>> @workflow("twice")
+    ... async def twice(ctx, n: int) -> int:
+    ...     once = await ctx.local_step("add-one", lambda: n + 1)
+    ...     return await ctx.step(double, once)
+    >>> async def main() -> object:
+    ...     async with Engine("sqlite:///:memory:", workflows=[twice], steps=[double]) as engine:
+    ...         run_id = await engine.start(twice, 20)
+    ...         await engine.run_until_idle()
+    ...         return (await engine.get_run(run_id)).output
+    >>> asyncio.run(main())
+    42
+"""
+
+from effects.durable._codec import Codec, JsonCodec
+from effects.durable._context import WorkflowContext
+from effects.durable._definitions import StepDef, WorkflowDef, step, workflow
+from effects.durable._engine import Engine, Queue
+from effects.durable._policy import StepOptions
+from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._step_context import StepContext, current_step
+from effects.durable._store import Store
+from effects.durable._store_sqlite import SqliteStore
+from effects.durable.errors import (
+    DurableError,
+    NonDeterminismError,
+    RemoteStepError,
+    RemoteStepTimeout,
+    StepError,
+    StepFailedError,
+    StoreError,
+    UnknownRunError,
+)
+
+__all__ = [
+    "Checkpoint",
+    "Codec",
+    "DurableError",
+    "Engine",
+    "Event",
+    "JsonCodec",
+    "NonDeterminismError",
+    "Queue",
+    "RemoteStepError",
+    "RemoteStepTimeout",
+    "Run",
+    "SqliteStore",
+    "StepContext",
+    "StepDef",
+    "StepError",
+    "StepFailedError",
+    "StepOptions",
+    "Store",
+    "StoreError",
+    "Task",
+    "UnknownRunError",
+    "WorkflowContext",
+    "WorkflowDef",
+    "current_step",
+    "step",
+    "workflow",
+]

@@ -1,0 +1,74 @@
+"""How inputs, outputs and progress become stored JSON: as they are, or through a ``Codec``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Protocol
+
+__all__ = ["JSON", "Codec", "JsonCodec", "dump", "from_data", "load"]
+
+
+class Codec(Protocol):
+    """
+    Maps values to JSON data and back, for types JSON does not have (dates, dataclasses, ...).
+
+    ``decode(encode(v))`` is what the workflow receives, on its first run and on every replay
+    alike. Give a definition ``codec=`` to use one.
+    """
+
+    def encode(self, value: Any) -> Any:
+        """Return JSON data for *value* (dicts, lists, strings, numbers, booleans, ``None``)."""
+        ...
+
+    def decode(self, data: Any) -> Any:
+        """Return the value that *data* stands for."""
+        ...
+
+
+class JsonCodec:
+    """The default: values are JSON data already (no NaN or infinity); tuples come back as lists."""
+
+    __slots__ = ()
+
+    def encode(self, value: Any) -> Any:
+        """*value* itself."""
+        return value
+
+    def decode(self, data: Any) -> Any:
+        """*data* itself."""
+        return data
+
+    def __repr__(self) -> str:
+        return "JsonCodec()"
+
+
+JSON: Final = JsonCodec()
+# ASCII escapes keep lone surrogates storable (a UTF-8 store refuses them raw).
+_dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+
+
+def dump(codec: Codec, value: Any, what: str) -> str:
+    """
+    *value* as stored JSON text; a value that cannot be stored is a ``TypeError`` naming *what*.
+
+    Args:
+        codec: The definition's codec.
+        value: The value.
+        what: What the value is, for the message (``"input of step 'charge'"``).
+    """
+    try:
+        return _dumps(value if codec is JSON else codec.encode(value))
+    except (TypeError, ValueError, OverflowError, RecursionError) as error:
+        msg = f"the {what} cannot be stored as JSON: {error} (give the definition a codec=)"
+        raise TypeError(msg) from error
+
+
+def load(codec: Codec, text: str) -> Any:
+    """The value stored JSON *text* stands for, as *codec* decodes it."""
+    data = json.loads(text)
+    return data if codec is JSON else codec.decode(data)
+
+
+def from_data(codec: Codec, data: Any) -> Any:
+    """The value decoded JSON *data* stands for."""
+    return data if codec is JSON else codec.decode(data)

@@ -1,0 +1,617 @@
+"""
+Replay: the ``WorkflowContext`` a workflow awaits its steps through, and one turn's state.
+
+A turn runs the workflow from its start. Each ``local_step`` / ``step`` call takes the next sequence
+number; a checkpoint already recorded there answers it (its output, or its error raised again), and
+the first step without a usable record does the work: a local step runs in place and commits its
+outcome; a dispatched step writes a pending checkpoint and a task in one transaction and suspends
+the run. Suspension is ``_Suspended``, a ``BaseException``, so a workflow's ``except Exception``
+cannot swallow it; and once a turn has suspended, every later call suspends again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import pickle
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar, overload
+
+import attrs
+from typing_extensions import Unpack
+
+from effects import Clock, FatalError
+from effects.durable._codec import JSON, Codec, dump, from_data
+from effects.durable._definitions import StepDef, check_name
+from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
+from effects.durable._records import Checkpoint, CheckpointKind, Run
+from effects.durable._store import (
+    CheckpointWrite,
+    NewEvent,
+    NewTask,
+    RunAdvance,
+    Store,
+    TurnCommit,
+)
+from effects.durable._time import epoch_ms
+from effects.durable.errors import (
+    NonDeterminismError,
+    RemoteStepError,
+    StepError,
+    StepFailedError,
+)
+from schedules import MAX_DELAY, RandomLike
+
+__all__ = ["Turn", "WorkflowContext", "suspended"]
+
+T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+O = TypeVar("O")  # noqa: E741
+
+_EMPTY_POLICY: Final = StepPolicy({})
+_MAX_DELAY_MS: Final = round(MAX_DELAY * 1000)
+
+
+class _Suspended(BaseException):
+    """The run suspends here; not an error, and not catchable by ``except Exception``."""
+
+
+def suspended() -> type[BaseException]:
+    """The exception class a turn's suspension raises (for the engine only)."""
+    return _Suspended
+
+
+@attrs.define(slots=True)
+class Turn:
+    """What a turn needs from its engine, and the lease it holds."""
+
+    store: Store
+    clock: Clock
+    rng: RandomLike
+    lease_ms: int
+    run: Run
+    token: str
+    steps: Mapping[str, StepDef[Any, Any]]
+    notify: Callable[[], None]
+
+    def now(self) -> int:
+        """Epoch ms now."""
+        return epoch_ms(self.clock)
+
+    async def commit(
+        self,
+        advance: RunAdvance,
+        *,
+        checkpoints: Sequence[CheckpointWrite] = (),
+        tasks: Sequence[NewTask] = (),
+        events: Sequence[NewEvent] = (),
+        now: int | None = None,
+    ) -> None:
+        """One transaction of this turn (raises ``StaleTurnError`` if the lease was lost)."""
+        await self.store.commit_turn(
+            TurnCommit(
+                self.run.run_id,
+                self.token,
+                self.now() if now is None else now,
+                advance,
+                checkpoints,
+                tasks,
+                events,
+            )
+        )
+
+    def lease(self, now: int, extra_ms: int = 0) -> RunAdvance:
+        """The advance that keeps the turn going with its lease renewed from *now*."""
+        return RunAdvance("continue", lease_until=now + self.lease_ms + extra_ms)
+
+
+def _describe(name: str, kind: CheckpointKind) -> str:
+    return f"{name!r} ({kind})"
+
+
+def _pickled(error: BaseException) -> bytes | None:
+    """A pickle of *error* that is known to load again, or ``None``."""
+    try:
+        data = pickle.dumps(error)
+        pickle.loads(data)  # noqa: S301 - our own bytes, just written
+    except Exception:  # noqa: BLE001 - an unpicklable error is recorded without its pickle
+        return None
+    return data
+
+
+def _restored(checkpoint: Checkpoint) -> BaseException:
+    """The exception a failed local step raises again on replay."""
+    error = checkpoint.error or StepError("the step failed")
+    if checkpoint.exception is not None:
+        try:
+            restored = pickle.loads(checkpoint.exception)  # noqa: S301 - the engine's own store
+        except Exception:  # noqa: BLE001 - fall back to the recorded StepError
+            restored = None
+        if isinstance(restored, Exception):
+            return restored
+    return StepFailedError(error)
+
+
+class WorkflowContext:
+    """
+    What a workflow awaits its steps through. The engine makes one per turn.
+
+    Attributes:
+        run_id: The run's id.
+        workflow: The workflow's name.
+    """
+
+    __slots__ = ("_checkpoints", "_closed", "_fatal", "_seq", "_suspended", "_turn")
+
+    def __init__(self, turn: Turn, checkpoints: Sequence[Checkpoint]) -> None:
+        self._turn = turn
+        self._checkpoints = {cp.seq: cp for cp in checkpoints}
+        self._seq = 0
+        self._closed = False
+        self._suspended = False
+        self._fatal: NonDeterminismError | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self._turn.run.run_id
+
+    @property
+    def workflow(self) -> str:
+        """The workflow's name."""
+        return self._turn.run.workflow
+
+    def __repr__(self) -> str:
+        return f"<WorkflowContext run {self.run_id!r} at step {self._seq}>"
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closed:
+            raise _Suspended
+        self._seq += 1
+        seq = self._seq
+        recorded = self._checkpoints.get(seq)
+        if recorded is not None and (recorded.name != name or recorded.kind != kind):
+            self._fatal = NonDeterminismError(
+                seq, _describe(recorded.name, recorded.kind), _describe(name, kind)
+            )
+            raise self._fatal
+        return seq, recorded
+
+    def _suspend(self) -> _Suspended:
+        self._closed = self._suspended = True
+        return _Suspended()
+
+    def close(self) -> None:
+        """End the turn: any later call on this context suspends without writing."""
+        self._closed = True
+
+    @property
+    def is_suspended(self) -> bool:
+        """Whether this turn has suspended the run (a swallowed suspension still counts)."""
+        return self._suspended
+
+    @property
+    def fatal(self) -> NonDeterminismError | None:
+        """The non-determinism this turn met, which fails the run even if the workflow caught it."""
+        return self._fatal
+
+    # -- local steps ------------------------------------------------------------------------------
+
+    async def local_step(
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[T]] | Callable[[], T],
+        /,
+        *,
+        codec: Codec | None = None,
+        **policy: Unpack[StepOptions],
+    ) -> T:
+        """
+        Run *fn* here, retrying in memory, and checkpoint its outcome.
+
+        On replay a completed step returns its recorded output (decoded JSON) without running.
+        Every exception is retried per *policy* except ``effects.FatalError`` (``retryable =
+        False`` has no effect here); the backoff waits inside the turn, which keeps the run's
+        lease. Only the outcome is recorded, so a crash between attempts replays from attempt 1.
+        When the attempts are spent the last exception propagates as it was, and replay raises
+        it again (``StepFailedError`` if it cannot be pickled).
+
+        Args:
+            name: The step's name (replay checks it at this position).
+            fn: A function of no arguments (``async def``, or a ``def`` that runs in a thread).
+            codec: How the output is stored; default strict JSON.
+            **policy: ``StepOptions`` (``retries``, ``backoff``, ``backoff_ms``,
+                ``backoff_max_ms``, ``jitter``, ``retry``; the liveness options are ignored).
+
+        Returns:
+            The output, as decoded from its stored form (so the first run and every replay see
+            the same value).
+
+        Raises:
+            TypeError: If the output cannot be stored (nothing is written), or an option is bad.
+            ValueError: If an option is out of range.
+            NonDeterminismError: If the run recorded a different step at this position.
+        """
+        check_name(name, "local step name")
+        seq, recorded = self._next(name, "local")
+        store_codec = JSON if codec is None else codec
+        if recorded is not None:
+            if recorded.status == "completed":
+                result: T = from_data(store_codec, recorded.output)
+                return result
+            if recorded.status == "failed" and recorded.final:
+                raise _restored(recorded)
+        checked = (
+            policy_from_options(policy, where=f"local step {name!r}") if policy else _EMPTY_POLICY
+        )
+        output: T = await self._run_local(
+            seq=seq, name=name, fn=fn, codec=store_codec, policy=checked, recorded=recorded
+        )
+        return output
+
+    async def _run_local(
+        self,
+        *,
+        seq: int,
+        name: str,
+        fn: Callable[[], Any],
+        codec: Codec,
+        policy: StepPolicy,
+        recorded: Checkpoint | None,
+    ) -> Any:
+        turn = self._turn
+        is_async = inspect.iscoroutinefunction(fn)
+        events: list[NewEvent] = []
+        created = turn.now() if recorded is None else recorded.created_at
+        schedule = None
+        state: Any = None
+        errors: list[StepError] = []
+        attempt = 0
+        while True:
+            attempt += 1
+            started = turn.now()
+            events.append(
+                NewEvent("step.started", started, seq, {"attempt": attempt, "kind": "local"})
+            )
+            try:
+                result = await fn() if is_async else await asyncio.to_thread(fn)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as error:
+                now = turn.now()
+                step_error = StepError.from_exception(error)
+                errors.append(step_error)
+                events.append(
+                    NewEvent(
+                        "step.failed",
+                        now,
+                        seq,
+                        {"attempt": attempt, "kind": "local", "error": step_error.to_json()},
+                        "warning",
+                    )
+                )
+                delay: float | None = None
+                if not isinstance(error, FatalError):
+                    if schedule is None:
+                        schedule = policy.schedule()
+                        state = schedule.initial()
+                    state, _, delay = schedule.step(now / 1000, error, state, turn.rng)
+                if delay is None:
+                    await self._fail_local(
+                        seq=seq,
+                        name=name,
+                        recorded=recorded,
+                        created=created,
+                        attempt=attempt,
+                        error=error,
+                        errors=errors,
+                        events=events,
+                        now=now,
+                    )
+                    raise
+                delay_ms = _wait_ms(delay, step_error.retry_after)
+                events.append(
+                    NewEvent(
+                        "step.retry_scheduled",
+                        now,
+                        seq,
+                        {
+                            "attempt": attempt,
+                            "kind": "local",
+                            "delay_ms": delay_ms,
+                            "wake_at": now + delay_ms,
+                        },
+                    )
+                )
+                if delay_ms > 0:
+                    # Renewed to cover the wait, so no other engine recovers the run meanwhile.
+                    await turn.commit(turn.lease(now, delay_ms), events=events, now=now)
+                    events = []
+                    await turn.clock.sleep_async(delay_ms / 1000)
+                continue
+            text = dump(codec, result, f"output of local step {name!r}")
+            now = turn.now()
+            events.append(
+                NewEvent("step.completed", now, seq, {"attempt": attempt, "kind": "local"})
+            )
+            checkpoint = Checkpoint(
+                run_id=turn.run.run_id,
+                seq=seq,
+                name=name,
+                kind="local",
+                step_id=f"{turn.run.run_id}:{seq}",
+                status="completed",
+                attempts=attempt,
+                wake_at=None,
+                output=None,
+                error=None,
+                errors=tuple(errors),
+                final=False,
+                created_at=created,
+                updated_at=now,
+            )
+            await turn.commit(
+                turn.lease(now),
+                checkpoints=(
+                    CheckpointWrite(checkpoint, None if recorded is None else recorded.rev, text),
+                ),
+                events=events,
+                now=now,
+            )
+            return from_data(codec, json.loads(text))
+
+    async def _fail_local(
+        self,
+        *,
+        seq: int,
+        name: str,
+        recorded: Checkpoint | None,
+        created: int,
+        attempt: int,
+        error: BaseException,
+        errors: list[StepError],
+        events: list[NewEvent],
+        now: int,
+    ) -> None:
+        turn = self._turn
+        checkpoint = Checkpoint(
+            run_id=turn.run.run_id,
+            seq=seq,
+            name=name,
+            kind="local",
+            step_id=f"{turn.run.run_id}:{seq}",
+            status="failed",
+            attempts=attempt,
+            wake_at=None,
+            output=None,
+            error=errors[-1],
+            errors=tuple(errors),
+            final=True,
+            created_at=created,
+            updated_at=now,
+        )
+        write = CheckpointWrite(
+            checkpoint,
+            None if recorded is None else recorded.rev,
+            exception=_pickled(error),
+        )
+        await turn.commit(turn.lease(now), checkpoints=(write,), events=events, now=now)
+
+    # -- dispatched steps -------------------------------------------------------------------------
+
+    @overload
+    async def step(
+        self, step: StepDef[I, O], input: I, /, **overrides: Unpack[StepOptions]
+    ) -> O: ...
+    @overload
+    async def step(self, step: str, input: Any, /, **overrides: Unpack[StepOptions]) -> Any: ...
+    async def step(
+        self,
+        step: StepDef[Any, Any] | str,
+        input: Any,  # noqa: A002 - the design's name
+        /,
+        **overrides: Unpack[StepOptions],
+    ) -> Any:
+        """
+        Dispatch a step to a worker and suspend the run until its result lands.
+
+        The first call writes a ``pending`` checkpoint and a task in one transaction and suspends
+        (nothing is held in memory). On replay: a completed step returns its output; a failed
+        attempt is retried durably per the effective policy (the definition's, with every given
+        override winning): ``wake_at = now + delay(attempt)`` is stamped once, the run suspends,
+        and once due the same ``step_id`` is dispatched again with ``attempt + 1``.
+
+        Args:
+            step: A ``StepDef``, or a step's name (served by whichever worker has a handler).
+            input: The step's input (JSON, or what the definition's codec takes).
+            **overrides: ``StepOptions`` fields that win over the definition's.
+
+        Returns:
+            The step's output.
+
+        Raises:
+            RemoteStepError: The step failed with a non-retryable error (``retryable = False``,
+                ``FatalError``, no handler), or its attempts are spent. ``.step_error`` holds the
+                last error, ``.errors`` every attempt's.
+            TypeError: If *input* cannot be stored (nothing is written), or an option is bad.
+            ValueError: If an option is out of range.
+            NonDeterminismError: If the run recorded a different step at this position.
+        """
+        if isinstance(step, StepDef):
+            definition: StepDef[Any, Any] | None = step
+            name = step.name
+        elif isinstance(step, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            definition = self._turn.steps.get(step)
+            name = check_name(step, "step name")
+        else:
+            msg = f"ctx.step takes a StepDef or a step's name, got {step!r}"
+            raise TypeError(msg)
+        seq, recorded = self._next(name, "remote")
+        declared = _EMPTY_POLICY if definition is None else definition.policy
+        policy = (
+            declared.merge(policy_from_options(overrides, where=f"step {name!r}"))
+            if overrides
+            else declared
+        )
+        codec = JSON if definition is None else definition.codec
+        turn = self._turn
+        if recorded is None:
+            group = "default" if definition is None else definition.group
+            text = dump(codec, input, f"input of step {name!r}")
+            await self._dispatch(seq, name, group, policy, text)
+            raise self._suspend()
+        if recorded.status == "completed":
+            return from_data(codec, recorded.output)
+        if recorded.status in ("pending", "running"):
+            await turn.commit(RunAdvance("suspend"))
+            raise self._suspend()
+        # A failed attempt.
+        if recorded.final:
+            raise RemoteStepError(recorded.step_id, name, recorded.errors)
+        now = turn.now()
+        if recorded.wake_at is not None:
+            if now < recorded.wake_at:
+                await turn.commit(RunAdvance("suspend", wake_at=recorded.wake_at), now=now)
+                raise self._suspend()
+            await self._redispatch(recorded, now)
+            raise self._suspend()
+        await self._decide(recorded, policy, now)
+        raise self._suspend()
+
+    async def _dispatch(
+        self, seq: int, name: str, group: str, policy: StepPolicy, input_text: str
+    ) -> None:
+        turn = self._turn
+        now = turn.now()
+        run_id = turn.run.run_id
+        step_id = f"{run_id}:{seq}"
+        checkpoint = Checkpoint(
+            run_id=run_id,
+            seq=seq,
+            name=name,
+            kind="remote",
+            step_id=step_id,
+            status="pending",
+            attempts=1,
+            wake_at=None,
+            output=None,
+            error=None,
+            errors=(),
+            final=False,
+            created_at=now,
+            updated_at=now,
+            group=group,
+            queue=policy.queue,
+            dispatched_at=now,
+        )
+        task = NewTask(run_id, seq, step_id, name, group, input_text, 1, now, policy.queue)
+        await turn.commit(
+            RunAdvance("suspend"),
+            checkpoints=(CheckpointWrite(checkpoint, None, input=input_text),),
+            tasks=(task,),
+            events=(NewEvent("step.dispatched", now, seq, {"attempt": 1, "name": name}),),
+            now=now,
+        )
+        turn.notify()
+
+    async def _redispatch(self, recorded: Checkpoint, now: int) -> None:
+        turn = self._turn
+        attempt = recorded.attempts + 1
+        input_text = json.dumps(recorded.input, separators=(",", ":"))
+        checkpoint = attrs.evolve(
+            recorded, status="pending", attempts=attempt, wake_at=None, dispatched_at=now
+        )
+        task = NewTask(
+            recorded.run_id,
+            recorded.seq,
+            recorded.step_id,
+            recorded.name,
+            recorded.group,
+            input_text,
+            attempt,
+            now,
+            recorded.queue,
+        )
+        await turn.commit(
+            RunAdvance("suspend"),
+            checkpoints=(CheckpointWrite(checkpoint, recorded.rev, input=input_text),),
+            tasks=(task,),
+            events=(
+                NewEvent(
+                    "step.dispatched",
+                    now,
+                    recorded.seq,
+                    {"attempt": attempt, "name": recorded.name},
+                ),
+            ),
+            now=now,
+        )
+        turn.notify()
+
+    async def _decide(self, recorded: Checkpoint, policy: StepPolicy, now: int) -> None:
+        """The first look at a failed attempt: stamp the retry's ``wake_at``, or settle it."""
+        turn = self._turn
+        error = recorded.error or StepError("the step failed")
+        delay: float | None = None
+        state = recorded.retry_state
+        if error.retryable:
+            schedule = policy.schedule()
+            if state is None:
+                state = schedule.initial()
+            state, _, delay = schedule.step(now / 1000, error, state, turn.rng)
+        if delay is None:
+            settled = attrs.evolve(recorded, final=True, retry_state=state)
+            await turn.commit(
+                turn.lease(now),
+                checkpoints=(CheckpointWrite(settled, recorded.rev, input=_text(recorded.input)),),
+                events=(
+                    NewEvent(
+                        "step.gave_up",
+                        now,
+                        recorded.seq,
+                        {"attempts": recorded.attempts, "retryable": error.retryable},
+                        "error",
+                    ),
+                ),
+                now=now,
+            )
+            self._checkpoints[recorded.seq] = settled
+            raise RemoteStepError(recorded.step_id, recorded.name, recorded.errors)
+        delay_ms = _wait_ms(delay, error.retry_after)
+        wake_at = now + delay_ms
+        stamped = attrs.evolve(recorded, wake_at=wake_at, retry_state=state)
+        await turn.commit(
+            RunAdvance("suspend", wake_at=wake_at),
+            checkpoints=(CheckpointWrite(stamped, recorded.rev, input=_text(recorded.input)),),
+            events=(
+                NewEvent(
+                    "step.retry_scheduled",
+                    now,
+                    recorded.seq,
+                    {
+                        "attempt": recorded.attempts,
+                        "kind": "remote",
+                        "delay_ms": delay_ms,
+                        "wake_at": wake_at,
+                    },
+                ),
+            ),
+            now=now,
+        )
+
+
+def _text(data: Any) -> str | None:
+    return None if data is None else json.dumps(data, separators=(",", ":"))
+
+
+def _wait_ms(delay: float, retry_after: float | None) -> int:
+    """The schedule's delay in whole ms, at least what the failure asked for, at most the clamp."""
+    ms = round(delay * 1000)
+    if retry_after is not None:
+        ms = max(ms, round(retry_after * 1000))
+    return min(ms, _MAX_DELAY_MS)

@@ -1,0 +1,178 @@
+"""Workflow and step definitions: frozen values made by ``@workflow`` and ``@step``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+import attrs
+from typing_extensions import Unpack
+
+from effects.durable._codec import JSON, Codec
+from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
+
+if TYPE_CHECKING:
+    from effects.durable._context import WorkflowContext
+
+__all__ = ["StepDef", "WorkflowDef", "check_name", "step", "workflow"]
+
+I = TypeVar("I")  # noqa: E741 - the design's name for an input type
+O = TypeVar("O")  # noqa: E741
+
+
+def check_name(value: object, what: str) -> str:
+    """Return *value* if it is a non-empty string without surrounding whitespace."""
+    if not isinstance(value, str):
+        msg = f"{what} must be a string, got {value!r}"
+        raise TypeError(msg)
+    if not value or value.strip() != value:
+        msg = f"{what} must be a non-empty name without surrounding spaces, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+@attrs.frozen(repr=False)
+class WorkflowDef(Generic[I, O]):
+    """
+    A workflow: an ``async def`` of a ``WorkflowContext`` and an input, replayed from its start on
+    every resume. Made by ``@workflow(name)``; pass it to an ``Engine``.
+
+    Attributes:
+        name: The workflow's name, unique within an engine.
+        version: The code's version; a run is resumed only by an engine with the same version.
+        fn: The function.
+        codec: How the input and output are stored (JSON by default).
+    """
+
+    name: str
+    version: str
+    fn: Callable[[WorkflowContext, I], Awaitable[O]]
+    codec: Codec = JSON
+
+    def __repr__(self) -> str:
+        return f"<workflow {self.name!r} version {self.version!r}>"
+
+
+@attrs.frozen(repr=False)
+class StepDef(Generic[I, O]):
+    """
+    A dispatched step: a handler of one input that a worker runs, with its declared policy.
+    Made by ``@step(name, **policy)``; call it in a workflow with ``await ctx.step(def, input)``.
+
+    Attributes:
+        name: The step's name (what a worker's handler answers to), unique within an engine.
+        fn: The handler (``async def`` or ``def``; a ``def`` runs in a worker thread).
+        policy: The declared options (see ``StepOptions``).
+        group: Which workers claim its tasks (default ``"default"``).
+        codec: How its input and output are stored (JSON by default).
+    """
+
+    name: str
+    fn: Callable[[I], Awaitable[O]] | Callable[[I], O]
+    policy: StepPolicy
+    group: str = "default"
+    codec: Codec = JSON
+
+    def __repr__(self) -> str:
+        return f"<step {self.name!r} group {self.group!r}>"
+
+
+def _refuse_generators(fn: object, what: str) -> None:
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        msg = f"{what} must return its result, not yield: {fn!r} is a generator function"
+        raise TypeError(msg)
+
+
+def workflow(
+    name: str, *, version: str = "1", codec: Codec | None = None
+) -> Callable[[Callable[[WorkflowContext, I], Awaitable[O]]], WorkflowDef[I, O]]:
+    """
+    Declare an ``async def`` function of ``(ctx, input)`` as a workflow.
+
+    Args:
+        name: The workflow's name, unique within an engine.
+        version: The code's version (default ``"1"``); runs are resumed only by an engine that
+            has this version, so change it when a change would break replay of running runs.
+        codec: How the input and output are stored; default strict JSON.
+
+    Raises:
+        TypeError: If the function is not ``async def``, or a name is not a string.
+        ValueError: If *name* or *version* is empty.
+
+    Example:
+        >>> @workflow("greet")
+        ... async def greet(ctx, name: str) -> str:
+        ...     return f"hello {name}"
+        >>> greet
+        <workflow 'greet' version '1'>
+    """
+    check_name(name, "workflow name")
+    check_name(version, f"version of workflow {name!r}")
+
+    def define(fn: Callable[[WorkflowContext, I], Awaitable[O]]) -> WorkflowDef[I, O]:
+        _refuse_generators(fn, f"workflow {name!r}")
+        if not inspect.iscoroutinefunction(fn):
+            msg = f"workflow {name!r} must be an async def function, got {fn!r}"
+            raise TypeError(msg)
+        return WorkflowDef(name, version, fn, JSON if codec is None else codec)
+
+    return define
+
+
+class _StepDecorator:
+    """What ``step(...)`` returns: applied to a handler, it makes the ``StepDef``."""
+
+    __slots__ = ("_codec", "_group", "_name", "_policy")
+
+    def __init__(self, name: str, group: str, codec: Codec, policy: StepPolicy) -> None:
+        self._name, self._group, self._codec, self._policy = name, group, codec, policy
+
+    @overload
+    def __call__(self, fn: Callable[[I], Awaitable[O]]) -> StepDef[I, O]: ...
+    @overload
+    def __call__(self, fn: Callable[[I], O]) -> StepDef[I, O]: ...
+    def __call__(self, fn: Callable[[I], Any]) -> StepDef[I, Any]:
+        _refuse_generators(fn, f"step {self._name!r}")
+        if not callable(fn):
+            msg = f"step {self._name!r} must decorate a function, got {fn!r}"
+            raise TypeError(msg)
+        return StepDef(self._name, fn, self._policy, self._group, self._codec)
+
+
+def step(
+    name: str,
+    *,
+    group: str = "default",
+    codec: Codec | None = None,
+    **policy: Unpack[StepOptions],
+) -> _StepDecorator:
+    """
+    Declare a function of one input as a dispatched step, with its retry policy.
+
+    Args:
+        name: The step's name, unique within an engine; a worker runs the handler of this name.
+        group: Which workers claim its tasks (an engine serves the groups of its steps).
+        codec: How the input and output are stored; default strict JSON.
+        **policy: ``StepOptions``: ``retries`` (total attempts, default 1), ``backoff``,
+            ``backoff_ms``, ``backoff_max_ms``, ``jitter``, ``retry``, ``timeout_ms``,
+            ``pickup_timeout_ms``, ``queue``. Each call may override any of them.
+
+    Raises:
+        TypeError: For an unknown option, a value of the wrong type, or a generator function.
+        ValueError: For a value out of range (``retries < 1``, negative ms, unknown
+            ``backoff``), naming the option and the value.
+
+    Example:
+        >>> @step("payments:charge", retries=4, backoff="exp", backoff_ms=500)
+        ... async def charge(order: dict) -> dict:
+        ...     return {"charge_id": "ch_1"}
+        >>> charge
+        <step 'payments:charge' group 'default'>
+        >>> charge.policy.schedule()
+        from_step_options(retries=4, backoff='exp', backoff_ms=500)
+    """
+    check_name(name, "step name")
+    check_name(group, f"group of step {name!r}")
+    checked = policy_from_options(policy, where=f"step {name!r}")
+    return _StepDecorator(name, group, JSON if codec is None else codec, checked)

@@ -1,0 +1,732 @@
+"""The ``Engine``: starts runs, runs their turns, serves step tasks, recovers what was lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import math
+import os
+import random as _random
+import secrets
+import socket
+from collections.abc import Coroutine, Iterable
+from types import TracebackType
+from typing import Any, Final, TypeVar, overload
+
+import attrs
+
+from effects import Clock
+from effects.durable._codec import dump, from_data
+from effects.durable._context import Turn, WorkflowContext, suspended
+from effects.durable._definitions import StepDef, WorkflowDef, check_name
+from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._step_context import StepContext, step_context
+from effects.durable._store import (
+    ClaimedRun,
+    NewEvent,
+    NewRun,
+    RunAdvance,
+    StaleTurnError,
+    Store,
+    TaskOutcome,
+)
+from effects.durable._time import WallClock, epoch_ms
+from effects.durable.errors import StepError, UnknownRunError
+from schedules import RandomLike
+
+__all__ = ["Engine", "Queue", "open_store"]
+
+I = TypeVar("I")  # noqa: E741
+O = TypeVar("O")  # noqa: E741
+
+_log: Final = logging.getLogger("effects.durable")
+_SUSPENDED: Final = suspended()
+_NO_HANDLER_CODE: Final = "no_handler"
+
+
+@attrs.frozen
+class Queue:
+    """
+    A flow-control queue: at most *concurrency* attempts of its steps run at once, engine-wide.
+
+    Args:
+        name: The queue's name, as steps name it with ``queue=``.
+        concurrency: Slots; an attempt holds one from admission until its result lands.
+
+    Raises:
+        ValueError: If *name* is empty or *concurrency* < 1.
+    """
+
+    name: str
+    concurrency: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        check_name(self.name, "queue name")
+        value: object = self.concurrency
+        if isinstance(value, bool) or not isinstance(value, int):  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = (
+                f"concurrency of queue {self.name!r} must be an int >= 1, got {self.concurrency!r}"
+            )
+            raise TypeError(msg)
+        if self.concurrency < 1:
+            msg = f"concurrency of queue {self.name!r} must be >= 1, got {self.concurrency!r}"
+            raise ValueError(msg)
+
+
+def open_store(store: str | Store) -> Store:
+    """
+    The store a URL names: ``sqlite:///path.db`` or ``postgresql://...``; a ``Store`` as it is.
+
+    Raises:
+        ValueError: If the URL's scheme is not one of those.
+    """
+    if not isinstance(store, str):
+        return store
+    scheme = store.split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        from effects.durable._store_sqlite import SqliteStore  # noqa: PLC0415
+
+        return SqliteStore(store)
+    if scheme in ("postgresql", "postgres"):
+        msg = "the PostgreSQL store is not available in this version"
+        raise ValueError(msg)
+    msg = f"store must be a 'sqlite:///path.db' or 'postgresql://...' URL, got {store!r}"
+    raise ValueError(msg)
+
+
+def _positive_ms(value: object, name: str, *, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        msg = f"{name} must be a finite number of milliseconds > 0, got {value!r}"
+        raise TypeError(msg) if not isinstance(value, int | float) else ValueError(msg)
+    if value <= 0:
+        msg = f"{name} must be > 0 milliseconds, got {value!r}"
+        raise ValueError(msg)
+    return round(value)
+
+
+def _by_name(items: Iterable[Any], kind: type[Any], what: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    item: Any
+    for item in items:
+        if not isinstance(item, kind):
+            msg = f"{what}s must be made by @{what}, got {item!r}"
+            raise TypeError(msg)
+        name: str = item.name
+        if name in found:
+            msg = f"two {what}s are named {name!r}; names must be unique in an engine"
+            raise ValueError(msg)
+        found[name] = item
+    return found
+
+
+class Engine:
+    """
+    A durable workflow engine on one store: it starts runs, runs their turns, serves the tasks of
+    its steps' groups, and recovers expired leases and claims.
+
+    Use it as ``async with Engine(...) as engine:``, which opens the store (creating or
+    upgrading its schema) and closes it. Several engines (in one process or many) may share a
+    store; an engine knows only the workflows, steps and queues passed to it.
+
+    Args:
+        store: A store URL (``"sqlite:///durable.db"``, the default; ``"postgresql://..."``) or
+            a ``Store``.
+        workflows: The ``WorkflowDef`` values this engine runs.
+        steps: The ``StepDef`` values it serves as a worker (it claims the tasks of their
+            groups).
+        queues: Flow-control ``Queue`` values.
+        clock: Where time comes from: the wall clock by default; an
+            ``effects.testing.VirtualClock`` is read as epoch seconds, so tests skip time.
+        random: Random source for jitter (anything with ``random()``); default a fresh
+            ``random.Random()``.
+        lease_ms: How long a turn's hold on a run, and a worker's claim on a task, lasts without
+            renewal (renewed while they run), in ms; default 30 s.
+        reconcile_ms: The wake of a run whose dispatching process died on the liveness path, in
+            ms; default 5 minutes.
+        remote_redispatch_ms: The lease of a pending dispatched step (lost-dispatch detection),
+            in ms, or ``None`` (default: off).
+        remote_redispatch_max: How many times a lost dispatch is re-driven before the step fails
+            with ``remote_step_lost``; default 10.
+        max_recovery_attempts: After this many recoveries of an expired run lease the run is
+            ``dead``; ``None`` (default) for no limit.
+
+    Raises:
+        TypeError: If a definition is not one made by ``@workflow`` / ``@step`` / ``Queue``.
+        ValueError: For two definitions with one name, or an option out of range.
+    """
+
+    def __init__(
+        self,
+        store: str | Store = "sqlite:///durable.db",
+        *,
+        workflows: Iterable[WorkflowDef[Any, Any]] = (),
+        steps: Iterable[StepDef[Any, Any]] = (),
+        queues: Iterable[Queue] = (),
+        clock: Clock | None = None,
+        random: RandomLike | None = None,
+        lease_ms: int = 30_000,
+        reconcile_ms: int = 300_000,
+        remote_redispatch_ms: int | None = None,
+        remote_redispatch_max: int = 10,
+        max_recovery_attempts: int | None = None,
+    ) -> None:
+        self._workflows: dict[str, WorkflowDef[Any, Any]] = _by_name(
+            workflows, WorkflowDef, "workflow"
+        )
+        self._steps: dict[str, StepDef[Any, Any]] = _by_name(steps, StepDef, "step")
+        self._queues: dict[str, Queue] = _by_name(queues, Queue, "queue")
+        self._lease_ms = _positive_ms(lease_ms, "lease_ms") or 30_000
+        self._reconcile_ms = _positive_ms(reconcile_ms, "reconcile_ms") or 300_000
+        self._redispatch_ms = _positive_ms(
+            remote_redispatch_ms, "remote_redispatch_ms", allow_none=True
+        )
+        for name, value in (
+            ("remote_redispatch_max", remote_redispatch_max),
+            ("max_recovery_attempts", max_recovery_attempts),
+        ):
+            if value is None and name == "max_recovery_attempts":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                msg = f"{name} must be an int >= 0, got {value!r}"
+                raise TypeError(msg)
+            if value < 0:
+                msg = f"{name} must be >= 0, got {value!r}"
+                raise ValueError(msg)
+        self._redispatch_max = remote_redispatch_max
+        self._max_recovery = max_recovery_attempts
+        for definition in self._steps.values():
+            queue = definition.policy.queue
+            if queue is not None and queue not in self._queues:
+                msg = f"step {definition.name!r} names queue {queue!r}, which this engine lacks"
+                raise ValueError(msg)
+        self._store = open_store(store)
+        self._clock: Clock = WallClock() if clock is None else clock
+        self._random: RandomLike = _random.Random() if random is None else random
+        self._workflow_keys = [(w.name, w.version) for w in self._workflows.values()]
+        self._groups = sorted({s.group for s in self._steps.values()})
+        self._id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._turns: set[asyncio.Task[None]] = set()
+        self._wake: asyncio.Event | None = None
+        self._stopping = False
+        self._opened = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Engine({self._store.url!r}, workflows={sorted(self._workflows)},"
+            f" steps={sorted(self._steps)})"
+        )
+
+    @property
+    def store(self) -> Store:
+        """The engine's store."""
+        return self._store
+
+    @property
+    def clock(self) -> Clock:
+        """The engine's clock."""
+        return self._clock
+
+    @property
+    def id(self) -> str:
+        """This engine's owner id on leases and claims (``host:pid:random``)."""
+        return self._id
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Engine:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Open the store (create or upgrade its schema). ``async with`` calls this."""
+        if self._opened == 0:
+            await self._store.open()
+        self._opened += 1
+
+    async def close(self) -> None:
+        """Stop work in flight (releasing leases and claims) and close the store."""
+        if self._opened == 0:
+            return
+        self._opened -= 1
+        if self._opened:
+            return
+        await self._cancel_inflight()
+        await self._store.close()
+
+    def _now(self) -> int:
+        return epoch_ms(self._clock)
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def _workflow(self, workflow: WorkflowDef[Any, Any] | str) -> WorkflowDef[Any, Any]:
+        name: object = workflow.name if isinstance(workflow, WorkflowDef) else workflow
+        if not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = f"start takes a WorkflowDef or a workflow's name, got {workflow!r}"
+            raise TypeError(msg)
+        found = self._workflows.get(name)
+        if found is None:
+            known = ", ".join(map(repr, sorted(self._workflows))) or "none"
+            msg = f"unknown workflow {name!r}: this engine has {known}"
+            raise ValueError(msg)
+        return found
+
+    @overload
+    async def start(
+        self, workflow: WorkflowDef[I, O], input: I, *, run_id: str | None = None
+    ) -> str: ...
+    @overload
+    async def start(self, workflow: str, input: Any, *, run_id: str | None = None) -> str: ...
+    async def start(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
+        input: Any,  # noqa: A002 - the design's name
+        *,
+        run_id: str | None = None,
+    ) -> str:
+        """
+        Start a run of *workflow* with *input*; return its id.
+
+        Args:
+            workflow: A ``WorkflowDef`` passed to this engine, or its name.
+            input: The workflow's input (JSON, or what its codec takes).
+            run_id: The run's id; default a random one. Starting an id that exists returns it
+                and changes nothing (idempotent).
+
+        Raises:
+            ValueError: If this engine has no such workflow, or *run_id* names a run of
+                another workflow.
+            TypeError: If *input* cannot be stored (nothing is written).
+        """
+        definition = self._workflow(workflow)
+        if run_id is None:
+            run_id = secrets.token_hex(16)
+        else:
+            check_name(run_id, "run_id")
+        text = dump(definition.codec, input, f"input of workflow {definition.name!r}")
+        now = self._now()
+        existing = await self._store.create_run(
+            NewRun(run_id, definition.name, definition.version, text, now),
+            (NewEvent("run.started", now, None, {"workflow": definition.name}),),
+        )
+        if existing is not None and existing.workflow != definition.name:
+            msg = (
+                f"run {run_id!r} exists and is a run of workflow {existing.workflow!r},"
+                f" not {definition.name!r}"
+            )
+            raise ValueError(msg)
+        self._notify()
+        return run_id
+
+    async def get_run(self, run_id: str) -> Run:
+        """
+        The run's record, its input and output decoded by its workflow's codec.
+
+        Raises:
+            UnknownRunError: If no run has this id (a ``ValueError`` and a ``LookupError``).
+        """
+        run = await self._store.get_run(run_id)
+        if run is None:
+            raise UnknownRunError(run_id)
+        definition = self._workflows.get(run.workflow)
+        if definition is None:
+            return run
+        return attrs.evolve(
+            run,
+            input=from_data(definition.codec, run.input),
+            output=None if run.output is None else from_data(definition.codec, run.output),
+        )
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        stale_ms: int | None = None,
+    ) -> list[Run]:
+        """
+        Runs, newest first.
+
+        Args:
+            status: Only runs with this status.
+            workflow: Only runs of this workflow.
+            limit: At most this many.
+            stale_ms: Only suspended runs whose oldest pending dispatch is older than this.
+        """
+        stale_before = None if stale_ms is None else self._now() - stale_ms
+        return await self._store.list_runs(
+            status=status, workflow=workflow, limit=limit, stale_before=stale_before
+        )
+
+    async def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """
+        The run's checkpoints by sequence number.
+
+        Raises:
+            UnknownRunError: If no run has this id.
+        """
+        found = await self._store.checkpoints(run_id)
+        if not found and await self._store.get_run(run_id) is None:
+            raise UnknownRunError(run_id)
+        return found
+
+    async def events(self, run_id: str) -> list[Event]:
+        """
+        The run's event trail, oldest first.
+
+        Raises:
+            UnknownRunError: If no run has this id.
+        """
+        found = await self._store.events(run_id)
+        if not found and await self._store.get_run(run_id) is None:
+            raise UnknownRunError(run_id)
+        return found
+
+    async def requeue(self, run_id: str) -> Run:
+        """
+        Retry a failed, dead or cancelled run: every failed checkpoint is reset to a fresh first
+        attempt (attempts 0, retryable again, due now) and the run becomes pending. Completed
+        steps are not run again.
+
+        Raises:
+            UnknownRunError: If no run has this id.
+            ValueError: If the run is not failed, dead or cancelled.
+        """
+        try:
+            run = await self._store.requeue(run_id, self._now())
+        except LookupError:
+            raise UnknownRunError(run_id) from None
+        self._notify()
+        return run
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], *, turn: bool) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._inflight.add(task)
+        if turn:
+            self._turns.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._inflight.discard(finished)
+            self._turns.discard(finished)
+            self._notify()
+            if not finished.cancelled() and finished.exception() is not None:
+                _log.error(
+                    "a turn or step attempt failed unexpectedly", exc_info=finished.exception()
+                )
+
+        task.add_done_callback(done)
+
+    async def _claim(self, free: int) -> int:
+        """Claim runnable runs, then tasks, up to *free* in all; start them; return how many."""
+        claimed = 0
+        now = self._now()
+        if self._workflow_keys and free > 0:
+            runs = await self._store.claim_runs(
+                workflows=self._workflow_keys,
+                now=now,
+                lease_until=now + self._lease_ms,
+                owner=self._id,
+                limit=free,
+            )
+            for run in runs:
+                self._spawn(self._turn(run), turn=True)
+            claimed += len(runs)
+        if self._groups and free > claimed:
+            tasks = await self._store.claim_tasks(
+                groups=self._groups,
+                now=now,
+                claim_until=now + self._lease_ms,
+                worker=self._id,
+                limit=free - claimed,
+            )
+            for task in tasks:
+                self._spawn(self._attempt(task), turn=False)
+            claimed += len(tasks)
+        return claimed
+
+    async def _recover(self) -> None:
+        report = await self._store.recover(
+            now=self._now(), max_recovery_attempts=self._max_recovery
+        )
+        if report.recovered_runs or report.lost_tasks:
+            self._notify()
+        for run_id in report.recovered_runs:
+            _log.warning("recovered run %s (its lease expired)", run_id)
+        for run_id in report.dead_runs:
+            _log.error("run %s is dead: its lease expired too many times", run_id)
+        for step_id in report.lost_tasks:
+            _log.warning("step %s lost its worker; its attempt counts as failed", step_id)
+
+    async def run_until_idle(self, *, advance_time: bool = False) -> None:
+        """
+        Do everything that is due now: pending runs, due timers, queued tasks of the groups this
+        engine serves, expired leases and claims; return when nothing is left to do now.
+
+        Args:
+            advance_time: Also move a virtual clock (one with ``advance``) to each next due time
+                (a ``wake_at``, a lease or a claim expiring) and go on, until nothing is left.
+
+        Raises:
+            ValueError: If *advance_time* is set but the engine's clock cannot be advanced.
+        """
+        advance = getattr(self._clock, "advance", None) if advance_time else None
+        if advance_time and not callable(advance):
+            msg = (
+                "advance_time=True needs a clock with advance(), such as VirtualClock;"
+                f" got {self._clock!r}"
+            )
+            raise ValueError(msg)
+        self._wake = self._wake or asyncio.Event()
+        while True:
+            await self._drain()
+            if advance is None:
+                return
+            now = self._now()
+            due = await self._store.next_due(now)
+            if due is None:
+                return
+            advance(max(0, due - now) / 1000)
+
+    async def _drain(self) -> None:
+        while True:
+            await self._recover()
+            claimed = await self._claim(1_000)
+            if not self._inflight:
+                if claimed == 0:
+                    return
+                continue
+            await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+
+    async def work(self, *, poll_ms: int = 1000, concurrency: int = 32) -> None:
+        """
+        The worker loop: run turns and step attempts, up to *concurrency* at once, until
+        ``stop()`` is called or the task running it is cancelled.
+
+        It polls every *poll_ms* for pending runs, due timers, expired leases and claims; it
+        wakes at once for runs, tasks and results written by this process, and at each known
+        due time. ``stop()`` drains: no new claims, attempts in flight finish and report, turns
+        are stopped and their leases released. Cancelling the task stops it promptly (attempts
+        in flight are abandoned and their claims released).
+
+        Args:
+            poll_ms: The longest idle wait between polls, in ms (> 0).
+            concurrency: The most turns and attempts in flight at once (>= 1).
+        """
+        poll = _positive_ms(poll_ms, "poll_ms") or 1000
+        slots: object = concurrency
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = f"concurrency must be an int >= 1, got {concurrency!r}"
+            raise ValueError(msg)
+        self._stopping = False
+        wake = self._wake = self._wake or asyncio.Event()
+        last_recovery = -math.inf
+        try:
+            while not self._stopping:
+                wake.clear()
+                now = self._now()
+                if now - last_recovery >= poll:
+                    await self._recover()
+                    last_recovery = now
+                free = concurrency - len(self._inflight)
+                claimed = await self._claim(free) if free > 0 else 0
+                if claimed and len(self._inflight) < concurrency:
+                    continue
+                timeout = poll / 1000
+                due = await self._store.next_due(now)
+                if due is not None:
+                    timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
+                if self._stopping:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout)
+            await self._drain_for_stop()
+        except BaseException:
+            await self._cancel_inflight()
+            raise
+
+    def stop(self) -> None:
+        """Ask ``work()`` to drain and return (safe from a signal handler via the loop)."""
+        self._stopping = True
+        self._notify()
+
+    async def _drain_for_stop(self) -> None:
+        for task in list(self._turns):
+            task.cancel()
+        if self._inflight:
+            await asyncio.wait(set(self._inflight))
+
+    async def _cancel_inflight(self) -> None:
+        tasks = list(self._inflight)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    # -- a turn -----------------------------------------------------------------------------------
+
+    async def _turn(self, claimed: ClaimedRun) -> None:
+        run = claimed.run
+        definition = self._workflows[run.workflow]
+        turn = Turn(
+            self._store,
+            self._clock,
+            self._random,
+            self._lease_ms,
+            run,
+            claimed.token,
+            self._steps,
+            self._notify,
+        )
+        ctx = WorkflowContext(turn, claimed.checkpoints)
+        renewer = asyncio.get_running_loop().create_task(self._renew_lease(turn))
+        try:
+            await self._replay(definition, ctx, turn)
+        except StaleTurnError:
+            _log.info("run %s: turn ended, its lease was taken over", run.run_id)
+        except asyncio.CancelledError:
+            ctx.close()
+            try:
+                await turn.commit(RunAdvance("release"))
+            except Exception:  # noqa: BLE001 - the lease then simply expires
+                _log.debug("run %s: could not release the lease", run.run_id, exc_info=True)
+            raise
+        finally:
+            ctx.close()
+            renewer.cancel()
+
+    async def _replay(
+        self, definition: WorkflowDef[Any, Any], ctx: WorkflowContext, turn: Turn
+    ) -> None:
+        run = turn.run
+        try:
+            value = await definition.fn(ctx, from_data(definition.codec, run.input))
+        except _SUSPENDED:
+            return
+        except StaleTurnError:
+            raise
+        except Exception as error:  # noqa: BLE001 - an uncaught error fails the run
+            if ctx.fatal is None and ctx.is_suspended:
+                return
+            await self._finish_failed(turn, ctx.fatal or error)
+            return
+        if ctx.fatal is not None:
+            await self._finish_failed(turn, ctx.fatal)
+            return
+        if ctx.is_suspended:
+            return
+        try:
+            text = dump(definition.codec, value, f"output of workflow {definition.name!r}")
+        except TypeError as error:
+            await self._finish_failed(turn, error)
+            return
+        now = turn.now()
+        await turn.commit(
+            RunAdvance("finish", status="completed", output=text),
+            events=(NewEvent("run.completed", now),),
+            now=now,
+        )
+
+    async def _finish_failed(self, turn: Turn, error: BaseException) -> None:
+        now = turn.now()
+        step_error = StepError.from_exception(error)
+        await turn.commit(
+            RunAdvance("finish", status="failed", error=step_error),
+            events=(NewEvent("run.failed", now, None, {"error": step_error.to_json()}, "error"),),
+            now=now,
+        )
+
+    async def _renew_lease(self, turn: Turn) -> None:
+        interval = self._lease_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            now = turn.now()
+            if not await self._store.renew_lease(turn.run.run_id, turn.token, now + self._lease_ms):
+                return
+
+    # -- a step attempt ---------------------------------------------------------------------------
+
+    async def _attempt(self, task: Task) -> None:
+        definition = self._steps.get(task.name)
+        if definition is None:
+            outcome = TaskOutcome(
+                error=StepError(
+                    message=f"no handler for {task.name}",
+                    code=_NO_HANDLER_CODE,
+                    type="effects.durable.NoHandler",
+                    retryable=False,
+                )
+            )
+        else:
+            renewer = asyncio.get_running_loop().create_task(self._renew_claim(task))
+            try:
+                outcome = await self._run_handler(definition, task)
+            except asyncio.CancelledError:
+                try:
+                    await self._store.release_claim(task.task_id, self._id)
+                except Exception:  # noqa: BLE001 - the claim then simply expires
+                    _log.debug("could not release the claim on %s", task.step_id, exc_info=True)
+                raise
+            finally:
+                renewer.cancel()
+        await self._store.record_result(task, self._id, outcome, self._now())
+        self._notify()
+
+    async def _run_handler(self, definition: StepDef[Any, Any], task: Task) -> TaskOutcome:
+        context = StepContext(
+            step_id=task.step_id,
+            run_id=task.run_id,
+            seq=task.seq,
+            name=task.name,
+            attempt=task.attempt,
+            redispatched=task.redispatched,
+            last_progress=task.last_progress,
+        )
+        token = step_context.set(context)
+        try:
+            value = from_data(definition.codec, task.input)
+            fn = definition.fn
+            if inspect.iscoroutinefunction(fn):
+                result = await fn(value)
+            else:
+                result = await asyncio.to_thread(fn, value)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as error:  # noqa: BLE001 - the handler's failure is the attempt's result
+            return TaskOutcome(error=StepError.from_exception(error))
+        finally:
+            step_context.reset(token)
+        try:
+            return TaskOutcome(
+                output=dump(definition.codec, result, f"output of step {task.name!r}")
+            )
+        except TypeError as error:
+            # The same output would fail the same way on every attempt.
+            return TaskOutcome(error=attrs.evolve(StepError.from_exception(error), retryable=False))
+
+    async def _renew_claim(self, task: Task) -> None:
+        interval = self._lease_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            if not await self._store.renew_claim(
+                task.task_id, self._id, self._now() + self._lease_ms
+            ):
+                return

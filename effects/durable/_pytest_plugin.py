@@ -1,0 +1,73 @@
+"""
+pytest plugin of ``effects.durable`` (registered through the ``pytest11`` entry point).
+
+Fixture ``durable_engine``: a factory of engines on a fresh SQLite file in the test's temporary
+folder, all sharing one ``effects.testing.VirtualClock`` (started at 2026-01-01 00:00 UTC, read as
+epoch seconds) and one seeded random source, so a test skips every wait with
+``await engine.run_until_idle(advance_time=True)`` and sees the same jitter on every run.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from effects.durable import Engine, Queue, StepDef, WorkflowDef
+from effects.testing import VirtualClock
+
+__all__ = ["DurableEngineFactory", "durable_engine"]
+
+#: Where the fixture's virtual clock starts: 2026-01-01T00:00:00Z, in epoch seconds.
+START: float = 1_767_225_600.0
+
+
+class DurableEngineFactory(Protocol):
+    """What the ``durable_engine`` fixture gives: call it to make an (unopened) engine."""
+
+    clock: VirtualClock
+    url: str
+
+    def __call__(
+        self,
+        *,
+        workflows: list[WorkflowDef[Any, Any]] | tuple[WorkflowDef[Any, Any], ...] = (),
+        steps: list[StepDef[Any, Any]] | tuple[StepDef[Any, Any], ...] = (),
+        queues: list[Queue] | tuple[Queue, ...] = (),
+        **options: Any,
+    ) -> Engine:
+        """An engine on the test's store, clock and random source; *options* go to ``Engine``."""
+        ...
+
+
+class _Factory:
+    def __init__(self, folder: Path) -> None:
+        self.clock = VirtualClock(start=START)
+        self.random = random.Random(0)
+        self.url = f"sqlite:///{folder / 'durable.db'}"
+
+    def __call__(
+        self,
+        *,
+        workflows: list[WorkflowDef[Any, Any]] | tuple[WorkflowDef[Any, Any], ...] = (),
+        steps: list[StepDef[Any, Any]] | tuple[StepDef[Any, Any], ...] = (),
+        queues: list[Queue] | tuple[Queue, ...] = (),
+        **options: Any,
+    ) -> Engine:
+        options.setdefault("clock", self.clock)
+        options.setdefault("random", self.random)
+        return Engine(self.url, workflows=workflows, steps=steps, queues=queues, **options)
+
+    def __repr__(self) -> str:
+        return f"durable_engine({self.url!r}, clock={self.clock!r})"
+
+
+@pytest.fixture
+def durable_engine(tmp_path: Path) -> DurableEngineFactory:
+    """
+    A factory of ``Engine`` values on one fresh SQLite store in ``tmp_path``, one virtual clock
+    (``.clock``) and one seeded random source. Use each engine as ``async with``.
+    """
+    return _Factory(tmp_path)

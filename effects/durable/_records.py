@@ -1,0 +1,169 @@
+"""The engine's records as users read them: ``Run``, ``Checkpoint``, ``Event``; and ``Task``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from effects.durable.errors import StepError
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointKind",
+    "CheckpointStatus",
+    "Event",
+    "Run",
+    "RunStatus",
+    "Task",
+]
+
+RunStatus = Literal["pending", "running", "suspended", "completed", "failed", "cancelled", "dead"]
+CheckpointKind = Literal["local", "remote"]
+CheckpointStatus = Literal["pending", "running", "completed", "failed"]
+
+#: Statuses a run never leaves on its own.
+FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled", "dead"})
+
+
+@attrs.frozen
+class Run:
+    """
+    One execution of a workflow.
+
+    Attributes:
+        run_id: The run's id.
+        workflow: The workflow's name.
+        version: The workflow's version the run was started with.
+        status: ``pending``, ``running``, ``suspended``, ``completed``, ``failed``,
+            ``cancelled`` or ``dead``.
+        input: The workflow's input (decoded JSON).
+        output: The workflow's output once ``completed``, else ``None``.
+        error: The failure once ``failed`` or ``dead``, else ``None``.
+        recovery_attempts: How many times an expired lease of this run was recovered.
+        created_at: Epoch ms of ``start``.
+        updated_at: Epoch ms of the last change.
+        wake_at: Epoch ms at which a ``suspended`` run is due again, or ``None`` (it waits for
+            a result).
+    """
+
+    run_id: str
+    workflow: str
+    version: str
+    status: RunStatus
+    input: Any
+    output: Any
+    error: StepError | None
+    recovery_attempts: int
+    created_at: int
+    updated_at: int
+    wake_at: int | None = None
+
+
+@attrs.frozen
+class Checkpoint:
+    """
+    The record of one step of a run, at its sequence number.
+
+    Attributes:
+        run_id: The run.
+        seq: 1-based position of the step in the workflow.
+        name: The step's name.
+        kind: ``"local"`` (ran in the engine's process) or ``"remote"`` (dispatched to a worker).
+        step_id: ``"{run_id}:{seq}"``, the idempotency key, the same on every attempt.
+        status: ``pending``, ``running``, ``completed`` or ``failed``.
+        attempts: Attempts made (a remote step's current attempt number while it is pending).
+        wake_at: Epoch ms of the next attempt of a failed remote step waiting out its backoff
+            (with
+            ``remote_redispatch_ms``, the lease of a pending one), else ``None``.
+        output: The output once ``completed`` (decoded JSON), else ``None``.
+        error: The last attempt's failure, else ``None``.
+        errors: Every failed attempt's error, oldest first.
+        final: Whether a ``failed`` checkpoint is settled: its error is what replay raises.
+        created_at: Epoch ms when the step was first reached.
+        updated_at: Epoch ms of the last change.
+        progress: The last heartbeat progress a worker reported (JSON), or ``None``.
+        group: Which workers serve a remote step (``"default"`` unless its definition says).
+        queue: The flow-control queue of a remote step, or ``None``.
+        retry_state: The JSON state of a remote step's retry schedule, or ``None``.
+        dispatched_at: Epoch ms of a remote step's latest dispatch, or ``None``.
+        input: A remote step's input (decoded JSON), else ``None``.
+        rev: The row's revision, which every write increments (for compare-and-set).
+        exception: A pickle of a failed local step's exception, or ``None``.
+    """
+
+    run_id: str
+    seq: int
+    name: str
+    kind: CheckpointKind
+    step_id: str
+    status: CheckpointStatus
+    attempts: int
+    wake_at: int | None
+    output: Any
+    error: StepError | None
+    errors: tuple[StepError, ...]
+    final: bool
+    created_at: int
+    updated_at: int
+    progress: Any = None
+    group: str = "default"
+    queue: str | None = None
+    retry_state: Any = None
+    dispatched_at: int | None = None
+    input: Any = None
+    rev: int = 0
+    exception: bytes | None = attrs.field(default=None, repr=False)
+
+
+@attrs.frozen
+class Event:
+    """
+    One entry of a run's event trail.
+
+    Attributes:
+        name: ``step.started``, ``step.completed``, ``step.failed``, ``step.retry_scheduled``,
+            ``run.started``, ``run.completed``, ``run.failed``, ``run.recovered``, ...
+        level: ``"info"``, ``"warning"`` or ``"error"``.
+        at: Epoch ms.
+        seq: The checkpoint's sequence number the event is about, or ``None`` for a run event.
+        data: JSON details (``attempt``, ``wake_at``, ``error``, ...).
+    """
+
+    name: str
+    level: str
+    at: int
+    seq: int | None
+    data: dict[str, Any]
+
+
+@attrs.frozen
+class Task:
+    """
+    One dispatched attempt of a remote step, as a worker claims it.
+
+    Attributes:
+        task_id: The store's id of this attempt.
+        run_id: The run.
+        seq: The checkpoint's sequence number.
+        step_id: ``"{run_id}:{seq}"``.
+        name: The step's name (what handler to run).
+        group: Which workers claim it.
+        input: The step's input (decoded JSON).
+        attempt: 1-based attempt number.
+        queue: The flow-control queue, or ``None``.
+        redispatched: Whether this attempt re-drives a dispatch that looked lost.
+        last_progress: The progress the previous attempt last reported, or ``None``.
+    """
+
+    task_id: int
+    run_id: str
+    seq: int
+    step_id: str
+    name: str
+    group: str
+    input: Any
+    attempt: int
+    queue: str | None = None
+    redispatched: bool = False
+    last_progress: Any = None

@@ -1,0 +1,275 @@
+"""
+The ``Store`` protocol: everything the engine asks of its storage, in a few transactions.
+
+A store keeps runs, checkpoints, tasks and events. The engine never builds SQL: it hands the store
+whole records and small write descriptions (``TurnCommit``, ``TaskOutcome``), and each method is one
+transaction. Two implementations meet this contract: SQLite (embedded, the default) and PostgreSQL.
+Payloads (inputs, outputs, progress, details) are JSON *text* on the way in (already encoded and
+checked by the engine) and JSON *data* on the way out. Times are epoch milliseconds (``int``).
+
+Concurrency rules every implementation keeps:
+
+- A run's lease is a compare-and-set on its row: a turn's writes carry the lease ``token`` it was
+  claimed with and fail with ``StaleTurnError`` when another turn took the run meanwhile.
+- A checkpoint row carries a revision; a turn's update names the revision it read and fails with
+  ``StaleTurnError`` when a worker changed the row meanwhile.
+- A task is claimed by one worker at a time; a result is recorded only for the attempt the
+  checkpoint is waiting for (a late success of an older attempt still completes a step that has
+  not completed).
+- A result that lands while the run is running marks it *woken*, so the turn's suspension turns
+  into ``pending`` instead of losing the wake-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+import attrs
+
+from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable.errors import DurableError, StepError
+
+__all__ = [
+    "CheckpointWrite",
+    "ClaimedRun",
+    "NewEvent",
+    "NewRun",
+    "NewTask",
+    "RecoveryReport",
+    "RunAdvance",
+    "StaleTurnError",
+    "Store",
+    "TaskOutcome",
+    "TurnCommit",
+]
+
+
+class StaleTurnError(DurableError):
+    """A turn's write was refused: its lease was taken over, or a checkpoint moved under it."""
+
+
+@attrs.frozen
+class NewRun:
+    """A run to create (``status`` pending)."""
+
+    run_id: str
+    workflow: str
+    version: str
+    input: str
+    now: int
+
+
+@attrs.frozen
+class NewEvent:
+    """An event to append to a run's trail."""
+
+    name: str
+    at: int
+    seq: int | None = None
+    data: dict[str, Any] = attrs.field(factory=dict[str, Any])
+    level: str = "info"
+
+
+@attrs.frozen
+class NewTask:
+    """A dispatched attempt to enqueue."""
+
+    run_id: str
+    seq: int
+    step_id: str
+    name: str
+    group: str
+    input: str
+    attempt: int
+    available_at: int
+    queue: str | None = None
+    redispatched: bool = False
+
+
+@attrs.frozen
+class CheckpointWrite:
+    """
+    A checkpoint row to insert (``expected_rev`` is ``None``) or to update in place (the revision
+    the turn read). Payload fields are JSON text.
+    """
+
+    checkpoint: Checkpoint
+    expected_rev: int | None
+    output: str | None = None
+    input: str | None = None
+    exception: bytes | None = None
+
+
+@attrs.frozen
+class RunAdvance:
+    """
+    What a turn's commit does to its run.
+
+    - ``"continue"``: the turn goes on; the lease is renewed to *lease_until*.
+    - ``"suspend"``: the turn ends; the run waits until *wake_at* (``None``: until a result), or
+      becomes pending at once if a result woke it during the turn.
+    - ``"finish"``: the run ends with *status* (``completed``, ``failed``), *output* or *error*.
+    - ``"release"``: the turn gives the run back (pending, no lease), e.g. on shutdown.
+    """
+
+    action: Literal["continue", "suspend", "finish", "release"]
+    lease_until: int | None = None
+    wake_at: int | None = None
+    status: str | None = None
+    output: str | None = None
+    error: StepError | None = None
+
+
+@attrs.frozen
+class TurnCommit:
+    """One transaction of a turn: checkpoint rows, tasks, events and the run's advance."""
+
+    run_id: str
+    token: str
+    now: int
+    advance: RunAdvance
+    checkpoints: Sequence[CheckpointWrite] = ()
+    tasks: Sequence[NewTask] = ()
+    events: Sequence[NewEvent] = ()
+
+
+@attrs.frozen
+class TaskOutcome:
+    """A worker's result for one attempt: an output (JSON text) or an error."""
+
+    output: str | None = None
+    error: StepError | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the attempt succeeded."""
+        return self.error is None
+
+
+@attrs.frozen
+class ClaimedRun:
+    """A run a turn now holds: the lease token and everything replay needs."""
+
+    run: Run
+    token: str
+    checkpoints: Sequence[Checkpoint]
+
+
+@attrs.frozen
+class RecoveryReport:
+    """What one recovery pass did."""
+
+    recovered_runs: Sequence[str] = ()
+    dead_runs: Sequence[str] = ()
+    lost_tasks: Sequence[str] = ()
+
+
+class Store(Protocol):
+    """
+    The storage of an ``Engine``; see the module docstring for the rules every method keeps.
+
+    Implementations: ``SqliteStore`` (``"sqlite:///path.db"``) and the PostgreSQL store
+    (``"postgresql://..."``, the ``postgres`` extra).
+    """
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect, and create or upgrade the schema; ``StoreError`` if the store is not ours."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections (idempotent)."""
+        ...
+
+    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | None:
+        """Insert *run*; return the existing run instead (and write nothing) if its id exists."""
+        ...
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or ``None``."""
+        ...
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        stale_before: int | None = None,
+    ) -> list[Run]:
+        """
+        Runs newest first. *stale_before*: only suspended runs whose oldest pending dispatch was
+        made before that epoch ms.
+        """
+        ...
+
+    async def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The run's checkpoints by sequence number."""
+        ...
+
+    async def events(self, run_id: str) -> list[Event]:
+        """The run's events, oldest first."""
+        ...
+
+    async def claim_runs(
+        self,
+        *,
+        workflows: Sequence[tuple[str, str]],
+        now: int,
+        lease_until: int,
+        owner: str,
+        limit: int,
+    ) -> list[ClaimedRun]:
+        """
+        Take up to *limit* runnable runs of the given ``(name, version)`` pairs: pending, or
+        suspended with ``wake_at <= now``. Each gets a fresh lease token held until *lease_until*.
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
+        """Extend a held lease; ``False`` if the token no longer holds the run."""
+        ...
+
+    async def commit_turn(self, commit: TurnCommit) -> None:
+        """Apply *commit* in one transaction, or raise ``StaleTurnError`` and write nothing."""
+        ...
+
+    async def claim_tasks(
+        self, *, groups: Sequence[str], now: int, claim_until: int, worker: str, limit: int
+    ) -> list[Task]:
+        """Claim up to *limit* queued tasks of *groups* that are available at *now*."""
+        ...
+
+    async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
+        """Extend a held claim; ``False`` if *worker* no longer holds it."""
+        ...
+
+    async def release_claim(self, task_id: int, worker: str) -> None:
+        """Put a claimed task back in the queue, unstarted (a worker shutting down)."""
+        ...
+
+    async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
+        """
+        Record an attempt's result: complete or fail its checkpoint and wake the run. Returns
+        ``False`` when the result no longer matters (the step completed, or a later attempt is
+        under way) and nothing but the task's own row changed.
+        """
+        ...
+
+    async def recover(self, *, now: int, max_recovery_attempts: int | None) -> RecoveryReport:
+        """
+        Make expired run leases pending again (counting a recovery, or making the run dead past
+        *max_recovery_attempts*), and turn expired task claims into retryable ``worker lost``
+        failures of their attempt.
+        """
+        ...
+
+    async def next_due(self, now: int) -> int | None:
+        """The earliest epoch ms after *now* at which something becomes due, or ``None``."""
+        ...
+
+    async def requeue(self, run_id: str, now: int) -> Run:
+        """Reset the run's failed checkpoints to a fresh first attempt and make it pending."""
+        ...

@@ -1,0 +1,893 @@
+"""
+The SQLite store: one file, WAL, a versioned schema upgraded in place.
+
+Durability: by default (``synchronous=NORMAL`` in WAL mode) every committed transaction survives a
+crash of the process; a power loss may undo the last few commits. ``?synchronous=full`` in the URL
+fsyncs every commit, so a power loss loses nothing committed either. Several processes may share
+one file: every write is a ``BEGIN IMMEDIATE`` transaction, so claims are never handed to two
+workers. Every method runs its transaction without awaiting inside it, so the coroutines of one
+process never interleave within a transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import attrs
+
+from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._store import (
+    ClaimedRun,
+    NewEvent,
+    NewRun,
+    RecoveryReport,
+    StaleTurnError,
+    TaskOutcome,
+    TurnCommit,
+)
+from effects.durable.errors import StepError, StoreError
+
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "parse_sqlite_url"]
+
+SCHEMA_NAME: Final = "effects.durable"
+SCHEMA_VERSION: Final = 2
+
+# Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
+# lacks, in one transaction.
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        "CREATE TABLE durable_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            workflow TEXT NOT NULL,
+            version TEXT NOT NULL,
+            status TEXT NOT NULL,
+            input TEXT NOT NULL,
+            output TEXT,
+            error TEXT,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            wake_at INTEGER,
+            woken INTEGER NOT NULL DEFAULT 0,
+            lease_token TEXT,
+            lease_until INTEGER,
+            recovery_attempts INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX runs_by_status ON runs (status, wake_at)",
+        "CREATE INDEX runs_by_created ON runs (created_at)",
+        """CREATE TABLE checkpoints (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            step_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL,
+            wake_at INTEGER,
+            input TEXT,
+            output TEXT,
+            error TEXT,
+            errors TEXT NOT NULL DEFAULT '[]',
+            final INTEGER NOT NULL DEFAULT 0,
+            exception BLOB,
+            retry_state TEXT,
+            grp TEXT NOT NULL DEFAULT 'default',
+            queue TEXT,
+            dispatched_at INTEGER,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            rev INTEGER NOT NULL DEFAULT 1,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        """CREATE TABLE tasks (
+            task_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            step_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            grp TEXT NOT NULL,
+            queue TEXT,
+            input TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            available_at INTEGER NOT NULL,
+            claimed_by TEXT,
+            claim_until INTEGER,
+            redispatched INTEGER NOT NULL DEFAULT 0,
+            created_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX tasks_queued ON tasks (status, grp, available_at)",
+        "CREATE INDEX tasks_by_step ON tasks (run_id, seq)",
+        """CREATE TABLE events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            seq INTEGER,
+            name TEXT NOT NULL,
+            level TEXT NOT NULL,
+            at INTEGER NOT NULL,
+            data TEXT NOT NULL
+        )""",
+        "CREATE INDEX events_by_run ON events (run_id, id)",
+    ),
+    (
+        # Heartbeats: the last progress a worker reported and when it last beat.
+        "ALTER TABLE checkpoints ADD COLUMN progress TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN heartbeat_at INTEGER",
+    ),
+)
+
+_SYNCHRONOUS: Final = {"off": "OFF", "normal": "NORMAL", "full": "FULL", "extra": "EXTRA"}
+
+_RUN_COLUMNS: Final = (
+    "run_id, workflow, version, status, input, output, error, recovery_attempts, created_at,"
+    " updated_at, wake_at"
+)
+_CHECKPOINT_COLUMNS: Final = (
+    "run_id, seq, name, kind, step_id, status, attempts, wake_at, output, error, errors, final,"
+    " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
+    " exception"
+)
+_TASK_COLUMNS: Final = (
+    "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
+)
+_WORKER_LOST: Final = StepError(
+    message="worker lost: its claim on the task expired before it reported a result",
+    code="worker_lost",
+    type="effects.durable.WorkerLost",
+    retryable=True,
+)
+
+
+def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
+    """
+    Split ``sqlite:///path?synchronous=full`` into the path and its options.
+
+    ``sqlite:///relative.db`` is relative to the working directory, ``sqlite:////abs.db`` absolute,
+    ``sqlite:///:memory:`` a private in-memory database.
+
+    Raises:
+        ValueError: If the URL is not a ``sqlite:///`` URL, has no path, or an unknown option.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc or not parts.path.startswith("/"):
+        msg = f"a SQLite store URL looks like 'sqlite:///path/to/file.db', got {url!r}"
+        raise ValueError(msg)
+    path = unquote(parts.path[1:])
+    if not path:
+        msg = f"the SQLite store URL {url!r} names no file"
+        raise ValueError(msg)
+    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    unknown = sorted(set(options) - {"synchronous", "busy_timeout_ms"})
+    if unknown:
+        msg = (
+            f"unknown option {unknown[0]!r} in store URL {url!r};"
+            " known: synchronous, busy_timeout_ms"
+        )
+        raise ValueError(msg)
+    sync = options.get("synchronous", "normal").lower()
+    if sync not in _SYNCHRONOUS:
+        msg = f"synchronous must be one of {', '.join(_SYNCHRONOUS)} in {url!r}, got {sync!r}"
+        raise ValueError(msg)
+    timeout = options.get("busy_timeout_ms", "30000")
+    if not timeout.isdigit():
+        msg = f"busy_timeout_ms must be a whole number of ms in {url!r}, got {timeout!r}"
+        raise ValueError(msg)
+    return path, {"synchronous": _SYNCHRONOUS[sync], "busy_timeout_ms": timeout}
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _error(text: str | None) -> StepError | None:
+    return None if text is None else StepError.from_json(json.loads(text))
+
+
+def _error_text(error: StepError | None) -> str | None:
+    return None if error is None else _dumps(error.to_json())
+
+
+def _run(row: sqlite3.Row | tuple[Any, ...]) -> Run:
+    return Run(
+        run_id=row[0],
+        workflow=row[1],
+        version=row[2],
+        status=row[3],
+        input=_loads(row[4]),
+        output=_loads(row[5]),
+        error=_error(row[6]),
+        recovery_attempts=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        wake_at=row[10],
+    )
+
+
+def _checkpoint(row: tuple[Any, ...]) -> Checkpoint:
+    return Checkpoint(
+        run_id=row[0],
+        seq=row[1],
+        name=row[2],
+        kind=row[3],
+        step_id=row[4],
+        status=row[5],
+        attempts=row[6],
+        wake_at=row[7],
+        output=_loads(row[8]),
+        error=_error(row[9]),
+        errors=tuple(StepError.from_json(e) for e in json.loads(row[10])),
+        final=bool(row[11]),
+        created_at=row[12],
+        updated_at=row[13],
+        progress=_loads(row[14]),
+        group=row[15],
+        queue=row[16],
+        retry_state=_loads(row[17]),
+        dispatched_at=row[18],
+        input=_loads(row[19]),
+        rev=row[20],
+        exception=row[21],
+    )
+
+
+def _task(row: tuple[Any, ...], last_progress: Any = None) -> Task:
+    return Task(
+        task_id=row[0],
+        run_id=row[1],
+        seq=row[2],
+        step_id=row[3],
+        name=row[4],
+        group=row[5],
+        input=_loads(row[6]),
+        attempt=row[7],
+        queue=row[8],
+        redispatched=bool(row[9]),
+        last_progress=last_progress,
+    )
+
+
+class SqliteStore:
+    """
+    The engine's store in one SQLite file (see the module docstring for what it promises).
+
+    Args:
+        url: ``"sqlite:///path.db"``; options ``synchronous`` (``normal`` by default, ``full``
+            to fsync every commit) and ``busy_timeout_ms`` (how long a write waits for another
+            process's transaction, default 30000).
+
+    Raises:
+        ValueError: If *url* is not a SQLite store URL.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._path, self._options = parse_sqlite_url(url)
+        self._db: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({self.url!r})"
+
+    # -- connection and schema ------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the file, check it is an engine store, and create or upgrade its schema."""
+        if self._db is not None:
+            return
+        if self._path != ":memory:":
+            folder = Path(self._path).resolve().parent
+            if not folder.is_dir():
+                msg = f"cannot open store {self.url}: folder {folder} does not exist"
+                raise StoreError(msg)
+        try:
+            db = sqlite3.connect(
+                self._path,
+                isolation_level=None,
+                timeout=int(self._options["busy_timeout_ms"]) / 1000,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as error:
+            msg = f"cannot open store {self.url}: {error}"
+            raise StoreError(msg) from error
+        try:
+            self._prepare(db)
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        try:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+            version = self._check_ours(db, tables)
+            # Only once the file is known to be ours (or empty) may it be switched to WAL.
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={self._options['synchronous']}")
+            if version < SCHEMA_VERSION:
+                self._upgrade(db)
+        except sqlite3.DatabaseError as error:
+            msg = f"store {self.url} is not a usable SQLite database: {error}"
+            raise StoreError(msg) from error
+
+    def _check_ours(self, db: sqlite3.Connection, tables: set[str]) -> int:
+        if not tables:
+            return 0
+        if "durable_meta" not in tables:
+            shown = ", ".join(sorted(tables)[:5])
+            msg = f"store {self.url} is not an effects.durable store (it holds tables {shown})"
+            raise StoreError(msg)
+        meta = dict(db.execute("SELECT key, value FROM durable_meta").fetchall())
+        if meta.get("schema") != SCHEMA_NAME or not str(meta.get("version", "")).isdigit():
+            msg = (
+                f"store {self.url} is not an effects.durable store (schema {meta.get('schema')!r})"
+            )
+            raise StoreError(msg)
+        version = int(meta["version"])
+        if version > SCHEMA_VERSION:
+            msg = (
+                f"store {self.url} has schema version {version}, newer than this version of "
+                f"effects.durable understands ({SCHEMA_VERSION}); upgrade effect-schedules"
+            )
+            raise StoreError(msg)
+        return version
+
+    def _upgrade(self, db: sqlite3.Connection) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # Read again under the write lock: another process may have upgraded meanwhile.
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+            version = self._check_ours(db, tables)
+            for statements in _MIGRATIONS[version:]:
+                for statement in statements:
+                    db.execute(statement)
+            db.execute(
+                "INSERT INTO durable_meta (key, value) VALUES ('schema', ?), ('version', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (SCHEMA_NAME, str(SCHEMA_VERSION)),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    async def close(self) -> None:
+        """Close the connection (idempotent)."""
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            msg = f"store {self.url} is not open (use the engine as `async with engine:`)"
+            raise RuntimeError(msg)
+        return self._db
+
+    @contextmanager
+    def _write(self) -> Generator[sqlite3.Connection]:
+        db = self._conn
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            msg = f"store {self.url}: cannot begin a write: {error}"
+            raise StoreError(msg) from error
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            msg = f"store {self.url}: commit failed: {error}"
+            raise StoreError(msg) from error
+
+    @staticmethod
+    def _insert_events(db: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
+        if len(events) == 1:
+            e = events[0]
+            db.execute(
+                "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)),
+            )
+        elif events:
+            db.executemany(
+                "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)) for e in events],
+            )
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | None:
+        """Insert *run* as pending; return the existing run if the id is taken."""
+        with self._write() as db:
+            row = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run.run_id,)
+            ).fetchone()
+            if row is not None:
+                return _run(row)
+            db.execute(
+                "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
+                " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+                (run.run_id, run.workflow, run.version, run.input, run.now, run.now),
+            )
+            self._insert_events(db, run.run_id, events)
+        return None
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or ``None``."""
+        row = self._conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return None if row is None else _run(row)
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        stale_before: int | None = None,
+    ) -> list[Run]:
+        """Runs newest first, filtered (see ``Store.list_runs``)."""
+        where: list[str] = []
+        params: list[object] = []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if workflow is not None:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if stale_before is not None:
+            where.append(
+                "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE"
+                " kind = 'remote' AND status IN ('pending', 'running') AND dispatched_at < ?)"
+            )
+            params.append(stale_before)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self._conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC, run_id LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [_run(row) for row in rows]
+
+    async def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The run's checkpoints by sequence number."""
+        return self._checkpoints(self._conn, run_id)
+
+    @staticmethod
+    def _checkpoints(db: sqlite3.Connection, run_id: str) -> list[Checkpoint]:
+        rows = db.execute(
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return [_checkpoint(row) for row in rows]
+
+    async def events(self, run_id: str) -> list[Event]:
+        """The run's events, oldest first."""
+        rows = self._conn.execute(
+            "SELECT name, level, at, seq, data FROM events WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        ).fetchall()
+        return [
+            Event(name, level, at, seq, json.loads(data)) for name, level, at, seq, data in rows
+        ]
+
+    # -- turns ------------------------------------------------------------------------------------
+
+    async def claim_runs(
+        self,
+        *,
+        workflows: Sequence[tuple[str, str]],
+        now: int,
+        lease_until: int,
+        owner: str,
+        limit: int,
+    ) -> list[ClaimedRun]:
+        """Take up to *limit* runnable runs of *workflows*, each with a fresh lease token."""
+        if not workflows or limit <= 0:
+            return []
+        pairs = ", ".join("(?, ?)" for _ in workflows)
+        flat = [part for pair in workflows for part in pair]
+        claimed: list[ClaimedRun] = []
+        with self._write() as db:
+            rows = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
+                " AND (status = 'pending' OR wake_at <= ?)"
+                f" AND (workflow, version) IN (VALUES {pairs})"
+                " ORDER BY updated_at, run_id LIMIT ?",
+                (now, *flat, limit),
+            ).fetchall()
+            for row in rows:
+                token = f"{owner}:{secrets.token_hex(6)}"
+                db.execute(
+                    "UPDATE runs SET status = 'running', lease_token = ?, lease_until = ?,"
+                    " woken = 0 WHERE run_id = ?",
+                    (token, lease_until, row[0]),
+                )
+                run = attrs.evolve(_run(row), status="running")
+                claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
+        return claimed
+
+    async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
+        """Extend the lease *token* holds; ``False`` if it no longer holds the run."""
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE runs SET lease_until = ? WHERE run_id = ? AND lease_token = ?"
+                " AND status = 'running'",
+                (lease_until, run_id, token),
+            )
+            return cursor.rowcount == 1
+
+    async def commit_turn(self, commit: TurnCommit) -> None:
+        """Apply *commit* in one transaction or raise ``StaleTurnError``."""
+        with self._write() as db:
+            if not self._advance(db, commit):
+                raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+            for write in commit.checkpoints:
+                cp = write.checkpoint
+                values = (
+                    cp.name,
+                    cp.kind,
+                    cp.step_id,
+                    cp.status,
+                    cp.attempts,
+                    cp.wake_at,
+                    write.output,
+                    _error_text(cp.error),
+                    _dumps([e.to_json() for e in cp.errors]),
+                    int(cp.final),
+                    write.exception,
+                    None if cp.retry_state is None else _dumps(cp.retry_state),
+                    cp.group,
+                    cp.queue,
+                    cp.dispatched_at,
+                    write.input,
+                    commit.now,
+                )
+                if write.expected_rev is None:
+                    try:
+                        db.execute(
+                            "INSERT INTO checkpoints (name, kind, step_id, status, attempts,"
+                            " wake_at, output, error, errors, final, exception, retry_state, grp,"
+                            " queue, dispatched_at, input, updated_at, run_id, seq, created_at)"
+                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (*values, commit.run_id, cp.seq, cp.created_at),
+                        )
+                    except sqlite3.IntegrityError:
+                        msg = f"run {commit.run_id}: checkpoint {cp.seq} was written meanwhile"
+                        raise StaleTurnError(msg) from None
+                else:
+                    cursor = db.execute(
+                        "UPDATE checkpoints SET name = ?, kind = ?, step_id = ?, status = ?,"
+                        " attempts = ?, wake_at = ?, output = ?, error = ?, errors = ?, final = ?,"
+                        " exception = ?, retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
+                        " input = ?, updated_at = ?, rev = rev + 1"
+                        " WHERE run_id = ? AND seq = ? AND rev = ?",
+                        (*values, commit.run_id, cp.seq, write.expected_rev),
+                    )
+                    if cursor.rowcount != 1:
+                        msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
+                        raise StaleTurnError(msg)
+            if commit.tasks:
+                db.executemany(
+                    "INSERT INTO tasks (run_id, seq, step_id, name, grp, queue, input, attempt,"
+                    " status, available_at, redispatched, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
+                    [
+                        (
+                            t.run_id,
+                            t.seq,
+                            t.step_id,
+                            t.name,
+                            t.group,
+                            t.queue,
+                            t.input,
+                            t.attempt,
+                            t.available_at,
+                            int(t.redispatched),
+                            commit.now,
+                        )
+                        for t in commit.tasks
+                    ],
+                )
+            self._insert_events(db, commit.run_id, commit.events)
+
+    @staticmethod
+    def _advance(db: sqlite3.Connection, commit: TurnCommit) -> bool:
+        """The run's part of a turn commit, as a compare-and-set on its lease token."""
+        adv = commit.advance
+        guard = (commit.run_id, commit.token)
+        if adv.action == "continue":
+            cursor = db.execute(
+                "UPDATE runs SET lease_until = ?, updated_at = ?"
+                " WHERE run_id = ? AND lease_token = ? AND status = 'running'",
+                (adv.lease_until, commit.now, *guard),
+            )
+        elif adv.action == "suspend":
+            cursor = db.execute(
+                "UPDATE runs SET status = CASE WHEN woken = 1 THEN 'pending' ELSE 'suspended' END,"
+                " wake_at = ?, lease_token = NULL, lease_until = NULL, updated_at = ?"
+                " WHERE run_id = ? AND lease_token = ? AND status = 'running'",
+                (adv.wake_at, commit.now, *guard),
+            )
+        elif adv.action == "finish":
+            cursor = db.execute(
+                "UPDATE runs SET status = ?, output = ?, error = ?, wake_at = NULL,"
+                " lease_token = NULL, lease_until = NULL, updated_at = ?"
+                " WHERE run_id = ? AND lease_token = ? AND status = 'running'",
+                (adv.status, adv.output, _error_text(adv.error), commit.now, *guard),
+            )
+        else:
+            cursor = db.execute(
+                "UPDATE runs SET status = 'pending', lease_token = NULL, lease_until = NULL,"
+                " updated_at = ? WHERE run_id = ? AND lease_token = ? AND status = 'running'",
+                (commit.now, *guard),
+            )
+        return cursor.rowcount == 1
+
+    # -- workers ----------------------------------------------------------------------------------
+
+    async def claim_tasks(
+        self, *, groups: Sequence[str], now: int, claim_until: int, worker: str, limit: int
+    ) -> list[Task]:
+        """Claim up to *limit* queued tasks of *groups* available at *now*."""
+        if not groups or limit <= 0:
+            return []
+        marks = ", ".join("?" for _ in groups)
+        tasks: list[Task] = []
+        with self._write() as db:
+            rows = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
+                f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?",
+                (*groups, now, limit),
+            ).fetchall()
+            events: list[tuple[Any, ...]] = []
+            for row in rows:
+                db.execute(
+                    "UPDATE tasks SET status = 'claimed', claimed_by = ?, claim_until = ?"
+                    " WHERE task_id = ?",
+                    (worker, claim_until, row[0]),
+                )
+                progress = db.execute(
+                    "UPDATE checkpoints SET status = 'running', updated_at = ?, rev = rev + 1"
+                    " WHERE run_id = ? AND seq = ? AND status = 'pending' AND attempts = ?"
+                    " RETURNING progress",
+                    (now, row[1], row[2], row[7]),
+                ).fetchone()
+                task = _task(row, None if progress is None else _loads(progress[0]))
+                tasks.append(task)
+                data = {"attempt": task.attempt, "kind": "remote", "worker": worker}
+                if task.redispatched:
+                    data["redispatched"] = True
+                events.append((task.run_id, task.seq, "step.started", "info", now, _dumps(data)))
+            if events:
+                db.executemany(
+                    "INSERT INTO events (run_id, seq, name, level, at, data)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    events,
+                )
+        return tasks
+
+    async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
+        """Extend a claim *worker* holds; ``False`` if it no longer holds it."""
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE tasks SET claim_until = ? WHERE task_id = ? AND claimed_by = ?"
+                " AND status = 'claimed'",
+                (claim_until, task_id, worker),
+            )
+            return cursor.rowcount == 1
+
+    async def release_claim(self, task_id: int, worker: str) -> None:
+        """Put a claimed task back in the queue."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE tasks SET status = 'queued', claimed_by = NULL, claim_until = NULL"
+                " WHERE task_id = ? AND claimed_by = ? AND status = 'claimed'",
+                (task_id, worker),
+            )
+
+    async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
+        """Record an attempt's result (see ``Store.record_result``)."""
+        with self._write() as db:
+            db.execute(
+                "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ?", (task.task_id, worker)
+            )
+            return self._apply_outcome(
+                db, run_id=task.run_id, seq=task.seq, attempt=task.attempt, outcome=outcome, now=now
+            )
+
+    @staticmethod
+    def _apply_outcome(
+        db: sqlite3.Connection,
+        *,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        outcome: TaskOutcome,
+        now: int,
+    ) -> bool:
+        row = db.execute(
+            "SELECT status, attempts, errors FROM checkpoints WHERE run_id = ? AND seq = ?",
+            (run_id, seq),
+        ).fetchone()
+        if row is None or row[0] == "completed":
+            return False
+        status, attempts, errors = row
+        if outcome.error is None:
+            db.execute(
+                "UPDATE checkpoints SET status = 'completed', output = ?, error = NULL,"
+                " wake_at = NULL, final = 0, updated_at = ?, rev = rev + 1"
+                " WHERE run_id = ? AND seq = ?",
+                (outcome.output, now, run_id, seq),
+            )
+            # Other attempts of a step that has completed are moot.
+            db.execute("DELETE FROM tasks WHERE run_id = ? AND seq = ?", (run_id, seq))
+            event = ("step.completed", "info", {"attempt": attempt, "kind": "remote"})
+        else:
+            if status not in ("pending", "running") or attempts != attempt:
+                return False
+            listed = json.loads(errors)
+            listed.append(outcome.error.to_json())
+            db.execute(
+                "UPDATE checkpoints SET status = 'failed', error = ?, errors = ?, final = 0,"
+                " wake_at = NULL, updated_at = ?, rev = rev + 1 WHERE run_id = ? AND seq = ?",
+                (_error_text(outcome.error), _dumps(listed), now, run_id, seq),
+            )
+            level = "warning" if outcome.error.retryable else "error"
+            event = (
+                "step.failed",
+                level,
+                {"attempt": attempt, "kind": "remote", "error": outcome.error.to_json()},
+            )
+        db.execute(
+            "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, seq, event[0], event[1], now, _dumps(event[2])),
+        )
+        db.execute(
+            "UPDATE runs SET woken = 1, wake_at = NULL, updated_at = ?,"
+            " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
+            " WHERE run_id = ? AND status IN ('pending', 'running', 'suspended')",
+            (now, run_id),
+        )
+        return True
+
+    # -- maintenance ------------------------------------------------------------------------------
+
+    async def recover(self, *, now: int, max_recovery_attempts: int | None) -> RecoveryReport:
+        """Recover expired run leases and expired task claims (see ``Store.recover``)."""
+        db = self._conn
+        # A read first, so a pass with nothing to do takes no write lock.
+        if (
+            db.execute(
+                "SELECT 1 FROM runs WHERE status = 'running' AND lease_until < ? LIMIT 1", (now,)
+            ).fetchone()
+            is None
+            and db.execute(
+                "SELECT 1 FROM tasks WHERE status = 'claimed' AND claim_until < ? LIMIT 1", (now,)
+            ).fetchone()
+            is None
+        ):
+            return RecoveryReport()
+        recovered: list[str] = []
+        dead: list[str] = []
+        lost: list[str] = []
+        with self._write() as db:
+            for run_id, count in db.execute(
+                "SELECT run_id, recovery_attempts FROM runs WHERE status = 'running'"
+                " AND lease_until < ?",
+                (now,),
+            ).fetchall():
+                if max_recovery_attempts is not None and count >= max_recovery_attempts:
+                    error = StepError(
+                        message=f"the run's lease expired after {count} recoveries"
+                        f" (max_recovery_attempts={max_recovery_attempts})",
+                        code="max_recovery_attempts",
+                        type="effects.durable.RunDead",
+                        retryable=False,
+                    )
+                    db.execute(
+                        "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
+                        " lease_until = NULL, updated_at = ? WHERE run_id = ?",
+                        (_error_text(error), now, run_id),
+                    )
+                    dead.append(run_id)
+                    name, level, data = "run.dead", "error", {"recovery_attempts": count}
+                else:
+                    db.execute(
+                        "UPDATE runs SET status = 'pending', lease_token = NULL,"
+                        " lease_until = NULL, recovery_attempts = recovery_attempts + 1,"
+                        " updated_at = ? WHERE run_id = ?",
+                        (now, run_id),
+                    )
+                    recovered.append(run_id)
+                    name, level, data = "run.recovered", "warning", {"recovery_attempts": count + 1}
+                db.execute(
+                    "INSERT INTO events (run_id, seq, name, level, at, data)"
+                    " VALUES (?, NULL, ?, ?, ?, ?)",
+                    (run_id, name, level, now, _dumps(data)),
+                )
+            for task_id, run_id, seq, step_id, attempt in db.execute(
+                "SELECT task_id, run_id, seq, step_id, attempt FROM tasks"
+                " WHERE status = 'claimed' AND claim_until < ?",
+                (now,),
+            ).fetchall():
+                db.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+                self._apply_outcome(
+                    db,
+                    run_id=run_id,
+                    seq=seq,
+                    attempt=attempt,
+                    outcome=TaskOutcome(error=_WORKER_LOST),
+                    now=now,
+                )
+                lost.append(step_id)
+        return RecoveryReport(recovered, dead, lost)
+
+    async def next_due(self, now: int) -> int | None:
+        """The earliest epoch ms after *now* at which a timer, lease or claim comes due."""
+        # A lease or claim held until T expires at T + 1 (recovery takes `until < now`).
+        row = self._conn.execute(
+            "SELECT MIN(t) FROM ("
+            " SELECT MIN(wake_at) AS t FROM runs WHERE status = 'suspended' AND wake_at > ?1"
+            " UNION ALL SELECT MIN(lease_until) + 1 FROM runs WHERE status = 'running'"
+            " AND lease_until >= ?1"
+            " UNION ALL SELECT MIN(available_at) FROM tasks WHERE status = 'queued'"
+            " AND available_at > ?1"
+            " UNION ALL SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'claimed'"
+            " AND claim_until >= ?1)",
+            (now,),
+        ).fetchone()
+        due: int | None = row[0]
+        return due
+
+    async def requeue(self, run_id: str, now: int) -> Run:
+        """Reset failed checkpoints to a fresh first attempt and make the run pending."""
+        with self._write() as db:
+            row = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                msg = f"no run with id {run_id!r}"
+                raise LookupError(msg)
+            run = _run(row)
+            if run.status not in ("failed", "dead", "cancelled"):
+                msg = (
+                    f"run {run_id} is {run.status}; only a failed, dead or cancelled run can be"
+                    " retried"
+                )
+                raise ValueError(msg)
+            reset = db.execute(
+                "UPDATE checkpoints SET status = CASE kind WHEN 'local' THEN 'pending'"
+                " ELSE 'failed' END, attempts = 0, final = 0, error = NULL, errors = '[]',"
+                " exception = NULL, retry_state = NULL,"
+                " wake_at = CASE kind WHEN 'local' THEN NULL ELSE ? END,"
+                " updated_at = ?, rev = rev + 1 WHERE run_id = ? AND status = 'failed'",
+                (now, now, run_id),
+            ).rowcount
+            db.execute(
+                "UPDATE runs SET status = 'pending', output = NULL, error = NULL, wake_at = NULL,"
+                " woken = 0, lease_token = NULL, lease_until = NULL, recovery_attempts = 0,"
+                " updated_at = ? WHERE run_id = ?",
+                (now, run_id),
+            )
+            self._insert_events(
+                db, run_id, [NewEvent("run.requeued", now, data={"checkpoints_reset": reset})]
+            )
+            new = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return _run(new)
