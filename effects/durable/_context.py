@@ -51,6 +51,9 @@ O = TypeVar("O")  # noqa: E741
 
 _EMPTY_POLICY: Final = StepPolicy({})
 _MAX_DELAY_MS: Final = round(MAX_DELAY * 1000)
+# A commit that keeps the turn going: its lease is checked, not rewritten (the renewer and the
+# waits before a backoff renew it), so a step's commit writes no page of the runs table.
+_HOLD: Final = RunAdvance("continue")
 
 
 class _Suspended(BaseException):
@@ -356,7 +359,7 @@ class WorkflowContext:
                 updated_at=now,
             )
             await turn.commit(
-                turn.lease(now),
+                _HOLD,
                 checkpoints=(
                     CheckpointWrite(checkpoint, None if recorded is None else recorded.rev, text),
                 ),
@@ -400,7 +403,7 @@ class WorkflowContext:
             None if recorded is None else recorded.rev,
             exception=_pickled(error),
         )
-        await turn.commit(turn.lease(now), checkpoints=(write,), events=events, now=now)
+        await turn.commit(_HOLD, checkpoints=(write,), events=events, now=now)
 
     # -- dispatched steps -------------------------------------------------------------------------
 
@@ -567,7 +570,7 @@ class WorkflowContext:
         if delay is None:
             settled = attrs.evolve(recorded, final=True, retry_state=state)
             await turn.commit(
-                turn.lease(now),
+                _HOLD,
                 checkpoints=(CheckpointWrite(settled, recorded.rev, input=_text(recorded.input)),),
                 events=(
                     NewEvent(

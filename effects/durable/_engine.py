@@ -44,6 +44,8 @@ O = TypeVar("O")  # noqa: E741
 _log: Final = logging.getLogger("effects.durable")
 _SUSPENDED: Final = suspended()
 _NO_HANDLER_CODE: Final = "no_handler"
+# How many turns and attempts run_until_idle keeps in flight at once.
+_DRAIN_CONCURRENCY: Final = 64
 
 
 @attrs.frozen
@@ -273,6 +275,11 @@ class Engine:
         if self._wake is not None:
             self._wake.set()
 
+    def _wake_event(self) -> asyncio.Event:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        return self._wake
+
     # -- runs -------------------------------------------------------------------------------------
 
     def _workflow(self, workflow: WorkflowDef[Any, Any] | str) -> WorkflowDef[Any, Any]:
@@ -495,7 +502,6 @@ class Engine:
                 f" got {self._clock!r}"
             )
             raise ValueError(msg)
-        self._wake = self._wake or asyncio.Event()
         while True:
             await self._drain()
             if advance is None:
@@ -507,14 +513,20 @@ class Engine:
             advance(max(0, due - now) / 1000)
 
     async def _drain(self) -> None:
+        wake = self._wake_event()
         while True:
+            wake.clear()
             await self._recover()
-            claimed = await self._claim(1_000)
+            free = _DRAIN_CONCURRENCY - len(self._inflight)
+            claimed = await self._claim(free) if free > 0 else 0
             if not self._inflight:
                 if claimed == 0:
                     return
                 continue
-            await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+            if claimed and len(self._inflight) < _DRAIN_CONCURRENCY:
+                continue
+            # Every turn and attempt that ends sets the event.
+            await wake.wait()
 
     async def work(self, *, poll_ms: int = 1000, concurrency: int = 32) -> None:
         """
@@ -537,7 +549,7 @@ class Engine:
             msg = f"concurrency must be an int >= 1, got {concurrency!r}"
             raise ValueError(msg)
         self._stopping = False
-        wake = self._wake = self._wake or asyncio.Event()
+        wake = self._wake_event()
         last_recovery = -math.inf
         try:
             while not self._stopping:

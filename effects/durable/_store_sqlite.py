@@ -85,7 +85,7 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             updated_at INTEGER NOT NULL,
             rev INTEGER NOT NULL DEFAULT 1,
             PRIMARY KEY (run_id, seq)
-        )""",
+        ) WITHOUT ROWID""",
         """CREATE TABLE tasks (
             task_id INTEGER PRIMARY KEY AUTOINCREMENT,
             run_id TEXT NOT NULL,
@@ -105,21 +105,28 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         )""",
         "CREATE INDEX tasks_queued ON tasks (status, grp, available_at)",
         "CREATE INDEX tasks_by_step ON tasks (run_id, seq)",
+        # Keyed by run, numbered per run in commit order: a run's trail is one range of the
+        # table, so appending to it touches few pages.
         """CREATE TABLE events (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
             run_id TEXT NOT NULL,
+            id INTEGER NOT NULL,
             seq INTEGER,
             name TEXT NOT NULL,
             level TEXT NOT NULL,
             at INTEGER NOT NULL,
-            data TEXT NOT NULL
-        )""",
-        "CREATE INDEX events_by_run ON events (run_id, id)",
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, id)
+        ) WITHOUT ROWID""",
     ),
     (
-        # Heartbeats: the last progress a worker reported and when it last beat.
+        # Heartbeats (the last progress a worker reported and when it last beat), the liveness
+        # window, the lost-dispatch lease and its count, and flow-control limits.
         "ALTER TABLE checkpoints ADD COLUMN progress TEXT",
         "ALTER TABLE checkpoints ADD COLUMN heartbeat_at INTEGER",
+        "ALTER TABLE checkpoints ADD COLUMN timeout_ms INTEGER",
+        "ALTER TABLE checkpoints ADD COLUMN lease_ms INTEGER",
+        "ALTER TABLE checkpoints ADD COLUMN redispatches INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE tasks ADD COLUMN queue_limit INTEGER",
     ),
 )
 
@@ -186,8 +193,11 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+_dumps: Final = json.JSONEncoder(separators=(",", ":")).encode
+_EVENT_INSERT: Final = (
+    "INSERT INTO events (run_id, id, seq, name, level, at, data) VALUES"
+    " (?1, (SELECT COALESCE(MAX(id), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4, ?5, ?6)"
+)
 
 
 def _error(text: str | None) -> StepError | None:
@@ -398,13 +408,10 @@ class SqliteStore:
     def _insert_events(db: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         if len(events) == 1:
             e = events[0]
-            db.execute(
-                "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)),
-            )
+            db.execute(_EVENT_INSERT, (run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)))
         elif events:
             db.executemany(
-                "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
+                _EVENT_INSERT,
                 [(run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)) for e in events],
             )
 
@@ -547,7 +554,7 @@ class SqliteStore:
                     cp.wake_at,
                     write.output,
                     _error_text(cp.error),
-                    _dumps([e.to_json() for e in cp.errors]),
+                    _dumps([e.to_json() for e in cp.errors]) if cp.errors else "[]",
                     int(cp.final),
                     write.exception,
                     None if cp.retry_state is None else _dumps(cp.retry_state),
@@ -610,6 +617,15 @@ class SqliteStore:
         """The run's part of a turn commit, as a compare-and-set on its lease token."""
         adv = commit.advance
         guard = (commit.run_id, commit.token)
+        if adv.action == "continue" and adv.lease_until is None:
+            # A read, so a step's commit writes no page of the runs table.
+            return (
+                db.execute(
+                    "SELECT 1 FROM runs WHERE run_id = ? AND lease_token = ? AND status = 'running'",
+                    guard,
+                ).fetchone()
+                is not None
+            )
         if adv.action == "continue":
             cursor = db.execute(
                 "UPDATE runs SET lease_until = ?, updated_at = ?"
@@ -674,11 +690,7 @@ class SqliteStore:
                     data["redispatched"] = True
                 events.append((task.run_id, task.seq, "step.started", "info", now, _dumps(data)))
             if events:
-                db.executemany(
-                    "INSERT INTO events (run_id, seq, name, level, at, data)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    events,
-                )
+                db.executemany(_EVENT_INSERT, events)
         return tasks
 
     async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
@@ -753,10 +765,7 @@ class SqliteStore:
                 level,
                 {"attempt": attempt, "kind": "remote", "error": outcome.error.to_json()},
             )
-        db.execute(
-            "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, seq, event[0], event[1], now, _dumps(event[2])),
-        )
+        db.execute(_EVENT_INSERT, (run_id, seq, event[0], event[1], now, _dumps(event[2])))
         db.execute(
             "UPDATE runs SET woken = 1, wake_at = NULL, updated_at = ?,"
             " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
@@ -815,11 +824,7 @@ class SqliteStore:
                     )
                     recovered.append(run_id)
                     name, level, data = "run.recovered", "warning", {"recovery_attempts": count + 1}
-                db.execute(
-                    "INSERT INTO events (run_id, seq, name, level, at, data)"
-                    " VALUES (?, NULL, ?, ?, ?, ?)",
-                    (run_id, name, level, now, _dumps(data)),
-                )
+                db.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
             for task_id, run_id, seq, step_id, attempt in db.execute(
                 "SELECT task_id, run_id, seq, step_id, attempt FROM tasks"
                 " WHERE status = 'claimed' AND claim_until < ?",
