@@ -339,6 +339,11 @@ class WorkflowContext:
                 continue
             text = dump(codec, result, f"output of local step {name!r}")
             now = turn.now()
+            if recorded is None and attempt == 1:
+                await turn.store.record_local_step(
+                    turn.run.run_id, turn.token, seq, name, text, started, now
+                )
+                return from_data(codec, json.loads(text))
             events.append(
                 NewEvent("step.completed", now, seq, {"attempt": attempt, "kind": "local"})
             )

@@ -36,7 +36,7 @@ from effects.durable._time import WallClock, epoch_ms
 from effects.durable.errors import StepError, UnknownRunError
 from schedules import RandomLike
 
-__all__ = ["Engine", "Queue", "open_store"]
+__all__ = ["Engine", "Queue", "merge_events", "open_store"]
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -96,6 +96,42 @@ def open_store(store: str | Store) -> Store:
         raise ValueError(msg)
     msg = f"store must be a 'sqlite:///path.db' or 'postgresql://...' URL, got {store!r}"
     raise ValueError(msg)
+
+
+_RUN_FIRST: Final = frozenset({"run.started", "run.requeued"})
+_RUN_LAST: Final = frozenset({"run.completed", "run.failed", "run.dead", "run.cancelled"})
+
+
+def merge_events(stored: list[Event], checkpoints: list[Checkpoint]) -> list[Event]:
+    """
+    The run's trail: the stored events, plus ``step.started`` and ``step.completed`` of every
+    local step that succeeded on its first attempt (its fast path stores no event rows), from
+    its checkpoint. Events sort by time; within one ms, run starts first, then steps in sequence
+    order, then the run's end, each keeping its stored order.
+    """
+    with_rows = {e.seq for e in stored}
+    derived = [
+        event
+        for cp in checkpoints
+        if cp.kind == "local"
+        and cp.status == "completed"
+        and cp.attempts == 1
+        and cp.seq not in with_rows
+        for event in (
+            Event("step.started", "info", cp.created_at, cp.seq, {"attempt": 1, "kind": "local"}),
+            Event("step.completed", "info", cp.updated_at, cp.seq, {"attempt": 1, "kind": "local"}),
+        )
+    ]
+    if not derived:
+        return stored
+
+    def key(item: tuple[int, Event]) -> tuple[int, int, int, int]:
+        index, event = item
+        group = 0 if event.name in _RUN_FIRST else 2 if event.name in _RUN_LAST else 1
+        return (event.at, group, -1 if event.seq is None else event.seq, index)
+
+    ordered = sorted(enumerate([*stored, *derived]), key=key)
+    return [event for _, event in ordered]
 
 
 def _positive_ms(value: object, name: str, *, allow_none: bool = False) -> int | None:
@@ -401,10 +437,10 @@ class Engine:
         Raises:
             UnknownRunError: If no run has this id.
         """
-        found = await self._store.events(run_id)
-        if not found and await self._store.get_run(run_id) is None:
+        stored = await self._store.events(run_id)
+        if not stored and await self._store.get_run(run_id) is None:
             raise UnknownRunError(run_id)
-        return found
+        return merge_events(stored, await self._store.checkpoints(run_id))
 
     async def requeue(self, run_id: str) -> Run:
         """

@@ -236,6 +236,18 @@ class Store(Protocol):
         """Apply *commit* in one transaction, or raise ``StaleTurnError`` and write nothing."""
         ...
 
+    async def record_local_step(
+        self, run_id: str, token: str, seq: int, name: str, output: str, started: int, now: int
+    ) -> None:
+        """
+        The common case of a turn's commit, on its own fast path: a local step that succeeded
+        on its first attempt. Insert its completed checkpoint (``started`` is its creation time),
+        if *token* still holds the run; else raise ``StaleTurnError`` and write nothing. No event
+        rows are written: ``Engine.events`` shows the step's ``step.started`` and
+        ``step.completed`` from the checkpoint itself.
+        """
+        ...
+
     async def claim_tasks(
         self, *, groups: Sequence[str], now: int, claim_until: int, worker: str, limit: int
     ) -> list[Task]:

@@ -612,6 +612,22 @@ class SqliteStore:
                 )
             self._insert_events(db, commit.run_id, commit.events)
 
+    async def record_local_step(
+        self, run_id: str, token: str, seq: int, name: str, output: str, started: int, now: int
+    ) -> None:
+        """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
+        with self._write() as db:
+            inserted = db.execute(
+                "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
+                " output, created_at, updated_at)"
+                " SELECT ?1, ?2, ?3, 'local', ?1 || ':' || ?2, 'completed', 1, ?4, ?5, ?6"
+                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND lease_token = ?7"
+                " AND status = 'running')",
+                (run_id, seq, name, output, started, now, token),
+            ).rowcount
+            if inserted != 1:
+                raise StaleTurnError(f"run {run_id}: the lease was taken over")
+
     @staticmethod
     def _advance(db: sqlite3.Connection, commit: TurnCommit) -> bool:
         """The run's part of a turn commit, as a compare-and-set on its lease token."""
