@@ -341,7 +341,13 @@ class WorkflowContext:
             now = turn.now()
             if recorded is None and attempt == 1:
                 await turn.store.record_local_step(
-                    turn.run.run_id, turn.token, seq, name, text, started, now
+                    turn.run.run_id,
+                    turn.token,
+                    seq=seq,
+                    name=name,
+                    output=text,
+                    started=started,
+                    now=now,
                 )
                 return from_data(codec, json.loads(text))
             events.append(

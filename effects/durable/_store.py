@@ -237,7 +237,7 @@ class Store(Protocol):
         ...
 
     async def record_local_step(
-        self, run_id: str, token: str, seq: int, name: str, output: str, started: int, now: int
+        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
     ) -> None:
         """
         The common case of a turn's commit, on its own fast path: a local step that succeeded

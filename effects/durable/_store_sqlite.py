@@ -613,7 +613,7 @@ class SqliteStore:
             self._insert_events(db, commit.run_id, commit.events)
 
     async def record_local_step(
-        self, run_id: str, token: str, seq: int, name: str, output: str, started: int, now: int
+        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
         with self._write() as db:
@@ -637,7 +637,8 @@ class SqliteStore:
             # A read, so a step's commit writes no page of the runs table.
             return (
                 db.execute(
-                    "SELECT 1 FROM runs WHERE run_id = ? AND lease_token = ? AND status = 'running'",
+                    "SELECT 1 FROM runs WHERE run_id = ? AND lease_token = ?"
+                    " AND status = 'running'",
                     guard,
                 ).fetchone()
                 is not None
