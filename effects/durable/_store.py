@@ -73,7 +73,11 @@ class NewEvent:
 
 @attrs.frozen
 class NewTask:
-    """A dispatched attempt to enqueue."""
+    """
+    A dispatched attempt to enqueue. One naming a *queue* is admitted only while fewer than
+    *queue_limit* attempts of that queue hold a slot (queued or claimed); otherwise it waits, and
+    the store admits the oldest waiting attempt whenever a slot frees.
+    """
 
     run_id: str
     seq: int
@@ -85,6 +89,7 @@ class NewTask:
     available_at: int
     queue: str | None = None
     redispatched: bool = False
+    queue_limit: int | None = None
 
 
 @attrs.frozen
@@ -140,6 +145,7 @@ class TaskOutcome:
 
     output: str | None = None
     error: StepError | None = None
+    progress: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -270,11 +276,36 @@ class Store(Protocol):
         """
         ...
 
-    async def recover(self, *, now: int, max_recovery_attempts: int | None) -> RecoveryReport:
+    async def recover(
+        self, *, now: int, max_recovery_attempts: int | None, reconcile_ms: int
+    ) -> RecoveryReport:
         """
         Make expired run leases pending again (counting a recovery, or making the run dead past
         *max_recovery_attempts*), and turn expired task claims into retryable ``worker lost``
-        failures of their attempt.
+        failures of their attempt. A run whose lease expired while it awaited a liveness step
+        (a pending checkpoint with ``timeout_ms``) is parked suspended until ``now +
+        reconcile_ms`` instead, without counting a recovery.
+        """
+        ...
+
+    async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        """One checkpoint, read afresh (the liveness path re-reads before timing out)."""
+        ...
+
+    async def heartbeat(
+        self, task: Task, *, now: int, progress: str | None, lease_until: int | None
+    ) -> bool:
+        """
+        Persist a worker's beat for *task*'s attempt: ``heartbeat_at``, the progress (JSON text,
+        kept as it was when ``None``) and, when *lease_until* is given and the checkpoint has a
+        lost-dispatch lease, the renewed lease. ``False`` if the attempt is no longer current.
+        """
+        ...
+
+    async def redispatch_pending(self, run_id: str, *, now: int) -> int:
+        """
+        Enqueue every pending dispatched step of the run again with ``attempt + 1`` (queued but
+        unclaimed older attempts are withdrawn); return how many. The run's lease is not needed.
         """
         ...
 

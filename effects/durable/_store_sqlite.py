@@ -27,6 +27,7 @@ from effects.durable._store import (
     ClaimedRun,
     NewEvent,
     NewRun,
+    NewTask,
     RecoveryReport,
     StaleTurnError,
     TaskOutcome,
@@ -139,11 +140,12 @@ _RUN_COLUMNS: Final = (
 _CHECKPOINT_COLUMNS: Final = (
     "run_id, seq, name, kind, step_id, status, attempts, wake_at, output, error, errors, final,"
     " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
-    " exception"
+    " exception, timeout_ms, lease_ms, redispatches, heartbeat_at"
 )
 _TASK_COLUMNS: Final = (
     "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
 )
+_SLOT_HOLDERS: Final = "('queued', 'claimed')"
 _WORKER_LOST: Final = StepError(
     message="worker lost: its claim on the task expired before it reported a result",
     code="worker_lost",
@@ -248,10 +250,19 @@ def _checkpoint(row: tuple[Any, ...]) -> Checkpoint:
         input=_loads(row[19]),
         rev=row[20],
         exception=row[21],
+        timeout_ms=row[22],
+        lease_ms=row[23],
+        redispatches=row[24],
+        heartbeat_at=row[25],
     )
 
 
-def _task(row: tuple[Any, ...], last_progress: Any = None) -> Task:
+def _task(
+    row: tuple[Any, ...],
+    last_progress: Any = None,
+    timeout_ms: int | None = None,
+    lease_ms: int | None = None,
+) -> Task:
     return Task(
         task_id=row[0],
         run_id=row[1],
@@ -264,6 +275,8 @@ def _task(row: tuple[Any, ...], last_progress: Any = None) -> Task:
         queue=row[8],
         redispatched=bool(row[9]),
         last_progress=last_progress,
+        timeout_ms=timeout_ms,
+        lease_ms=lease_ms,
     )
 
 
@@ -562,6 +575,10 @@ class SqliteStore:
                     cp.queue,
                     cp.dispatched_at,
                     write.input,
+                    cp.timeout_ms,
+                    cp.lease_ms,
+                    cp.redispatches,
+                    cp.heartbeat_at,
                     commit.now,
                 )
                 if write.expected_rev is None:
@@ -569,8 +586,10 @@ class SqliteStore:
                         db.execute(
                             "INSERT INTO checkpoints (name, kind, step_id, status, attempts,"
                             " wake_at, output, error, errors, final, exception, retry_state, grp,"
-                            " queue, dispatched_at, input, updated_at, run_id, seq, created_at)"
-                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            " queue, dispatched_at, input, timeout_ms, lease_ms, redispatches,"
+                            " heartbeat_at, updated_at, run_id, seq, created_at)"
+                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                            " ?, ?, ?, ?)",
                             (*values, commit.run_id, cp.seq, cp.created_at),
                         )
                     except sqlite3.IntegrityError:
@@ -581,36 +600,109 @@ class SqliteStore:
                         "UPDATE checkpoints SET name = ?, kind = ?, step_id = ?, status = ?,"
                         " attempts = ?, wake_at = ?, output = ?, error = ?, errors = ?, final = ?,"
                         " exception = ?, retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
-                        " input = ?, updated_at = ?, rev = rev + 1"
+                        " input = ?, timeout_ms = ?, lease_ms = ?, redispatches = ?,"
+                        " heartbeat_at = ?, updated_at = ?, rev = rev + 1"
                         " WHERE run_id = ? AND seq = ? AND rev = ?",
                         (*values, commit.run_id, cp.seq, write.expected_rev),
                     )
                     if cursor.rowcount != 1:
                         msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
                         raise StaleTurnError(msg)
-            if commit.tasks:
-                db.executemany(
-                    "INSERT INTO tasks (run_id, seq, step_id, name, grp, queue, input, attempt,"
-                    " status, available_at, redispatched, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
-                    [
-                        (
-                            t.run_id,
-                            t.seq,
-                            t.step_id,
-                            t.name,
-                            t.group,
-                            t.queue,
-                            t.input,
-                            t.attempt,
-                            t.available_at,
-                            int(t.redispatched),
-                            commit.now,
-                        )
-                        for t in commit.tasks
-                    ],
-                )
+            for task in commit.tasks:
+                # Withdraw older attempts nobody claimed: only the newest may run.
+                withdrawn = db.execute(
+                    "DELETE FROM tasks WHERE run_id = ? AND seq = ? AND status IN"
+                    " ('queued', 'waiting') RETURNING queue",
+                    (task.run_id, task.seq),
+                ).fetchall()
+                self._enqueue(db, task, commit.now)
+                for (queue,) in withdrawn:
+                    if queue is not None:
+                        self._admit_waiting(db, queue, commit.now)
             self._insert_events(db, commit.run_id, commit.events)
+
+    @staticmethod
+    def _enqueue(db: sqlite3.Connection, task: NewTask, now: int) -> None:
+        """Insert *task*, queued, or waiting when its flow-control queue has no free slot."""
+        status = "queued"
+        if task.queue is not None and task.queue_limit is not None:
+            (held,) = db.execute(
+                f"SELECT COUNT(*) FROM tasks WHERE queue = ? AND status IN {_SLOT_HOLDERS}",
+                (task.queue,),
+            ).fetchone()
+            if held >= task.queue_limit:
+                status = "waiting"
+        db.execute(
+            "INSERT INTO tasks (run_id, seq, step_id, name, grp, queue, queue_limit, input,"
+            " attempt, status, available_at, redispatched, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                task.run_id,
+                task.seq,
+                task.step_id,
+                task.name,
+                task.group,
+                task.queue,
+                task.queue_limit,
+                task.input,
+                task.attempt,
+                status,
+                task.available_at,
+                int(task.redispatched),
+                now,
+            ),
+        )
+        if status == "waiting":
+            db.execute(
+                _EVENT_INSERT,
+                (
+                    task.run_id,
+                    task.seq,
+                    "step.queued",
+                    "info",
+                    now,
+                    _dumps({"attempt": task.attempt, "queue": task.queue}),
+                ),
+            )
+
+    @staticmethod
+    def _admit_waiting(db: sqlite3.Connection, queue: str, now: int) -> None:
+        """Admit the oldest waiting attempts of *queue* into the slots that are free."""
+        while True:
+            row = db.execute(
+                "SELECT task_id, run_id, seq, attempt, queue_limit FROM tasks"
+                " WHERE queue = ? AND status = 'waiting' ORDER BY task_id LIMIT 1",
+                (queue,),
+            ).fetchone()
+            if row is None:
+                return
+            (held,) = db.execute(
+                f"SELECT COUNT(*) FROM tasks WHERE queue = ? AND status IN {_SLOT_HOLDERS}",
+                (queue,),
+            ).fetchone()
+            if held >= (row[4] or 1):
+                return
+            db.execute(
+                "UPDATE tasks SET status = 'queued', available_at = MAX(available_at, ?)"
+                " WHERE task_id = ?",
+                (now, row[0]),
+            )
+            db.execute(
+                _EVENT_INSERT,
+                (
+                    row[1],
+                    row[2],
+                    "step.admitted",
+                    "info",
+                    now,
+                    _dumps({"attempt": row[3], "queue": queue}),
+                ),
+            )
+
+    def _release_slot(self, db: sqlite3.Connection, deleted: list[Any], now: int) -> None:
+        """Admit waiting attempts of the queues that the deleted tasks (``queue`` rows) held."""
+        for queue in {row[0] for row in deleted if row[0] is not None}:
+            self._admit_waiting(db, queue, now)
 
     async def record_local_step(
         self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
@@ -694,13 +786,19 @@ class SqliteStore:
                     " WHERE task_id = ?",
                     (worker, claim_until, row[0]),
                 )
-                progress = db.execute(
-                    "UPDATE checkpoints SET status = 'running', updated_at = ?, rev = rev + 1"
-                    " WHERE run_id = ? AND seq = ? AND status = 'pending' AND attempts = ?"
-                    " RETURNING progress",
+                # The claim is the worker's pickup beat (and renews a lost-dispatch lease).
+                current = db.execute(
+                    "UPDATE checkpoints SET status = 'running', heartbeat_at = ?1,"
+                    " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?1 + lease_ms END,"
+                    " updated_at = ?1, rev = rev + 1"
+                    " WHERE run_id = ?2 AND seq = ?3 AND status IN ('pending', 'running')"
+                    " AND attempts = ?4 RETURNING progress, timeout_ms, lease_ms",
                     (now, row[1], row[2], row[7]),
                 ).fetchone()
-                task = _task(row, None if progress is None else _loads(progress[0]))
+                if current is None:
+                    task = _task(row)
+                else:
+                    task = _task(row, _loads(current[0]), current[1], current[2])
                 tasks.append(task)
                 data = {"attempt": task.attempt, "kind": "remote", "worker": worker}
                 if task.redispatched:
@@ -720,6 +818,88 @@ class SqliteStore:
             )
             return cursor.rowcount == 1
 
+    async def heartbeat(
+        self, task: Task, *, now: int, progress: str | None, lease_until: int | None
+    ) -> bool:
+        """Persist a worker's beat (see ``Store.heartbeat``)."""
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE checkpoints SET heartbeat_at = ?1, progress = COALESCE(?2, progress),"
+                " wake_at = CASE WHEN lease_ms IS NULL OR ?3 IS NULL THEN wake_at ELSE ?3 END,"
+                " updated_at = ?1, rev = rev + 1"
+                " WHERE run_id = ?4 AND seq = ?5 AND attempts = ?6"
+                " AND status IN ('pending', 'running')",
+                (now, progress, lease_until, task.run_id, task.seq, task.attempt),
+            )
+            return cursor.rowcount == 1
+
+    async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        """One checkpoint, read afresh."""
+        row = self._conn.execute(
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?",
+            (run_id, seq),
+        ).fetchone()
+        return None if row is None else _checkpoint(row)
+
+    async def redispatch_pending(self, run_id: str, *, now: int) -> int:
+        """Re-enqueue the run's pending dispatched steps with attempt + 1; return how many."""
+        count = 0
+        with self._write() as db:
+            for cp in self._checkpoints(db, run_id):
+                if cp.kind != "remote" or cp.status not in ("pending", "running"):
+                    continue
+                attempt = cp.attempts + 1
+                db.execute(
+                    "UPDATE checkpoints SET status = 'pending', attempts = ?1, dispatched_at = ?2,"
+                    " redispatches = redispatches + 1,"
+                    " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?2 + lease_ms END,"
+                    " updated_at = ?2, rev = rev + 1 WHERE run_id = ?3 AND seq = ?4",
+                    (attempt, now, run_id, cp.seq),
+                )
+                withdrawn = db.execute(
+                    "DELETE FROM tasks WHERE run_id = ? AND seq = ? AND status IN"
+                    " ('queued', 'waiting') RETURNING queue, queue_limit",
+                    (run_id, cp.seq),
+                ).fetchall()
+                limit = next((row[1] for row in withdrawn if row[1] is not None), None)
+                if limit is None:
+                    held = db.execute(
+                        "SELECT queue_limit FROM tasks WHERE run_id = ? AND seq = ? LIMIT 1",
+                        (run_id, cp.seq),
+                    ).fetchone()
+                    limit = None if held is None else held[0]
+                self._enqueue(
+                    db,
+                    NewTask(
+                        run_id,
+                        cp.seq,
+                        cp.step_id,
+                        cp.name,
+                        cp.group,
+                        _dumps(cp.input),
+                        attempt,
+                        now,
+                        cp.queue,
+                        redispatched=True,
+                        queue_limit=limit,
+                    ),
+                    now,
+                )
+                self._release_slot(db, withdrawn, now)
+                db.execute(
+                    _EVENT_INSERT,
+                    (
+                        run_id,
+                        cp.seq,
+                        "step.redispatched",
+                        "warning",
+                        now,
+                        _dumps({"attempt": attempt, "by": "redispatch_pending"}),
+                    ),
+                )
+                count += 1
+        return count
+
     async def release_claim(self, task_id: int, worker: str) -> None:
         """Put a claimed task back in the queue."""
         with self._write() as db:
@@ -732,15 +912,17 @@ class SqliteStore:
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record an attempt's result (see ``Store.record_result``)."""
         with self._write() as db:
-            db.execute(
-                "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ?", (task.task_id, worker)
-            )
+            deleted = db.execute(
+                "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ? RETURNING queue",
+                (task.task_id, worker),
+            ).fetchall()
+            self._release_slot(db, deleted, now)
             return self._apply_outcome(
                 db, run_id=task.run_id, seq=task.seq, attempt=task.attempt, outcome=outcome, now=now
             )
 
-    @staticmethod
     def _apply_outcome(
+        self,
         db: sqlite3.Connection,
         *,
         run_id: str,
@@ -756,6 +938,11 @@ class SqliteStore:
         if row is None or row[0] == "completed":
             return False
         status, attempts, errors = row
+        if outcome.progress is not None:
+            db.execute(
+                "UPDATE checkpoints SET progress = ? WHERE run_id = ? AND seq = ?",
+                (outcome.progress, run_id, seq),
+            )
         if outcome.error is None:
             db.execute(
                 "UPDATE checkpoints SET status = 'completed', output = ?, error = NULL,"
@@ -764,7 +951,10 @@ class SqliteStore:
                 (outcome.output, now, run_id, seq),
             )
             # Other attempts of a step that has completed are moot.
-            db.execute("DELETE FROM tasks WHERE run_id = ? AND seq = ?", (run_id, seq))
+            moot = db.execute(
+                "DELETE FROM tasks WHERE run_id = ? AND seq = ? RETURNING queue", (run_id, seq)
+            ).fetchall()
+            self._release_slot(db, moot, now)
             event = ("step.completed", "info", {"attempt": attempt, "kind": "remote"})
         else:
             if status not in ("pending", "running") or attempts != attempt:
@@ -793,7 +983,9 @@ class SqliteStore:
 
     # -- maintenance ------------------------------------------------------------------------------
 
-    async def recover(self, *, now: int, max_recovery_attempts: int | None) -> RecoveryReport:
+    async def recover(
+        self, *, now: int, max_recovery_attempts: int | None, reconcile_ms: int
+    ) -> RecoveryReport:
         """Recover expired run leases and expired task claims (see ``Store.recover``)."""
         db = self._conn
         # A read first, so a pass with nothing to do takes no write lock.
@@ -817,6 +1009,32 @@ class SqliteStore:
                 " AND lease_until < ?",
                 (now,),
             ).fetchall():
+                awaiting = db.execute(
+                    "SELECT 1 FROM checkpoints WHERE run_id = ? AND kind = 'remote'"
+                    " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1",
+                    (run_id,),
+                ).fetchone()
+                if awaiting is not None:
+                    # Its dispatcher died awaiting a liveness step: a worker may still report,
+                    # so park the run on the reconcile wake; this is not counted as a recovery.
+                    db.execute(
+                        "UPDATE runs SET status = 'suspended', wake_at = ?, lease_token = NULL,"
+                        " lease_until = NULL, updated_at = ? WHERE run_id = ?",
+                        (now + reconcile_ms, now, run_id),
+                    )
+                    db.execute(
+                        _EVENT_INSERT,
+                        (
+                            run_id,
+                            None,
+                            "run.reconciling",
+                            "warning",
+                            now,
+                            _dumps({"wake_at": now + reconcile_ms}),
+                        ),
+                    )
+                    recovered.append(run_id)
+                    continue
                 if max_recovery_attempts is not None and count >= max_recovery_attempts:
                     error = StepError(
                         message=f"the run's lease expired after {count} recoveries"
@@ -847,7 +1065,10 @@ class SqliteStore:
                 " WHERE status = 'claimed' AND claim_until < ?",
                 (now,),
             ).fetchall():
-                db.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+                deleted = db.execute(
+                    "DELETE FROM tasks WHERE task_id = ? RETURNING queue", (task_id,)
+                ).fetchall()
+                self._release_slot(db, deleted, now)
                 self._apply_outcome(
                     db,
                     run_id=run_id,

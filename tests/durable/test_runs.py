@@ -107,7 +107,7 @@ async def test_max_recovery_attempts_makes_a_run_dead(
         await abandon_turn(durable_engine)
         durable_engine.clock.advance(2)
         now = round(durable_engine.clock.now() * 1000)
-        report = await engine.store.recover(now=now, max_recovery_attempts=1)
+        report = await engine.store.recover(now=now, max_recovery_attempts=1, reconcile_ms=300_000)
         assert ([run_id], []) == (list(report.recovered_runs), list(report.dead_runs))
         await abandon_turn(durable_engine)
         durable_engine.clock.advance(2)
