@@ -35,7 +35,7 @@ from effects.durable._store import (
 from effects.durable._time import WallClock, epoch_ms
 from effects.durable._turn import StepWaiter, Turn
 from effects.durable.errors import StepError, UnknownRunError
-from schedules import RandomLike
+from schedules import DurationLike, RandomLike, to_seconds
 
 __all__ = ["Engine", "Queue", "merge_events", "open_store"]
 
@@ -353,12 +353,14 @@ class Engine:
 
     async def sleep_until(self, deadline: int, event: asyncio.Event) -> None:
         """
-        Wait until epoch ms *deadline* or until *event* is set. On a virtual clock the wait is
-        parked: ``run_until_idle(advance_time=True)`` moves the clock to it.
+        Wait until epoch ms *deadline* or until *event* is set, at most one poll interval (so
+        what other processes record is read again). On a virtual clock the wait is parked:
+        ``run_until_idle(advance_time=True)`` moves the clock to it.
         """
         now = self._now()
         if deadline <= now or event.is_set():
             return
+        deadline = min(deadline, now + self._poll_ms)
         if self._virtual():
             key = id(event)
             self._parked[key] = (deadline, event)
@@ -368,7 +370,7 @@ class Engine:
             finally:
                 self._parked.pop(key, None)
             return
-        timeout = min(deadline - now, self._poll_ms) / 1000
+        timeout = (deadline - now) / 1000
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
@@ -626,27 +628,53 @@ class Engine:
 
         Args:
             advance_time: Also move a virtual clock (one with ``advance``) to each next due time
-                (a ``wake_at``, a lease or a claim expiring) and go on, until nothing is left.
+                (a ``wake_at``, a lease or a claim expiring, a liveness window) and go on, until
+                nothing is left.
 
         Raises:
             ValueError: If *advance_time* is set but the engine's clock cannot be advanced.
         """
-        advance = getattr(self._clock, "advance", None) if advance_time else None
-        if advance_time and not callable(advance):
+        if advance_time:
+            await self._advance_through(None)
+        else:
+            await self._drain()
+
+    async def run_for(self, duration: DurationLike) -> None:
+        """
+        Move a virtual clock forward by *duration*, doing at each due time on the way what is due
+        then (as ``run_until_idle(advance_time=True)`` does), and stop at the end of it.
+
+        Args:
+            duration: Seconds, a ``timedelta`` or a string like ``"1.5s"``.
+
+        Raises:
+            ValueError: If the engine's clock cannot be advanced, or *duration* is not a valid
+                duration.
+        """
+        seconds = to_seconds(duration, name="duration")
+        await self._advance_through(self._now() + round(seconds * 1000))
+
+    async def _advance_through(self, until: int | None) -> None:
+        advance = getattr(self._clock, "advance", None)
+        if not callable(advance):
             msg = (
-                "advance_time=True needs a clock with advance(), such as VirtualClock;"
+                "moving time needs a clock with advance(), such as VirtualClock;"
                 f" got {self._clock!r}"
             )
             raise ValueError(msg)
         while True:
             await self._drain()
-            if advance is None:
-                return
             now = self._now()
             due = await self._store.next_due(now)
             parked = [deadline for deadline, event in self._parked.values() if not event.is_set()]
             if parked:
                 due = min(parked) if due is None else min(due, *parked)
+            if until is not None and (due is None or due > until):
+                if until > now:
+                    advance((until - now) / 1000)
+                    self._wake_parked()
+                await self._drain()
+                return
             if due is None:
                 return
             advance(max(0, due - now) / 1000)

@@ -346,7 +346,7 @@ async def liveness(turn: Turn, member: Member) -> Any:
         waiter = host.waiter(step_id)
         waiter.attempt, waiter.picked_up, waiter.last_beat = attempt, False, None
         await turn.commit(
-            turn.lease(now, pickup_ms),
+            turn.lease(now),
             checkpoints=(CheckpointWrite(fresh, None if cp is None else cp.rev, input=input_text),),
             tasks=(_task(turn, fresh, input_text, attempt, now),),
             events=(
@@ -428,10 +428,12 @@ async def _await_attempt(
     while True:
         window = timeout_ms if running else pickup_ms
         deadline = last + window
-        if turn.now() < deadline:
-            if turn.lease_until < deadline + turn.lease_ms // 2:
-                await turn.commit(turn.lease(turn.now(), deadline - turn.now()))
-            await host.sleep_until(deadline, waiter.event)
+        now = turn.now()
+        if now < deadline:
+            if turn.lease_until - now < turn.lease_ms // 2:
+                # Renewed as time passes (virtual time too), so a crash is recovered within a lease.
+                await turn.commit(turn.lease(now), now=now)
+            await host.sleep_until(min(deadline, now + turn.lease_ms // 2), waiter.event)
             waiter.event.clear()
         if waiter.picked_up and not running:
             running = True

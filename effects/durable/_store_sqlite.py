@@ -608,6 +608,7 @@ class SqliteStore:
                     if cursor.rowcount != 1:
                         msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
                         raise StaleTurnError(msg)
+            self._insert_events(db, commit.run_id, commit.events)
             for task in commit.tasks:
                 # Withdraw older attempts nobody claimed: only the newest may run.
                 withdrawn = db.execute(
@@ -619,7 +620,6 @@ class SqliteStore:
                 for (queue,) in withdrawn:
                     if queue is not None:
                         self._admit_waiting(db, queue, commit.now)
-            self._insert_events(db, commit.run_id, commit.events)
 
     @staticmethod
     def _enqueue(db: sqlite3.Connection, task: NewTask, now: int) -> None:

@@ -50,3 +50,27 @@ def relative(times: Sequence[int | None]) -> list[int | None]:
 
 
 Handler = Callable[[Any], Any]
+
+
+class Intercepting:
+    """
+    A store that delegates to *store* and calls ``after[name](result, *args, **kwargs)`` once a
+    method of that name returns (for tests that act as another process at an exact moment).
+    """
+
+    def __init__(self, store: Any, **after: Callable[..., Any]) -> None:
+        self._store = store
+        self._after = after
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        hook = self._after.get(name)
+        if hook is None:
+            return attribute
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            result = await attribute(*args, **kwargs)
+            await hook(result, *args, **kwargs)
+            return result
+
+        return call
