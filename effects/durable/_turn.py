@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -25,6 +26,8 @@ from schedules import MAX_DELAY, RandomLike
 __all__ = ["HOLD", "StepWaiter", "Suspended", "Turn", "TurnHost", "wait_ms"]
 
 _MAX_DELAY_MS: Final = round(MAX_DELAY * 1000)
+_log: Final = logging.getLogger("effects.durable")
+_LEVELS: Final = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 # A commit that keeps the turn going: its lease is checked, not rewritten (the renewer and the
 # waits renew it), so a step's commit writes no page of the runs table.
 HOLD: Final = RunAdvance("continue")
@@ -110,6 +113,18 @@ class Turn:
         )
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
+        for event in events:
+            level = _LEVELS.get(event.level, logging.INFO)
+            if _log.isEnabledFor(level):
+                _log.log(
+                    level,
+                    "run %s step %s: %s %s",
+                    self.run.run_id,
+                    event.seq,
+                    event.name,
+                    event.data,
+                    extra={"durable_event": event.name, "run_id": self.run.run_id},
+                )
 
     def lease(self, now: int, extra_ms: int = 0) -> RunAdvance:
         """The advance that keeps the turn going with its lease renewed from *now*."""

@@ -388,3 +388,40 @@ async def test_timeouts_do_nothing_on_local_steps(durable_engine: DurableEngineF
         run_id = await engine.start(local_slow, None)
         await engine.run_until_idle()
         assert "slow but fine" == (await engine.get_run(run_id)).output
+
+
+async def test_pickup_timeout_alone_does_nothing(durable_engine: DurableEngineFactory) -> None:
+    """pickup_timeout_ms without timeout_ms keeps the durable path: no window, no re-dispatch."""
+
+    async def unused(_: Any) -> Any:
+        return None
+
+    _, renders = watched(unused, pickup_timeout_ms=1000, retries=3)
+    async with durable_engine(workflows=[renders]) as engine:
+        run_id = await engine.start(renders, None)
+        await engine.run_for("1h")
+        run = await engine.get_run(run_id)
+        dispatched = await events_named(engine, run_id, "step.dispatched")
+    assert ("suspended", 1) == (run.status, len(dispatched))
+
+
+async def test_retry_events_are_logged(
+    durable_engine: DurableEngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Timeouts and re-dispatches reach stdlib logging under 'effects.durable'."""
+
+    async def unused(_: Any) -> Any:
+        return None
+
+    _, renders = watched(unused, timeout_ms=1000, retries=2)
+    caplog.set_level("INFO", logger="effects.durable")
+    async with durable_engine(workflows=[renders]) as engine:
+        await engine.start(renders, None)
+        await engine.run_until_idle(advance_time=True)
+    names = [getattr(r, "durable_event", None) for r in caplog.records]
+    assert ["step.dispatched", "step.failed", "step.dispatched", "step.failed"] == [
+        n for n in names if n and n.startswith("step.")
+    ]
+    assert {"WARNING"} == {
+        r.levelname for r in caplog.records if getattr(r, "durable_event", "") == "step.failed"
+    }
