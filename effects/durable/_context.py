@@ -27,6 +27,7 @@ from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
 from effects.durable._records import Checkpoint, CheckpointKind
 from effects.durable._remote import Member, liveness, settle_members
 from effects.durable._store import CheckpointWrite, NewEvent
+from effects.durable._time import is_async_callable
 from effects.durable._turn import HOLD, Suspended, Turn, wait_ms
 from effects.durable.errors import NonDeterminismError, StepError, StepFailedError
 
@@ -37,12 +38,17 @@ I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
 
 _EMPTY_POLICY: Final = StepPolicy({})
+_JSON_SCALARS: Final = frozenset({int, str, float, bool, type(None)})
 _Suspended = Suspended
 
 
 def suspended() -> type[BaseException]:
     """The exception class a turn's suspension raises (for the engine only)."""
     return Suspended
+
+
+def _started(at: int, seq: int, attempt: int) -> NewEvent:
+    return NewEvent("step.started", at, seq, {"attempt": attempt, "kind": "local"})
 
 
 def _describe(name: str, kind: CheckpointKind) -> str:
@@ -204,9 +210,9 @@ class WorkflowContext:
         recorded: Checkpoint | None,
     ) -> Any:
         turn = self._turn
-        is_async = inspect.iscoroutinefunction(fn)
+        is_async = is_async_callable(fn)
         events: list[NewEvent] = []
-        created = turn.now() if recorded is None else recorded.created_at
+        created = 0 if recorded is None else recorded.created_at
         schedule = None
         state: Any = None
         errors: list[StepError] = []
@@ -214,9 +220,8 @@ class WorkflowContext:
         while True:
             attempt += 1
             started = turn.now()
-            events.append(
-                NewEvent("step.started", started, seq, {"attempt": attempt, "kind": "local"})
-            )
+            if attempt == 1 and recorded is None:
+                created = started
             try:
                 result = await fn() if is_async else await asyncio.to_thread(fn)
                 if inspect.isawaitable(result):
@@ -225,6 +230,7 @@ class WorkflowContext:
                 now = turn.now()
                 step_error = StepError.from_exception(error)
                 errors.append(step_error)
+                events.append(_started(started, seq, attempt))
                 events.append(
                     NewEvent(
                         "step.failed",
@@ -285,7 +291,10 @@ class WorkflowContext:
                     started=started,
                     now=now,
                 )
+                if codec is JSON and type(result) in _JSON_SCALARS:
+                    return result  # JSON gives back exactly these
                 return from_data(codec, json.loads(text))
+            events.append(_started(started, seq, attempt))
             events.append(
                 NewEvent("step.completed", now, seq, {"attempt": attempt, "kind": "local"})
             )

@@ -682,14 +682,21 @@ class Engine:
 
     async def _drain(self) -> None:
         wake = self._wake_event()
+        await self._recover()
         while True:
             wake.clear()
-            await self._recover()
             free = _DRAIN_CONCURRENCY - len(self._inflight)
-            claimed = await self._claim(free) if free > 0 else 0
+            # Claim in batches: one claim transaction per slot freed would cost more than it gives.
+            claimed = (
+                await self._claim(free)
+                if free >= _DRAIN_CONCURRENCY // 4 or not self._inflight
+                else 0
+            )
             if not self._inflight:
                 if claimed == 0:
-                    return
+                    await self._recover()
+                    if not await self._claim(_DRAIN_CONCURRENCY):
+                        return
                 continue
             if claimed and len(self._inflight) < _DRAIN_CONCURRENCY:
                 continue

@@ -521,15 +521,18 @@ class SqliteStore:
             return []
         pairs = ", ".join("(?, ?)" for _ in workflows)
         flat = [part for pair in workflows for part in pair]
+        query = (
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
+            " AND (status = 'pending' OR wake_at <= ?)"
+            f" AND (workflow, version) IN (VALUES {pairs})"
+            " ORDER BY updated_at, run_id LIMIT ?"
+        )
+        # A read first: an idle poll takes no write lock (and writes no empty transaction).
+        if not self._conn.execute(query, (now, *flat, 1)).fetchone():
+            return []
         claimed: list[ClaimedRun] = []
         with self._write() as db:
-            rows = db.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
-                " AND (status = 'pending' OR wake_at <= ?)"
-                f" AND (workflow, version) IN (VALUES {pairs})"
-                " ORDER BY updated_at, run_id LIMIT ?",
-                (now, *flat, limit),
-            ).fetchall()
+            rows = db.execute(query, (now, *flat, limit)).fetchall()
             for row in rows:
                 token = f"{owner}:{secrets.token_hex(6)}"
                 db.execute(
@@ -708,7 +711,14 @@ class SqliteStore:
         self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
-        with self._write() as db:
+        # The hot path of the engine: the transaction written out rather than via _write().
+        db = self._conn
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            msg = f"store {self.url}: cannot begin a write: {error}"
+            raise StoreError(msg) from error
+        try:
             inserted = db.execute(
                 "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
                 " output, created_at, updated_at)"
@@ -719,6 +729,19 @@ class SqliteStore:
             ).rowcount
             if inserted != 1:
                 raise StaleTurnError(f"run {run_id}: the lease was taken over")
+        except sqlite3.IntegrityError:
+            db.execute("ROLLBACK")
+            raise StaleTurnError(f"run {run_id}: checkpoint {seq} was written meanwhile") from None
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            msg = f"store {self.url}: commit failed: {error}"
+            raise StoreError(msg) from error
 
     @staticmethod
     def _advance(db: sqlite3.Connection, commit: TurnCommit) -> bool:
@@ -772,13 +795,15 @@ class SqliteStore:
         if not groups or limit <= 0:
             return []
         marks = ", ".join("?" for _ in groups)
+        query = (
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
+            f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?"
+        )
+        if not self._conn.execute(query, (*groups, now, 1)).fetchone():
+            return []
         tasks: list[Task] = []
         with self._write() as db:
-            rows = db.execute(
-                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
-                f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?",
-                (*groups, now, limit),
-            ).fetchall()
+            rows = db.execute(query, (*groups, now, limit)).fetchall()
             events: list[tuple[Any, ...]] = []
             for row in rows:
                 db.execute(
