@@ -130,6 +130,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "errors": ["builtins.ConnectionError"],
         "ran": _TWICE,
     },
+    "local-first": {
+        "recovered": 1,
+        "local": [1, 2],
+        "errors": ["builtins.ConnectionError"],
+        "ran": _TWICE,
+    },
     "local-done": {
         "recovered": 1,
         "local": [1, 2],

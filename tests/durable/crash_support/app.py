@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from effects.durable import WorkflowContext, current_step, step, workflow
+from effects.durable import RemoteStepError, WorkflowContext, current_step, step, workflow
 
 #: Attempts of every dispatched step: far more than the worker kills and flaky failures one step
 #: can meet in a test, so a run never runs out of them.
@@ -152,7 +152,10 @@ async def fails_once(data: dict[str, Any]) -> int:
 
 @workflow("crash:faults")
 async def faults(ctx: WorkflowContext, n: int) -> dict[str, int]:
-    """A local step that backs off once, a dispatched step that fails once, one that does not."""
+    """
+    A local step that backs off once, a dispatched step that fails once, one that does not, and
+    a local step that succeeds at once.
+    """
     calls: list[int] = []
 
     def prepare() -> int:
@@ -165,12 +168,13 @@ async def faults(ctx: WorkflowContext, n: int) -> dict[str, int]:
     prepared = await ctx.local_step("prepare", prepare, retries=2, backoff_ms=300)
     once = await ctx.step(fails_once, {"v": prepared})
     final = await ctx.step(add, {"v": once, "k": 2, "seed": 0, "work_ms": 10})
-    return {"prepared": prepared, "once": once, "final": final}
+    total = await ctx.local_step("total", lambda: prepared + final)
+    return {"prepared": prepared, "once": once, "final": final, "total": total}
 
 
 def faults_output(n: int) -> dict[str, int]:
     """What a run of ``faults`` with ``n`` must end with."""
-    return {"prepared": 10 * n, "once": 10 * n + 1, "final": 10 * n + 3}
+    return {"prepared": 10 * n, "once": 10 * n + 1, "final": 10 * n + 3, "total": 20 * n + 3}
 
 
 # -- claims and races --------------------------------------------------------------------------
@@ -204,5 +208,38 @@ async def hold(ctx: WorkflowContext, data: dict[str, Any]) -> int:
     return await ctx.local_step("held", held)
 
 
-WORKFLOWS = {w.name: w for w in (pipeline, faults, one, hold)}
-STEPS = {s.name: s for s in (add, flaky, fails_once, record)}
+# -- a stalled worker whose result lands late ------------------------------------------------
+
+
+@step("crash:stall")
+async def stall(data: dict[str, Any]) -> str:
+    """
+    Succeed, after blocking this process's event loop until the file ``release`` appears in
+    ``CRASH_STALL`` (a stalled worker: its claim is not renewed meanwhile, so it expires).
+    """
+    step_id, attempt, started = await _work("crash:stall", 0, 0)
+    release = Path(os.environ["CRASH_STALL"]) / "release"
+    deadline = time.monotonic() + 60
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # blocking on purpose
+    _end("crash:stall", step_id, attempt, started, ok=True)
+    return f"charged {data['order']}"
+
+
+@workflow("crash:compensate")
+async def compensate(ctx: WorkflowContext, data: dict[str, Any]) -> str:
+    """
+    The stalling step (one attempt, unless the input's ``policy`` overrides it); when it fails
+    for good, a compensation path of two more steps.
+    """
+    try:
+        return await ctx.step(stall, data, **data.get("policy", {}))
+    except RemoteStepError as error:
+        code = error.step_error.code
+        refund = await ctx.local_step("refund", lambda: f"refunded {data['order']} after {code}")
+        await ctx.step(add, {"v": 0, "k": 1, "seed": 0, "work_ms": 0})
+        return refund
+
+
+WORKFLOWS = {w.name: w for w in (pipeline, faults, one, hold, compensate)}
+STEPS = {s.name: s for s in (add, flaky, fails_once, record, stall)}

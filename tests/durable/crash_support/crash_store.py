@@ -27,7 +27,8 @@ POINTS: dict[str, str] = {
     "wake-at": "after the commit that stamps wake_at on a failed attempt",
     "redispatch": "after the commit that dispatches attempt 2",
     "local-backoff": "half-way through a local step's in-memory backoff",
-    "local-done": "after a local step's outcome is committed",
+    "local-done": "after a retried local step's outcome is committed",
+    "local-first": "after the fast-path commit of a local step that succeeded at once",
     "run-claim": "after a turn's claim of the run commits (its lease is then held by no one)",
     "finish": "after the workflow returned, before the run's completion is committed",
 }
@@ -97,6 +98,12 @@ class CrashingStore:
             asyncio.get_running_loop().call_later(delay, self._die)
             return
         self._die()
+
+    async def record_local_step(self, run_id: str, token: str, **kwargs: Any) -> None:
+        """Record a first-time local success, dying after it when the point asks."""
+        await self._inner.record_local_step(run_id, token, **kwargs)
+        if self._point == "local-first":
+            self._die()
 
     async def claim_runs(self, **kwargs: Any) -> list[ClaimedRun]:
         """Claim runs, dying after the claim when it took one and the point asks."""
