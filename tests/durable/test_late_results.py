@@ -10,7 +10,18 @@ from typing import Any
 
 import pytest
 
-from effects.durable import Checkpoint, Engine
+from effects.durable import (
+    Checkpoint,
+    Engine,
+    SqliteStore,
+    Task,
+    WorkflowContext,
+    step,
+    workflow,
+)
+from effects.durable._pytest_plugin import START
+from effects.durable._store import TaskOutcome, TurnCommit
+from effects.testing import VirtualClock
 from tests.durable.crash_support.app import compensate
 from tests.durable.crash_support.harness import FINISHED, Nodes, read_execs, wait_until_async
 
@@ -121,3 +132,57 @@ async def test_late_success_while_the_retry_waits_completes_the_step(
     assert [1] == _stall_attempts(nodes)
     assert ("completed", "charged 7") == (run.status, run.output)
     assert ("completed", False, ["worker_lost"], [1]) == (*_shape(first), dispatched)
+
+
+@step("late:charge", retries=3, backoff_ms=100)
+async def _charge(data: dict[str, Any]) -> str:
+    return f"charged {data['order']}"
+
+
+@workflow("late:order")
+async def _order(ctx: WorkflowContext, data: dict[str, Any]) -> str:
+    return await ctx.step(_charge, data)
+
+
+class _LateResultStore:
+    """A ``SqliteStore`` in which a stalled worker's success lands just before a redispatch."""
+
+    def __init__(self, url: str) -> None:
+        self.inner = SqliteStore(url)
+        self.url = url
+        self.late: list[tuple[Task, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def commit_turn(self, commit: TurnCommit) -> None:
+        if commit.tasks and commit.tasks[0].attempt == 2 and self.late:
+            task, worker = self.late.pop()
+            outcome = TaskOutcome(output='"charged late"')
+            await self.inner.record_result(task, worker, outcome, commit.now)
+        await self.inner.commit_turn(commit)
+
+
+@pytest.mark.anyio
+async def test_late_success_racing_a_redispatch_leaves_the_run_runnable_at_once(
+    tmp_path: Path,
+) -> None:
+    """A turn whose redispatch lost the race to a late result gives its run back: no recovery."""
+    store = _LateResultStore(f"sqlite:///{tmp_path / 'durable.db'}")
+    clock = VirtualClock(start=START)
+    async with Engine(store, workflows=[_order], clock=clock, lease_ms=1000) as engine:
+        await engine.start(_order, {"order": 7}, run_id="order-7")
+        await engine.run_until_idle()
+        # A worker claims the attempt and stalls past its claim.
+        now = round(clock.now() * 1000)
+        (task,) = await store.inner.claim_tasks(
+            groups=["default"], now=now, claim_until=now + 1000, worker="stalled", limit=1
+        )
+        store.late.append((task, "stalled"))
+        clock.advance(2.0)
+        await engine.run_until_idle(advance_time=True)
+        run = await engine.get_run("order-7")
+        events = await engine.events("order-7")
+    assert [] == store.late
+    assert ("completed", "charged late", 0) == (run.status, run.output, run.recovery_attempts)
+    assert [] == [e for e in events if e.name == "run.recovered"]
