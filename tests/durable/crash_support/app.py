@@ -241,5 +241,30 @@ async def compensate(ctx: WorkflowContext, data: dict[str, Any]) -> str:
         return refund
 
 
-WORKFLOWS = {w.name: w for w in (pipeline, faults, one, hold, compensate)}
-STEPS = {s.name: s for s in (add, flaky, fails_once, record, stall)}
+# -- a worker stopped mid-step ----------------------------------------------------------------
+
+
+@step("crash:wait")
+async def wait(data: dict[str, Any]) -> str:
+    """
+    Succeed; in a process with ``CRASH_WAIT`` set, first wait (without blocking the event loop)
+    until the file ``release`` appears there.
+    """
+    step_id, attempt, started = await _work("crash:wait", 0, 0)
+    folder = os.environ.get("CRASH_WAIT")
+    if folder:
+        deadline = time.monotonic() + 60
+        while not (Path(folder) / "release").exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+    _end("crash:wait", step_id, attempt, started, ok=True)
+    return f"done {data['order']} by {os.getpid()}"
+
+
+@workflow("crash:waiting")
+async def waiting(ctx: WorkflowContext, data: dict[str, Any]) -> str:
+    """One dispatched step that may wait."""
+    return await ctx.step(wait, data)
+
+
+WORKFLOWS = {w.name: w for w in (pipeline, faults, one, hold, compensate, waiting)}
+STEPS = {s.name: s for s in (add, flaky, fails_once, record, stall, wait)}

@@ -5,9 +5,9 @@ Roles: ``orchestrator`` (the workflows, no steps), ``worker`` (the steps, no wor
 (both). ``--ready FILE`` is written once the store is open; ``--go FILE`` then waits for that file
 (a barrier, so several processes act at the same moment). ``--start JSON`` starts the runs it
 lists (``[[workflow, run_id, input], ...]``) and prints their ids. Then, by ``--mode``: ``work``
-(the worker loop until SIGTERM, which drains, or until the runs named by ``--until-finished``
-are finished), ``idle`` (``run_until_idle()`` once) or ``start`` (nothing more).
-``--crash POINT`` wraps the store in ``CrashingStore``.
+(the worker loop until SIGTERM, which drains and writes ``stopping-<pid>`` in ``CRASH_LOG_DIR``,
+or until the runs named by ``--until-finished`` are finished), ``idle`` (``run_until_idle()``
+once) or ``start`` (nothing more). ``--crash POINT`` wraps the store in ``CrashingStore``.
 
 Exit codes: 0 done, 137 a crash point was reached, 3 ``--until-finished`` passed its deadline.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
 import sys
@@ -101,7 +102,14 @@ async def _main(args: argparse.Namespace) -> int:
             await engine.run_until_idle()
             return 0
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, engine.stop)
+
+        def stop() -> None:
+            engine.stop()
+            folder = os.environ.get("CRASH_LOG_DIR")
+            if folder:
+                (Path(folder) / f"stopping-{os.getpid()}").write_text("stopping")
+
+        loop.add_signal_handler(signal.SIGTERM, stop)
         worker = loop.create_task(engine.work(poll_ms=args.poll_ms, concurrency=args.concurrency))
         if not args.until_finished:
             await worker
