@@ -196,13 +196,18 @@ async def one(ctx: WorkflowContext, data: dict[str, Any]) -> int:
 
 @workflow("crash:hold")
 async def hold(ctx: WorkflowContext, data: dict[str, Any]) -> int:
-    """A local step that, in a process with ``CRASH_HOLD`` set, signals and then never ends."""
+    """
+    A local step that, in a process with ``CRASH_HOLD`` set, signals and then waits for the file
+    ``release`` there (at most 60 s).
+    """
 
     async def held() -> int:
         folder = os.environ.get("CRASH_HOLD")
         if folder:
             (Path(folder) / f"held-{ctx.run_id}").write_text("held")
-            await asyncio.Event().wait()
+            deadline = time.monotonic() + 60
+            while not (Path(folder) / "release").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
         return int(data["i"]) + 100
 
     return await ctx.local_step("held", held)

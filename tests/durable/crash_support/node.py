@@ -7,7 +7,9 @@ Roles: ``orchestrator`` (the workflows, no steps), ``worker`` (the steps, no wor
 lists (``[[workflow, run_id, input], ...]``) and prints their ids. Then, by ``--mode``: ``work``
 (the worker loop until SIGTERM, which drains and writes ``stopping-<pid>`` in ``CRASH_LOG_DIR``,
 or until the runs named by ``--until-finished`` are finished), ``idle`` (``run_until_idle()``
-once) or ``start`` (nothing more). ``--crash POINT`` wraps the store in ``CrashingStore``.
+once) or ``start`` (nothing more). ``--crash POINT`` wraps the store in ``CrashingStore``;
+``--clock-offset-s`` sets the engine's clock that far ahead of the wall clock (a clock that
+jumped); ``--log-level`` shows the engine's log.
 
 Exit codes: 0 done, 137 a crash point was reached, 3 ``--until-finished`` passed its deadline.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from effects.durable import Engine, Store
+from effects.durable._time import WallClock
 from tests.durable.crash_support.app import STEPS, WORKFLOWS
 from tests.durable.crash_support.crash_store import POINTS, CrashingStore
 
@@ -48,7 +52,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--until-finished", nargs="*", default=())
     parser.add_argument("--deadline-s", type=float, default=60.0)
     parser.add_argument("--start", help="JSON list of [workflow, run_id, input] to start")
+    parser.add_argument("--clock-offset-s", type=float, default=0.0)
+    parser.add_argument("--log-level", default="WARNING")
     return parser
+
+
+class ShiftedClock(WallClock):
+    """The wall clock, *offset* seconds ahead (a process whose clock jumped)."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def now(self) -> float:
+        """Epoch seconds, shifted."""
+        return time.time() + self.offset
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -63,6 +82,7 @@ def _engine(args: argparse.Namespace) -> Engine:
         steps=steps,
         lease_ms=args.lease_ms,
         random=random.Random(args.seed),
+        clock=ShiftedClock(args.clock_offset_s) if args.clock_offset_s else None,
     )
 
 
@@ -124,7 +144,9 @@ async def _main(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one node; see the module docstring."""
-    return asyncio.run(_main(_parser().parse_args(argv)))
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_main(args))
 
 
 if __name__ == "__main__":
