@@ -27,7 +27,8 @@ async def test_a_live_turn_overtaken_by_a_jumped_clock_writes_nothing(
         holder = nodes.spawn(
             "holder",
             *("--url", url, "--role", "orchestrator", "--lease-ms", str(LEASE_MS)),
-            *("--poll-ms", "20", "--log-level", "INFO"),
+            # One turn at a time: while its turn hangs, the holder claims nothing else.
+            *("--poll-ms", "20", "--concurrency", "1", "--log-level", "INFO"),
             env={"CRASH_HOLD": str(held)},
         )
 

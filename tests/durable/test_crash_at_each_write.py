@@ -20,7 +20,9 @@ from tests.durable.crash_support.harness import (
     trail_problems,
 )
 
-LEASE_MS = 1000
+# The crashing process's leases: what a fresh process waits out before it may recover them. The
+# fresh process holds its own for 30 s, so however loaded the machine, none of its expires.
+LEASE_MS = 1500
 
 
 @attrs.frozen
@@ -40,10 +42,10 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Cras
     """For every point, at once: a process that dies there, then a fresh one on the same file."""
     plans = {point: Nodes(tmp_path_factory.mktemp(point)) for point in POINTS}
 
-    def args(point: str) -> list[str]:
+    def args(point: str, lease_ms: int = 30_000) -> list[str]:
         url = f"sqlite:///{plans[point].folder / 'durable.db'}"
         return [
-            *("--url", url, "--lease-ms", str(LEASE_MS), "--poll-ms", "20"),
+            *("--url", url, "--lease-ms", str(lease_ms), "--poll-ms", "20"),
             *("--until-finished", f"faults-{point}", "--deadline-s", "60"),
         ]
 
@@ -51,7 +53,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Cras
         first = {
             point: nodes.spawn(
                 "first",
-                *args(point),
+                *args(point, LEASE_MS),
                 *("--start", json.dumps([["crash:faults", f"faults-{point}", 4]])),
                 *("--crash", point, "--marker", str(nodes.folder / "marker")),
             )

@@ -109,7 +109,13 @@ async def pipeline(ctx: WorkflowContext, data: dict[str, Any]) -> dict[str, Any]
     """Local, dispatched, flaky dispatched, local (retried in memory), dispatched."""
     n, seed = int(data["n"]), int(data["seed"])
     common = {"seed": seed, "work_ms": data["work_ms"]}
-    prepared = await ctx.local_step("prepare", lambda: 2 * n)
+
+    async def prepare() -> int:
+        # Work a seeded while, so a kill of the orchestrator often lands inside a turn.
+        await asyncio.sleep(data["work_ms"] * unit(seed, ctx.run_id, "prepare") / 1000)
+        return 2 * n
+
+    prepared = await ctx.local_step("prepare", prepare)
     added = await ctx.step(add, {**common, "v": prepared, "k": 1})
     tripled = await ctx.step(flaky, {**common, "v": added, "rate": data["rate"]})
     calls: list[int] = []
