@@ -793,7 +793,13 @@ class Engine:
         try:
             await self._replay(definition, ctx, turn)
         except StaleTurnError:
-            _log.info("run %s: turn ended, its lease was taken over", run.run_id)
+            # Either another turn holds the run now, or a worker's result changed a checkpoint
+            # under this one while its lease still holds: then give the run back, so it replays
+            # at once instead of waiting for the lease to expire and counting a recovery.
+            _log.info("run %s: turn ended, a write of it was stale", run.run_id)
+            ctx.close()
+            with contextlib.suppress(StaleTurnError):
+                await turn.commit(RunAdvance("release"))
         except asyncio.CancelledError:
             ctx.close()
             try:

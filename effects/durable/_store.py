@@ -15,7 +15,8 @@ Concurrency rules every implementation keeps:
   ``StaleTurnError`` when a worker changed the row meanwhile.
 - A task is claimed by one worker at a time; a result is recorded only for the attempt the
   checkpoint is waiting for (a late success of an older attempt still completes a step that has
-  not completed).
+  not completed, unless its failure was settled: replay has raised that, and the workflow may
+  have acted on it).
 - A result that lands while the run is running marks it *woken*, so the turn's suspension turns
   into ``pending`` instead of losing the wake-up.
 """
@@ -271,8 +272,8 @@ class Store(Protocol):
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """
         Record an attempt's result: complete or fail its checkpoint and wake the run. Returns
-        ``False`` when the result no longer matters (the step completed, or a later attempt is
-        under way) and nothing but the task's own row changed.
+        ``False`` when the result no longer matters (the step completed, its failure is settled,
+        or a later attempt is under way) and nothing but the task's own row changed.
         """
         ...
 

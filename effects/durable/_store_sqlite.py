@@ -957,12 +957,14 @@ class SqliteStore:
         now: int,
     ) -> bool:
         row = db.execute(
-            "SELECT status, attempts, errors FROM checkpoints WHERE run_id = ? AND seq = ?",
+            "SELECT status, attempts, errors, final FROM checkpoints WHERE run_id = ? AND seq = ?",
             (run_id, seq),
         ).fetchone()
-        if row is None or row[0] == "completed":
+        # A settled failure is what replay raises, and the workflow may have acted on it: a late
+        # success of an attempt whose claim had expired must not rewrite that history.
+        if row is None or row[0] == "completed" or (row[0] == "failed" and row[3]):
             return False
-        status, attempts, errors = row
+        status, attempts, errors, _ = row
         if outcome.progress is not None:
             db.execute(
                 "UPDATE checkpoints SET progress = ? WHERE run_id = ? AND seq = ?",
