@@ -200,3 +200,30 @@ def test_benchmark_interrupted_leaves_no_process_and_no_file(tmp_path: Path, how
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     assert [] == list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("path", ["local", "retry"])
+def test_profile_counts_statements_and_splits_the_time_into_categories(path: str) -> None:
+    """durable_profile.py counts each path's statements and its shares add up to the whole."""
+    script = BENCHMARK.with_name("durable_profile.py")
+    done = subprocess.run(
+        [sys.executable, str(script), "--path", path, "--runs", "3", "--top", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert 0 == done.returncode, done.stderr
+    counting = re.search(
+        r"^  counting: ([\d.]+) statements, ([\d.]+) write transactions \(([\d.]+) of them empty\),"
+        r" ([\d.]+) WAL pages;",
+        done.stdout,
+        re.MULTILINE,
+    )
+    assert counting is not None, done.stdout
+    statements, writes, empty, pages = (float(counting[i]) for i in range(1, 5))
+    assert min(writes, pages) >= 1
+    assert statements > writes >= empty
+    shares = [float(share) for share in re.findall(r"^ +([\d.]+)%  ", done.stdout, re.MULTILINE)]
+    assert abs(100 - sum(shares)) <= 0.1 * len(shares)
+    assert "SQLite (C)" in done.stdout
