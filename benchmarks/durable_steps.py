@@ -47,7 +47,11 @@ The cases:
    same workflow without the failure; the cost is the difference per run. DBOS has no durable
    retry to compare with: its step retries run in memory inside the workflow's process.
 4. **Floor**: a hand-written loop of one ``INSERT`` + ``COMMIT`` per step (``sqlite3``, one
-   connection) in each setting: WAL+NORMAL, WAL+FULL and DELETE+FULL (DBOS's).
+   connection) in each setting: WAL+NORMAL, WAL+FULL and DELETE+FULL (DBOS's). The floors are
+   measured at the start and again at the end of each round; the best is kept and their spread
+   printed, since an fsync's cost moves a lot on a disk shared with other processes.
+
+``--rounds N`` measures every case N times, interleaved, and keeps each case's best round.
 
 Targets (issue 7): local steps >= 10x DBOS's steps/s at equal durability and >= 0.4x the floor;
 dispatched round trips >= 3x DBOS's queued workflows/s.
@@ -90,6 +94,8 @@ START_TIMEOUT = 60.0
 STOP_GRACE = 10.0
 
 Figures = dict[str, float]
+#: The floor's settings: case key suffix and how the tables name it.
+FLOORS = (("wal-normal", "WAL+NORMAL"), ("wal-full", "WAL+FULL"), ("delete-full", "DELETE+FULL"))
 
 # -- our workflows and steps ----------------------------------------------------------------------
 
@@ -578,7 +584,7 @@ def worker_dbos(path: Path, executor: str, poll_ms: int) -> None:
 def cases(workers: Sequence[int], *, with_dbos: bool) -> list[str]:
     """The keys of every case of a run, in the order they are measured."""
     keys = [
-        *(f"floor:{setting}" for setting in ("wal-normal", "wal-full", "delete-full")),
+        *(f"floor:{setting}" for setting, _ in FLOORS),
         *(f"ours-local:{kind}:{s}" for kind in ("async", "sync") for s in ("normal", "full")),
         *(f"dbos-local:{kind}" for kind in ("async", "sync")),
         *(f"ours-dispatch:{s}:{w}" for w in workers for s in ("normal", "full")),
@@ -683,8 +689,9 @@ def _target(ours: float | None, theirs: float | None, goal: float) -> str:
 class Report:
     """The figures of a run, printed as tables with ratios."""
 
-    def __init__(self, results: dict[str, Figures]) -> None:
+    def __init__(self, results: dict[str, Figures], rounds: dict[str, list[Figures]]) -> None:
         self._results = results
+        self._rounds = rounds
 
     def rate(self, key: str) -> float | None:
         """A case's rate, or ``None`` when it was skipped."""
@@ -706,9 +713,10 @@ class Report:
             rows.append(
                 (f"DBOS, {label}", "DELETE+FULL", f"dbos-local:{kind}", "floor:delete-full")
             )
-        for setting, name in (("wal-normal", "WAL+NORMAL"), ("wal-full", "WAL+FULL")):
-            rows.append(("floor: INSERT + COMMIT per step", name, f"floor:{setting}", ""))
-        rows.append(("floor: INSERT + COMMIT per step", "DELETE+FULL", "floor:delete-full", ""))
+        rows.extend(
+            ("floor: INSERT + COMMIT per step", name, f"floor:{setting}", "")
+            for setting, name in FLOORS
+        )
         for label, sqlite_setting, key, floor in rows:
             rate = self.rate(key)
             ratio = _fmt_ratio(rate, self.rate(floor)) if floor else ""
@@ -717,6 +725,20 @@ class Report:
             ours, theirs = self.rate(f"ours-local:{kind}:full"), self.rate(f"dbos-local:{kind}")
             goal = _target(ours, theirs, 10) if kind == "async" else ""
             print(f"  ours / DBOS, {label}, both FULL = {_fmt_ratio(ours, theirs)}{goal}", file=out)
+        spreads = []
+        for setting, name in FLOORS:
+            rates = [figures["rate"] for figures in self._rounds.get(f"floor:{setting}", [])]
+            if len(rates) > 1:
+                spreads.append((name, min(rates), max(rates)))
+        if spreads:
+            shown = ", ".join(f"{name} {low:,.0f}-{high:,.0f}" for name, low, high in spreads)
+            print(f"  the floor moved during the run (best kept): {shown}", file=out)
+            if any(high > 1.5 * low for _, low, high in spreads):
+                print(
+                    "  note: the disk's speed moved by more than 1.5x (other processes share it);"
+                    " the FULL figures are only as steady as that (try --rounds 3)",
+                    file=out,
+                )
         for setting in ("normal", "full"):
             ours = self.rate(f"ours-local:async:{setting}")
             bottom = self.rate(floors[setting])
@@ -883,8 +905,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     version = None if args.no_dbos else _dbos_version()
     print(
-        f"durable_steps: effects.durable beside DBOS Transact {version or ''} on SQLite;"
-        f" {args.seconds:g} s per case, best of {args.rounds} round(s)"
+        f"durable_steps: effects.durable beside DBOS Transact{f' {version}' if version else ''}"
+        " on SQLite;"
+        f" {args.seconds:g} s per case, best of {args.rounds} round(s);"
+        f" load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     if version is None:
         reason = (
@@ -907,13 +931,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rounds: dict[str, list[Figures]] = {key: [] for key in todo}
     try:
         for _ in range(args.rounds):
-            for key in todo:
+            # The floors again at the end of each round: their spread shows how much the disk's
+            # speed (shared with other processes) moved while the cases ran.
+            floors = [key for key in todo if key.startswith("floor")]
+            for key in [*todo, *floors]:
                 print(f"  ... {key}", file=sys.stderr, flush=True)
                 rounds[key].append(measure(key, args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    report = Report({key: _best(found) for key, found in rounds.items()})
+    report = Report({key: _best(found) for key, found in rounds.items()}, rounds)
+    print(f"  load average {os.getloadavg()[0]:.1f} at the end")
     print()
     report.print_local(sys.stdout)
     print()
