@@ -203,15 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="durable-profile-") as tmp:
         folder = Path(tmp)
-        elapsed = asyncio.run(
-            run_path(
-                path,
-                store_url(folder / "t.db", setting),
-                args.runs,
-                before=_nothing,
-                after=_nothing,
-            )
-        )
+
+        def one_pass(name: str, before: Callable[[], None], after: Callable[[], None]) -> float:
+            url = store_url(folder / name, setting)
+            return asyncio.run(run_path(path, url, args.runs, before=before, after=after))
+
+        elapsed = one_pass("t.db", _nothing, _nothing)
         print(f"  timing: {elapsed / units * 1e6:,.1f} us per {path.unit}")
 
         tally = Tally()
@@ -226,15 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             mark()
 
         with counted(tally):
-            counted_elapsed = asyncio.run(
-                run_path(
-                    path,
-                    store_url(folder / "c.db", setting),
-                    args.runs,
-                    before=start_counting,
-                    after=mark,
-                )
-            )
+            counted_elapsed = one_pass("c.db", start_counting, mark)
         page = 4096 + 24  # a WAL frame: the page and its header
         statements = sum(int(count) for count, _ in tally.statements.values())
         in_sqlite = sum(seconds for _, seconds in tally.statements.values())
@@ -249,15 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {seconds / units * 1e6:7.1f} us {count / units:5.2f}x  {sql}")
 
         profiler = cProfile.Profile()
-        profiled = asyncio.run(
-            run_path(
-                path,
-                store_url(folder / "p.db", setting),
-                args.runs,
-                before=profiler.enable,
-                after=profiler.disable,
-            )
-        )
+        profiled = one_pass("p.db", profiler.enable, profiler.disable)
     stats = pstats.Stats(profiler)
     spent = categorize(stats)
     total = sum(spent.values())
