@@ -79,7 +79,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, NamedTuple, TypeVar
 
 from effects.durable import Engine, WorkflowContext, current_step, step, workflow
 
@@ -94,6 +94,7 @@ START_TIMEOUT = 60.0
 STOP_GRACE = 10.0
 
 Figures = dict[str, float]
+T = TypeVar("T")
 #: The floor's settings: case key suffix and how the tables name it.
 FLOORS = (("wal-normal", "WAL+NORMAL"), ("wal-full", "WAL+FULL"), ("delete-full", "DELETE+FULL"))
 
@@ -233,6 +234,33 @@ class Children:
         msg = f"worker {proc.args!r} did not start:\n{log.read_text()[-2000:]}"
         raise RuntimeError(msg)
 
+    def check(self) -> None:
+        """Raise ``RuntimeError`` (with its log's tail) if a child has exited."""
+        for proc, log in self._procs:
+            if proc.poll() is not None:
+                msg = (
+                    f"worker {proc.args!r} exited with {proc.returncode}:\n"
+                    f"{log.read_text()[-2000:]}"
+                )
+                raise RuntimeError(msg)
+
+    async def watch(self, work: Awaitable[T], *also: asyncio.Task[Any]) -> T:
+        """Await *work*, but fail at once if a child exits or one of the tasks *also* ends."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {task, *also}, timeout=0.2, return_when="FIRST_COMPLETED"
+                )
+                if task in done:
+                    return task.result()
+                for ended in done:
+                    msg = f"{ended.get_name()} ended while runs were still going"
+                    raise RuntimeError(msg) from (None if ended.cancelled() else ended.exception())
+                self.check()
+        finally:
+            task.cancel()
+
     def stop(self) -> None:
         """Ask every child to stop (close its stdin), then make sure it has."""
         procs, self._procs = self._procs, []
@@ -358,17 +386,20 @@ async def case_ours_dispatch(
     folder: Path, url: str, *, workers: int, seconds: float, batch: int, poll_ms: int
 ) -> Figures:
     """Batches of runs dispatching one step to *workers* worker processes."""
-    async with Engine(url, workflows=[one_step]) as engine:
-        with Children(folder) as children:
+    # The workers are stopped after the engine has closed its store: a signal that lands just
+    # after the engine's BEGIN IMMEDIATE can leave its write lock held until the connection
+    # closes, and a worker waiting for that lock would not stop.
+    with Children(folder) as children:
+        async with Engine(url, workflows=[one_step]) as engine:
             for _ in range(workers):
                 children.start("--worker", "ours", "--store", url, "--poll-ms", str(poll_ms))
             loop = asyncio.get_running_loop()
-            orchestrator = loop.create_task(engine.work(poll_ms=poll_ms))
+            orchestrator = loop.create_task(engine.work(poll_ms=poll_ms), name="engine.work()")
             try:
 
                 async def one_batch() -> int:
                     run_ids = [await engine.start(one_step, n) for n in range(batch)]
-                    await _wait_completed(engine, run_ids)
+                    await children.watch(_wait_completed(engine, run_ids), orchestrator)
                     return batch
 
                 await one_batch()
@@ -534,7 +565,7 @@ def case_dbos_dispatch(
     path = folder / "dbos.sqlite"
     poll = poll_ms / 1000
     app = dbos_app(path, "bench-orchestrator", poll, listen=())
-    with dbos_launched(), Children(folder) as children:
+    with Children(folder) as children, dbos_launched():
         # Registered before the workers launch, so their queue threads find it at once.
         DBOS.register_queue(QUEUE, polling_interval_sec=poll)
         for i in range(workers):
@@ -551,7 +582,8 @@ def case_dbos_dispatch(
                     await DBOS.enqueue_workflow_async(QUEUE, app.child, n) for n in range(batch)
                 ]
             for n, handle in enumerate(handles):
-                if await handle.get_result(polling_interval_sec=WAIT_POLL) != n + 1:
+                got = handle.get_result(polling_interval_sec=WAIT_POLL)
+                if await children.watch(got) != n + 1:
                     raise RuntimeError("a DBOS workflow returned a wrong result")
             return batch
 

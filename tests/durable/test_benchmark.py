@@ -56,10 +56,9 @@ def _close(ratio: float, ours: float, theirs: float) -> bool:
 @pytest.mark.skipif(importlib.util.find_spec("dbos") is None, reason="needs the bench extra")
 def test_benchmark_prints_ours_dbos_and_the_floor_with_ratios_that_match_the_rates() -> None:
     """A tiny run measures every kind of case, and each printed ratio is the rates' quotient."""
-    only = (
-        "floor,ours-local,ours-dispatch:full,ours-retry:full,dbos-local:async,dbos-queued,"
-        "dbos-parent"
-    )
+    # DBOS's parent + child case is left out to keep the suite fast: it shares its set-up with
+    # the queued case, and each DBOS process costs seconds to launch and destroy.
+    only = "floor,ours-local,ours-dispatch:full,ours-retry:full,dbos-local:async,dbos-queued"
     done = _bench(*TINY, "--only", only)
     assert 0 == done.returncode, done.stderr
     out = done.stdout
@@ -99,7 +98,7 @@ def test_benchmark_prints_ours_dbos_and_the_floor_with_ratios_that_match_the_rat
     ours_full = dispatch["ours: workflow dispatching a step", "WAL+FULL"]
     queued = dispatch["DBOS: queued workflow (one step)", "DELETE+FULL"]
     assert None is dispatch["ours: workflow dispatching a step", "WAL+NORMAL"]
-    assert dispatch["DBOS: workflow + queued child workflow", "DELETE+FULL"] is not None
+    assert None is dispatch["DBOS: workflow + queued child workflow", "DELETE+FULL"]
     match = re.search(r"^  1 worker: ours / DBOS queued workflow, both FULL = ([\d.]+)", out, re.M)
     assert match is not None
     assert _close(float(match[1]), ours_full or 0, queued or 0)
@@ -227,3 +226,44 @@ def test_profile_counts_statements_and_splits_the_time_into_categories(path: str
     shares = [float(share) for share in re.findall(r"^ +([\d.]+)%  ", done.stdout, re.MULTILINE)]
     assert abs(100 - sum(shares)) <= 0.1 * len(shares)
     assert "SQLite (C)" in done.stdout
+
+
+def _worker_pids(folder: Path) -> list[int]:
+    """The worker processes whose command line names a store under *folder*."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--worker" in argv and any(str(folder).encode() in part for part in argv):
+            found.append(int(entry.name))
+    return found
+
+
+def test_benchmark_fails_at_once_naming_a_worker_that_died(tmp_path: Path) -> None:
+    """A worker killed mid-run ends the run with exit 1 and a message naming it, no hang."""
+    args = ("--no-dbos", "--only", "ours-dispatch:normal", "--workers", "1", "--seconds", "60")
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCHMARK), *args, "--dir", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_workers(tmp_path, 1)
+        (worker,) = _worker_pids(tmp_path)
+        os.kill(worker, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        assert _wait_group_gone(proc.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert 1 == proc.returncode
+    assert "case ours-dispatch:normal:1 failed" in err
+    assert f"exited with {-signal.SIGKILL}" in err
+    assert [] == list(tmp_path.iterdir())
