@@ -2,8 +2,8 @@
 Project runner: ``python3 dev.py test`` or ``python3 dev.py demo``.
 
 Each command makes (or refreshes) an isolated virtual environment in ``.venv``, installs the
-project from ``pyproject.toml`` with its ``dev`` extra, then runs. Only Python 3.11+ and pip are
-needed. The environment is rebuilt when ``pyproject.toml`` changes.
+project from ``pyproject.toml`` with its ``dev``, ``plot`` and ``bench`` extras, then runs. Only
+Python 3.11+ and pip are needed. The environment is rebuilt when ``pyproject.toml`` changes.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def ensure_env() -> None:
     if not PY.exists():
         venv.EnvBuilder(with_pip=True).create(VENV)
     pip: list[str | Path] = [PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    if _run(*pip, "-e", ".[dev,plot]") != 0:
+    if _run(*pip, "-e", ".[dev,plot,bench]") != 0:
         sys.exit("dev.py: installing the project into .venv failed")
     STAMP.write_text(wanted)
 
