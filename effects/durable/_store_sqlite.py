@@ -12,11 +12,11 @@ process never interleave within a transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import sqlite3
-from collections.abc import Callable, Generator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -39,6 +39,22 @@ from effects.durable.errors import StepError, StoreError
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "parse_sqlite_url"]
 
 _T = TypeVar("_T")
+# A write blocks the event loop on another process's lock at most this long (s), then yields
+# and tries again after a pause that doubles from the first to the longest.
+_BLOCKING_WAIT_S: Final = 0.02
+_FIRST_PAUSE_S: Final = 0.001
+_LONGEST_PAUSE_S: Final = 0.05
+
+
+class _Busy(Exception):  # noqa: N818 - a signal inside the store, never raised out of it
+    """Another process holds the write lock."""
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
 SCHEMA_NAME: Final = "effects.durable"
 SCHEMA_VERSION: Final = 2
 
@@ -300,6 +316,10 @@ class SqliteStore:
         self._path, self._options = parse_sqlite_url(url)
         self._db: sqlite3.Connection | None = None
         self._grouped = self._options["synchronous"] in ("FULL", "EXTRA")
+        self._busy_timeout_s = int(self._options["busy_timeout_ms"]) / 1000
+        self._retry: asyncio.TimerHandle | None = None
+        self._busy_waited = 0.0
+        self._pause = _FIRST_PAUSE_S
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     def __repr__(self) -> str:
@@ -320,14 +340,26 @@ class SqliteStore:
             db = sqlite3.connect(
                 self._path,
                 isolation_level=None,
-                timeout=int(self._options["busy_timeout_ms"]) / 1000,
+                # Blocks the event loop briefly at most; longer waits yield (see _transact).
+                timeout=min(_BLOCKING_WAIT_S, self._busy_timeout_s),
                 check_same_thread=False,
             )
         except sqlite3.Error as error:
             msg = f"cannot open store {self.url}: {error}"
             raise StoreError(msg) from error
+        waited, pause = 0.0, _FIRST_PAUSE_S
         try:
-            self._prepare(db)
+            while True:
+                try:
+                    self._prepare(db)
+                    break
+                except _Busy as busy:
+                    # Another process is creating or upgrading the schema right now.
+                    if waited >= self._busy_timeout_s:
+                        raise self._locked() from busy
+                    await asyncio.sleep(pause)
+                    waited += pause
+                    pause = min(pause * 2, _LONGEST_PAUSE_S)
         except BaseException:
             db.close()
             raise
@@ -342,6 +374,11 @@ class SqliteStore:
             db.execute(f"PRAGMA synchronous={self._options['synchronous']}")
             if version < SCHEMA_VERSION:
                 self._upgrade(db)
+        except sqlite3.OperationalError as error:
+            if _is_busy(error):
+                raise _Busy from error
+            msg = f"store {self.url} is not a usable SQLite database: {error}"
+            raise StoreError(msg) from error
         except sqlite3.DatabaseError as error:
             msg = f"store {self.url} is not a usable SQLite database: {error}"
             raise StoreError(msg) from error
@@ -369,8 +406,8 @@ class SqliteStore:
         return version
 
     def _upgrade(self, db: sqlite3.Connection) -> None:
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             # Read again under the write lock: another process may have upgraded meanwhile.
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
             version = self._check_ours(db, tables)
@@ -384,11 +421,14 @@ class SqliteStore:
             )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
 
     async def close(self) -> None:
         """Close the connection (idempotent), after the writes still waiting for a commit."""
+        if self._retry is not None:
+            self._retry.cancel()
         self._flush()
         db, self._db = self._db, None
         if db is not None:
@@ -401,67 +441,112 @@ class SqliteStore:
             raise RuntimeError(msg)
         return self._db
 
-    @contextmanager
-    def _write(self) -> Generator[sqlite3.Connection]:
+    def _run_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """*work* in one write transaction; ``_Busy`` if another process holds the write lock."""
         db = self._conn
         try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            msg = f"store {self.url}: cannot begin a write: {error}"
-            raise StoreError(msg) from error
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        try:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if _is_busy(error):
+                    raise _Busy from error
+                raise
+            result = work(db)
             db.execute("COMMIT")
-        except sqlite3.Error as error:
+        except BaseException as error:
+            # Also when a signal lands right after BEGIN: the write lock is never left held.
             if db.in_transaction:
-                db.execute("ROLLBACK")
-            msg = f"store {self.url}: commit failed: {error}"
-            raise StoreError(msg) from error
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            if isinstance(error, sqlite3.Error):
+                msg = f"store {self.url}: the write failed: {error}"
+                raise StoreError(msg) from error
+            raise
+        return result
 
     async def _transact(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """
-        Run *work* in a write transaction. With ``synchronous`` FULL or EXTRA the writes that
-        coroutines issue in one turn of the event loop share one transaction, each in a savepoint
-        of its own, so one fsync covers them all (group commit); each caller still resumes only
-        once its write is durable, and a write that fails rolls back alone.
+        Run *work* in a write transaction.
+
+        While another process holds the write lock the event loop is not blocked (beyond a
+        few ms): the write waits with ``asyncio.sleep`` and tries again, for at most
+        ``busy_timeout_ms``. With ``synchronous`` FULL or EXTRA the writes that coroutines issue
+        in one turn of the event loop share one transaction, each in a savepoint of its own, so
+        one fsync covers them all (group commit); each caller still resumes only once its write
+        is durable, and a write that fails rolls back alone.
         """
         if not self._grouped:
-            with self._write() as db:
-                return work(db)
+            waited = 0.0
+            pause = _FIRST_PAUSE_S
+            while True:
+                try:
+                    return self._run_now(work)
+                except _Busy as busy:
+                    if waited >= self._busy_timeout_s:
+                        raise self._locked() from busy
+                    await asyncio.sleep(pause)
+                    waited += pause
+                    pause = min(pause * 2, _LONGEST_PAUSE_S)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[_T] = loop.create_future()
         self._pending.append((work, done))
-        if len(self._pending) == 1:
+        if len(self._pending) == 1 and self._retry is None:
             loop.call_soon(self._flush)
         return await done
 
+    def _locked(self) -> StoreError:
+        return StoreError(
+            f"store {self.url}: another process held the write lock for longer than"
+            f" busy_timeout_ms={self._options['busy_timeout_ms']}"
+        )
+
     def _flush(self) -> None:
+        self._retry = None
         batch, self._pending = self._pending, []
-        if not batch:
-            return
-        outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
-        try:
-            with self._write() as db:
-                for work, done in batch:
-                    db.execute("SAVEPOINT grouped")
-                    try:
-                        value = work(db)
-                    except Exception as error:  # noqa: BLE001 - handed to its caller
-                        db.execute("ROLLBACK TO grouped")
-                        db.execute("RELEASE grouped")
-                        outcomes.append((done, False, error))
-                    else:
-                        db.execute("RELEASE grouped")
-                        outcomes.append((done, True, value))
-        except Exception as error:  # noqa: BLE001 - the commit failed: every write with it
+        if not batch or self._db is None:
             for _, done in batch:
                 if not done.done():
-                    done.set_exception(error)
+                    done.set_exception(StoreError(f"store {self.url} is closed"))
             return
+        outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
+
+        def grouped(db: sqlite3.Connection) -> None:
+            outcomes.clear()
+            for work, done in batch:
+                db.execute("SAVEPOINT grouped")
+                try:
+                    value = work(db)
+                except Exception as error:  # noqa: BLE001 - handed to its caller
+                    db.execute("ROLLBACK TO grouped")
+                    db.execute("RELEASE grouped")
+                    outcomes.append((done, False, error))
+                else:
+                    db.execute("RELEASE grouped")
+                    outcomes.append((done, True, value))
+
+        try:
+            self._run_now(grouped)
+        except _Busy:
+            # Another process writes: try again shortly, with whatever joined meanwhile.
+            self._pending = batch + self._pending
+            self._busy_waited += self._pause
+            if self._busy_waited >= self._busy_timeout_s:
+                self._busy_waited, self._pause = 0.0, _FIRST_PAUSE_S
+                error: BaseException = self._locked()
+                batch, self._pending = self._pending, []
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(error)
+                return
+            self._retry = asyncio.get_running_loop().call_later(self._pause, self._flush)
+            self._pause = min(self._pause * 2, _LONGEST_PAUSE_S)
+            return
+        except Exception as failure:  # noqa: BLE001 - the commit failed: every write with it
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(failure)
+            return
+        self._busy_waited, self._pause = 0.0, _FIRST_PAUSE_S
         for done, ok, value in outcomes:
             if done.done():
                 continue
@@ -587,8 +672,9 @@ class SqliteStore:
         # A read first: an idle poll takes no write lock (and writes no empty transaction).
         if not self._conn.execute(query, (now, *flat, 1)).fetchone():
             return []
-        claimed: list[ClaimedRun] = []
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> list[ClaimedRun]:
+            claimed: list[ClaimedRun] = []
             rows = db.execute(query, (now, *flat, limit)).fetchall()
             for row in rows:
                 token = f"{owner}:{secrets.token_hex(6)}"
@@ -599,17 +685,22 @@ class SqliteStore:
                 )
                 run = attrs.evolve(_run(row), status="running")
                 claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
-        return claimed
+            return claimed
+
+        return await self._transact(work)
 
     async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
         """Extend the lease *token* holds; ``False`` if it no longer holds the run."""
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
                 "UPDATE runs SET lease_until = ? WHERE run_id = ? AND lease_token = ?"
                 " AND status = 'running'",
                 (lease_until, run_id, token),
             )
             return cursor.rowcount == 1
+
+        return await self._transact(work)
 
     async def commit_turn(self, commit: TurnCommit) -> None:
         """Apply *commit* in one transaction or raise ``StaleTurnError``."""
@@ -848,8 +939,9 @@ class SqliteStore:
         )
         if not self._conn.execute(query, (*groups, now, 1)).fetchone():
             return []
-        tasks: list[Task] = []
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> list[Task]:
+            tasks: list[Task] = []
             rows = db.execute(query, (*groups, now, limit)).fetchall()
             events: list[tuple[Any, ...]] = []
             for row in rows:
@@ -878,17 +970,22 @@ class SqliteStore:
                 events.append((task.run_id, task.seq, "step.started", "info", now, _dumps(data)))
             if events:
                 db.executemany(_EVENT_INSERT, events)
-        return tasks
+            return tasks
+
+        return await self._transact(work)
 
     async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
         """Extend a claim *worker* holds; ``False`` if it no longer holds it."""
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
                 "UPDATE tasks SET claim_until = ? WHERE task_id = ? AND claimed_by = ?"
                 " AND status = 'claimed'",
                 (claim_until, task_id, worker),
             )
             return cursor.rowcount == 1
+
+        return await self._transact(work)
 
     async def heartbeat(
         self, task: Task, *, now: int, progress: str | None, lease_until: int | None
@@ -918,8 +1015,9 @@ class SqliteStore:
 
     async def redispatch_pending(self, run_id: str, *, now: int) -> int:
         """Re-enqueue the run's pending dispatched steps with attempt + 1; return how many."""
-        count = 0
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> int:
+            count = 0
             for cp in self._checkpoints(db, run_id):
                 if cp.kind != "remote" or cp.status not in ("pending", "running"):
                     continue
@@ -973,16 +1071,21 @@ class SqliteStore:
                     ),
                 )
                 count += 1
-        return count
+            return count
+
+        return await self._transact(work)
 
     async def release_claim(self, task_id: int, worker: str) -> None:
         """Put a claimed task back in the queue."""
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> None:
             db.execute(
                 "UPDATE tasks SET status = 'queued', claimed_by = NULL, claim_until = NULL"
                 " WHERE task_id = ? AND claimed_by = ? AND status = 'claimed'",
                 (task_id, worker),
             )
+
+        return await self._transact(work)
 
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record an attempt's result (see ``Store.record_result``)."""
@@ -1080,10 +1183,11 @@ class SqliteStore:
             is None
         ):
             return RecoveryReport()
-        recovered: list[str] = []
-        dead: list[str] = []
-        lost: list[str] = []
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> RecoveryReport:
+            recovered: list[str] = []
+            dead: list[str] = []
+            lost: list[str] = []
             for run_id, count in db.execute(
                 "SELECT run_id, recovery_attempts FROM runs WHERE status = 'running'"
                 " AND lease_until < ?",
@@ -1158,7 +1262,9 @@ class SqliteStore:
                     now=now,
                 )
                 lost.append(step_id)
-        return RecoveryReport(recovered, dead, lost)
+            return RecoveryReport(recovered, dead, lost)
+
+        return await self._transact(work)
 
     async def next_due(self, now: int) -> int | None:
         """The earliest epoch ms after *now* at which a timer, lease or claim comes due."""
@@ -1179,7 +1285,8 @@ class SqliteStore:
 
     async def requeue(self, run_id: str, now: int) -> Run:
         """Reset failed checkpoints to a fresh first attempt and make the run pending."""
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> Run:
             row = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -1213,4 +1320,6 @@ class SqliteStore:
             new = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-        return _run(new)
+            return _run(new)
+
+        return await self._transact(work)
