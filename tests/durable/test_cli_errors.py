@@ -1,0 +1,196 @@
+"""Every error of the command line is one line on stderr and exit 2, and changes no store."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.durable.cli_support import App, assert_one_line_error, digest, make_app, run_async
+
+COMMANDS = [("runs",), ("show", "r-1"), ("retry", "r-1"), ("runs", "--json")]
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> App:
+    """An app whose store holds one completed run, ``r-1``."""
+    made = make_app(tmp_path)
+
+    async def main() -> None:
+        async with made.engine() as engine:
+            await engine.start("greet", "ada", run_id="r-1")
+            await engine.run_until_idle()
+
+    run_async(main)
+    return made
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        ((), ["the following arguments are required: COMMAND"]),
+        (("runs",), ["--app MODULE:ENGINE is required"]),
+        (("--app", "app:engine", "launch"), ["invalid choice: 'launch'"]),
+        (("--app", "app:engine", "runs", "--limit", "0"), ["--limit", "'0'"]),
+        (("--app", "app:engine", "runs", "--stale", "soon"), ["--stale", "'soon'"]),
+        (("--app", "app:engine", "runs", "--stale=-5m"), ["--stale", "'-5m'"]),
+        (("--app", "app:engine", "runs", "--status", "asleep"), ["--status", "'asleep'"]),
+        (("--app", "app:engine", "show"), ["required: RUN"]),
+        (("--app", "app:engine", "show", "r-1", "extra"), ["unrecognized arguments: extra"]),
+        (("--app", "app:engine", "work", "--poll", "0"), ["--poll", "'0'"]),
+    ],
+)
+def test_usage_errors_are_one_line(app: App, args: tuple[str, ...], fragments: list[str]) -> None:
+    """A usage error: one line naming the problem, exit 2, no usage block, no traceback."""
+    assert_one_line_error(app.cli(*args), *fragments)
+
+
+def test_help_exits_zero(app: App) -> None:
+    """``--help`` is not an error."""
+    done = app.cli("--help")
+    assert 0 == done.returncode
+    assert "work" in done.stdout
+    assert "retry" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["show", "retry"])
+def test_an_unknown_run_id_is_one_line(app: App, command: str) -> None:
+    """``show`` and ``retry`` of an id no run has: one line naming the id, exit 2."""
+    assert_one_line_error(app.cli("--app", "app:engine", command, "r-404"), "'r-404'")
+
+
+def test_retry_of_a_run_that_has_not_failed_is_one_line(app: App) -> None:
+    """``retry`` of a completed run is refused in one line, and the run stays completed."""
+    assert_one_line_error(app.cli("--app", "app:engine", "retry", "r-1"), "r-1 is completed")
+    assert "completed" == app.json("show", "r-1")["run"]["status"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragments"),
+    [
+        ("app", ["module:attribute", "'app'"]),
+        ("app:", ["module:attribute"]),
+        ("app:engine extra", ["module:attribute"]),
+        ("no_such_module:engine", ["no module named 'no_such_module'", "working directory"]),
+        ("app.sub:engine", ["no module named 'app.sub'"]),
+        ("app:missing", ["app has no attribute 'missing'", "its engines: engine"]),
+        ("app:engine.nothing", ["has no attribute 'engine.nothing'"]),
+        ("app:not_an_engine", ["app.not_an_engine is a int, not an effects.durable.Engine"]),
+        ("app:needs_args", ["app.needs_args needs arguments"]),
+        ("app:broken_factory", ["calling app.broken_factory() raised RuntimeError: no config"]),
+        ("app:wrong_factory", ["app.wrong_factory() returned a str, not an Engine"]),
+        ("app:make_engine_async", ["app.make_engine_async() is async"]),
+        ("raising:engine", ["importing raising raised ZeroDivisionError"]),
+        ("needs_dependency:engine", ["No module named 'a_dependency_nobody_installed'"]),
+        ("exits:engine", ["importing exits raised SystemExit: 3"]),
+    ],
+)
+def test_an_unusable_app_is_one_line(app: App, spec: str, fragments: list[str]) -> None:
+    """``--app`` naming no module, no attribute, no Engine, or a module that raises: one line."""
+    (app.root / "raising.py").write_text("engine = 1 / 0\n")
+    (app.root / "needs_dependency.py").write_text("import a_dependency_nobody_installed\n")
+    (app.root / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    assert_one_line_error(app.cli("--app", spec, "runs"), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragments"),
+    [
+        ("no_such_module:engine", ["no module named 'no_such_module'"]),
+        ("app:not_an_engine", ["not an effects.durable.Engine"]),
+        ("raising:engine", ["importing raising raised ZeroDivisionError"]),
+    ],
+)
+def test_work_with_an_unusable_app_is_one_line(app: App, spec: str, fragments: list[str]) -> None:
+    """``work`` refuses an unusable ``--app`` in one line too."""
+    (app.root / "raising.py").write_text("engine = 1 / 0\n")
+    assert_one_line_error(app.cli("--app", spec, "work"), *fragments)
+
+
+def _random_bytes(path: Path) -> None:
+    path.write_bytes(bytes(range(256)) * 64)
+
+
+def _foreign(path: Path) -> None:
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO users VALUES (1, 'ada')")
+    db.close()
+
+
+def _newer(path: Path) -> None:
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE durable_meta SET value = '99' WHERE key = 'version'")
+    db.close()
+
+
+def _other_schema(path: Path) -> None:
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("CREATE TABLE durable_meta (key TEXT PRIMARY KEY, value TEXT)")
+        db.execute("INSERT INTO durable_meta VALUES ('schema', 'someone.else')")
+    db.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "fragments"),
+    [
+        (_random_bytes, ["not a usable SQLite database"]),
+        (_foreign, ["not an effects.durable store", "users"]),
+        (_newer, ["schema version 99", "newer"]),
+        (_other_schema, ["not an effects.durable store", "someone.else"]),
+    ],
+)
+@pytest.mark.parametrize("args", [("show", "r-1"), ("work",)])
+def test_a_store_that_is_not_an_engine_store_is_one_line_and_untouched(
+    app: App, damage: object, fragments: list[str], args: tuple[str, ...]
+) -> None:
+    """A corrupt file, a foreign SQLite db, a newer schema: one line, exit 2, file unchanged."""
+    if damage is not _newer:
+        app.db.unlink()
+    assert callable(damage)
+    damage(app.db)
+    before = digest(app.db)
+    assert_one_line_error(app.cli("--app", "app:engine", *args), *fragments)
+    assert before == digest(app.db)
+
+
+def test_damaged_pages_of_a_store_are_one_line_and_untouched(app: App, tmp_path: Path) -> None:
+    """Whichever page of a store is garbage, a command succeeds or fails in one line."""
+    clean = tmp_path / "clean.db"
+    shutil.copy(app.db, clean)
+    page = 4096
+    pages = clean.stat().st_size // page
+    assert pages > 3
+    failed = 0
+    for number in range(1, pages):  # every page but the header page
+        data = bytearray(clean.read_bytes())
+        data[number * page : (number + 1) * page] = bytes((7 * i) & 0xFF for i in range(page))
+        app.db.write_bytes(bytes(data))
+        before = digest(app.db)
+        # show reads the run, its checkpoints and its events.
+        done = app.cli("--app", "app:engine", "show", "r-1")
+        assert "Traceback" not in done.stderr, (number, done.stderr)
+        if done.returncode != 0:
+            failed += 1
+            assert_one_line_error(done, "store", "sqlite:///durable.db")
+        assert before == digest(app.db), number
+    assert failed > 0
+
+
+@pytest.mark.parametrize("args", COMMANDS)
+def test_a_missing_store_is_one_line_and_not_created(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """A read command where no store exists says so and creates none."""
+    app = make_app(tmp_path)
+    assert_one_line_error(app.cli("--app", "app:engine", *args), "no store at", "durable.db")
+    assert not app.db.exists()
+
+
+def test_error_lines_escape_control_characters(app: App) -> None:
+    """A run id full of escape sequences comes back escaped in the error line."""
+    done = app.cli("--app", "app:engine", "show", "r\x1b]0;owned\x07")
+    assert_one_line_error(done, "r\\x1b]0;owned\\x07")

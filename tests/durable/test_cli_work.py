@@ -1,0 +1,119 @@
+"""``work``: the worker loop as a process; SIGTERM and SIGINT drain it, a second signal stops it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.durable.cli_support import App, make_app, read_until, run_async, statuses
+
+
+def start_runs(app: App, *starts: tuple[str, Any, str]) -> None:
+    """Start runs (workflow, input, run id) without running them."""
+
+    async def main() -> None:
+        async with app.engine() as engine:
+            for workflow, value, run_id in starts:
+                await engine.start(workflow, value, run_id=run_id)
+
+    run_async(main)
+
+
+def wait_until_finished(app: App, run_ids: list[str], process: subprocess.Popen[str]) -> None:
+    """Wait until every run is completed (or failed), while *process* still runs."""
+    deadline = time.monotonic() + 60
+    while set(statuses(app, run_ids)) - {"completed", "failed"}:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, statuses(app, run_ids)
+        time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """SIGTERM *process*; return its exit code and the rest of its stderr."""
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    return process.returncode, err
+
+
+def checkpoint(app: App, run_id: str, seq: int) -> dict[str, Any]:
+    """The JSON of the run's checkpoint *seq*, as ``show --json`` prints it."""
+    found: list[dict[str, Any]] = [
+        c for c in app.json("show", run_id)["checkpoints"] if c["seq"] == seq
+    ]
+    return found[0]
+
+
+def test_work_runs_local_and_dispatched_steps_to_the_end(tmp_path: Path) -> None:
+    """A ``work`` process (app imported from its working folder) finishes every run."""
+    app = make_app(tmp_path)
+    start_runs(app, ("greet", "ada", "g-1"), ("pay", 21, "p-1"), ("pay", 4, "p-2"))
+    worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
+    wait_until_finished(app, ["g-1", "p-1", "p-2"], worker)
+    code, err = stop(worker)
+    assert 0 == code, err
+    assert ["hello ada", 42, 8] == [
+        app.json("show", r)["run"]["output"] for r in ("g-1", "p-1", "p-2")
+    ]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_drains_the_worker_while_a_slow_step_runs(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """SIGTERM or SIGINT mid-step: the step finishes, its result is recorded, exit 0."""
+    app = make_app(tmp_path)
+    start_runs(app, ("hold", 5, "h-1"))
+    worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
+    app.wait_for("started", worker)
+    worker.send_signal(signum)
+    assert worker.stderr is not None
+    read_until(worker.stderr, "draining")  # the signal is handled while the step still runs
+    assert worker.poll() is None
+    (app.root / "release").write_text("")
+    _, err = worker.communicate(timeout=60)
+    assert 0 == worker.returncode, err
+    assert "drained" in err
+    recorded = checkpoint(app, "h-1", 1)
+    assert ("completed", 10) == (recorded["status"], recorded["output"])
+    # The result woke the run; nothing holds it: any worker may take it from here.
+    assert ["pending"] == statuses(app, ["h-1"])
+    finisher = app.popen("--app", "app:engine", "work", "--poll", "50ms")
+    wait_until_finished(app, ["h-1"], finisher)
+    assert 0 == stop(finisher)[0]
+    assert 10 == app.json("show", "h-1")["run"]["output"]
+    assert ["5"] == app.lines("slow.calls")
+
+
+def test_a_second_signal_stops_at_once_and_the_step_runs_again_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """A second SIGTERM abandons the attempt (exit 143), releases its claim; another finishes."""
+    app = make_app(tmp_path)
+    start_runs(app, ("hold", 3, "h-2"))
+    worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
+    app.wait_for("started", worker)
+    assert worker.stderr is not None
+    worker.send_signal(signal.SIGTERM)
+    read_until(worker.stderr, "draining")
+    worker.send_signal(signal.SIGTERM)
+    _, err = worker.communicate(timeout=60)
+    assert 128 + signal.SIGTERM == worker.returncode, err
+    assert "stopped without draining" in err
+    assert "completed" != checkpoint(app, "h-2", 1)["status"]
+    (app.root / "release").write_text("")
+
+    async def finish() -> tuple[str, object]:
+        # The claim was released, not left to expire: a worker takes the task at once.
+        async with app.engine() as engine:
+            await engine.run_until_idle()
+            run = await engine.get_run("h-2")
+            return run.status, run.output
+
+    assert ("completed", 6) == run_async(finish)
+    assert ["3", "3"] == app.lines("slow.calls")
