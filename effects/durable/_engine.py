@@ -556,8 +556,11 @@ class Engine:
                     timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
                 if self._stopping:
                     break
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that lands as the wake-up does, and work() would then not stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await wake.wait()
             await self._drain_for_stop()
         except BaseException:
             await self._cancel_inflight()
