@@ -137,6 +137,7 @@ class App:
     """A folder holding ``app.py`` (``APP_TEXT``); its store is ``durable.db`` beside it."""
 
     root: Path
+    processes: list[subprocess.Popen[str]] = attrs.field(factory=list, eq=False, repr=False)
 
     @property
     def db(self) -> Path:
@@ -193,14 +194,23 @@ class App:
         return json.loads(done.stdout)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        """Start ``python -m effects.durable ARGS`` in the app's folder."""
-        return subprocess.Popen(
+        """Start ``python -m effects.durable ARGS`` in the app's folder (``reap`` ends it)."""
+        process = subprocess.Popen(
             [*durable_command(), *args],
             cwd=self.root,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
+        self.processes.append(process)
+        return process
+
+    def reap(self) -> None:
+        """Kill every process ``popen`` started that still runs (a failed test's leftovers)."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
 
     def wait_for(self, name: str, process: subprocess.Popen[str], timeout: float = 60) -> None:
         """Wait until the file *name* exists in the folder, while *process* still runs."""

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.durable.cli_support import App, assert_one_line_error, digest, make_app, run_async
+from tests.durable.cli_support import App, assert_one_line_error, digest, run_async
 
 COMMANDS = [("runs",), ("show", "r-1"), ("retry", "r-1"), ("runs", "--json")]
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> App:
+def app(cli_app: App) -> App:
     """An app whose store holds one completed run, ``r-1``."""
-    made = make_app(tmp_path)
+    made = cli_app
 
     async def main() -> None:
         async with made.engine() as engine:
@@ -183,9 +183,9 @@ def test_damaged_pages_of_a_store_are_one_line_and_untouched(app: App, tmp_path:
 
 
 @pytest.mark.parametrize("args", COMMANDS)
-def test_a_missing_store_is_one_line_and_not_created(tmp_path: Path, args: tuple[str, ...]) -> None:
+def test_a_missing_store_is_one_line_and_not_created(cli_app: App, args: tuple[str, ...]) -> None:
     """A read command where no store exists says so and creates none."""
-    app = make_app(tmp_path)
+    app = cli_app
     assert_one_line_error(app.cli("--app", "app:engine", *args), "no store at", "durable.db")
     assert not app.db.exists()
 

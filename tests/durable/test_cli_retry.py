@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from tests.durable.cli_support import App, assert_one_line_error, make_app, run_async
+from tests.durable.cli_support import App, assert_one_line_error, run_async
 
 
-def failed_run(tmp_path: Path) -> App:
-    """An app whose run ``d-1`` failed at its second step, a FatalError ``declined``."""
-    app = make_app(tmp_path)
+def failed_run(app: App) -> App:
+    """*app*, with its run ``d-1`` failed at its second step, a FatalError ``declined``."""
 
     async def main() -> None:
         async with app.engine() as engine:
@@ -20,9 +17,9 @@ def failed_run(tmp_path: Path) -> App:
     return app
 
 
-def test_retry_makes_a_failed_run_pending_with_its_failed_step_reset(tmp_path: Path) -> None:
+def test_retry_makes_a_failed_run_pending_with_its_failed_step_reset(cli_app: App) -> None:
     """``retry`` is engine.requeue: run pending, failed step at attempt 0, completed step kept."""
-    app = failed_run(tmp_path)
+    app = failed_run(cli_app)
     assert "failed" == app.json("show", "d-1")["run"]["status"]
     done = app.cli("--app", "app:engine", "retry", "d-1")
     assert (0, "") == (done.returncode, done.stderr)
@@ -37,10 +34,10 @@ def test_retry_makes_a_failed_run_pending_with_its_failed_step_reset(tmp_path: P
 
 
 def test_a_retried_run_finishes_without_running_its_completed_steps_again(
-    tmp_path: Path,
+    cli_app: App,
 ) -> None:
     """Once the cause is fixed, the retried run completes; its first step ran only once."""
-    app = failed_run(tmp_path)
+    app = failed_run(cli_app)
     (app.root / "fixed").write_text("")
     assert 0 == app.cli("--app", "app:engine", "retry", "d-1").returncode
 
@@ -54,9 +51,9 @@ def test_a_retried_run_finishes_without_running_its_completed_steps_again(
     assert ["x"] == app.lines("count.calls")
 
 
-def test_retry_of_a_run_already_requeued_is_refused(tmp_path: Path) -> None:
+def test_retry_of_a_run_already_requeued_is_refused(cli_app: App) -> None:
     """A second ``retry`` of a run that is pending again: one line, exit 2, nothing changed."""
-    app = failed_run(tmp_path)
+    app = failed_run(cli_app)
     assert 0 == app.cli("--app", "app:engine", "retry", "d-1").returncode
     before = app.json("show", "d-1")
     assert_one_line_error(app.cli("--app", "app:engine", "retry", "d-1"), "d-1 is pending")

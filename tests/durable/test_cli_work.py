@@ -5,12 +5,11 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.durable.cli_support import App, make_app, read_until, run_async, statuses
+from tests.durable.cli_support import App, read_until, run_async, statuses
 
 
 def start_runs(app: App, *starts: tuple[str, Any, str]) -> None:
@@ -48,9 +47,9 @@ def checkpoint(app: App, run_id: str, seq: int) -> dict[str, Any]:
     return found[0]
 
 
-def test_work_runs_local_and_dispatched_steps_to_the_end(tmp_path: Path) -> None:
+def test_work_runs_local_and_dispatched_steps_to_the_end(cli_app: App) -> None:
     """A ``work`` process (app imported from its working folder) finishes every run."""
-    app = make_app(tmp_path)
+    app = cli_app
     start_runs(app, ("greet", "ada", "g-1"), ("pay", 21, "p-1"), ("pay", 4, "p-2"))
     worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
     wait_until_finished(app, ["g-1", "p-1", "p-2"], worker)
@@ -64,10 +63,10 @@ def test_work_runs_local_and_dispatched_steps_to_the_end(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_drains_the_worker_while_a_slow_step_runs(
-    tmp_path: Path, signum: signal.Signals
+    cli_app: App, signum: signal.Signals
 ) -> None:
     """SIGTERM or SIGINT mid-step: the step finishes, its result is recorded, exit 0."""
-    app = make_app(tmp_path)
+    app = cli_app
     start_runs(app, ("hold", 5, "h-1"))
     worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
     app.wait_for("started", worker)
@@ -91,10 +90,10 @@ def test_a_signal_drains_the_worker_while_a_slow_step_runs(
 
 
 def test_a_second_signal_stops_at_once_and_the_step_runs_again_elsewhere(
-    tmp_path: Path,
+    cli_app: App,
 ) -> None:
     """A second SIGTERM abandons the attempt (exit 143), releases its claim; another finishes."""
-    app = make_app(tmp_path)
+    app = cli_app
     start_runs(app, ("hold", 3, "h-2"))
     worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
     app.wait_for("started", worker)
