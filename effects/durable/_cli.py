@@ -93,6 +93,18 @@ def _count(text: str) -> int:
     return min(value, _BIGGEST)
 
 
+def _text(text: str) -> str:
+    """An argument the store can hold: UTF-8 text (argv bytes that are not come as surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text)
+        raise argparse.ArgumentTypeError(
+            f"{shown!r} is not valid UTF-8, so no run or workflow can have it"
+        ) from None
+    return text
+
+
 def _duration_ms(text: str) -> int:
     """A duration as ``schedules.to_seconds`` reads it (``"10m"``, ``"1h"``), or bare seconds."""
     try:
@@ -151,7 +163,7 @@ def _parser() -> _Parser:
 
     p = command("runs", "runs, newest first")
     p.add_argument("--status", choices=get_args(RunStatus), help="only runs with this status")
-    p.add_argument("--workflow", metavar="W", help="only runs of this workflow")
+    p.add_argument("--workflow", type=_text, metavar="W", help="only runs of this workflow")
     p.add_argument("--limit", type=_count, default=20, metavar="N", help="at most N (default 20)")
     p.add_argument(
         "--stale",
@@ -162,11 +174,11 @@ def _parser() -> _Parser:
     p.add_argument("--json", action="store_true", help="print a JSON array")
 
     p = command("show", "a run, its checkpoints and its event trail")
-    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("run_id", type=_text, metavar="RUN")
     p.add_argument("--json", action="store_true", help='print {"run", "checkpoints", "events"}')
 
     p = command("retry", "requeue a failed, dead or cancelled run: its failed steps run again")
-    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("run_id", type=_text, metavar="RUN")
     # `redispatch RUN` (engine.redispatch_pending) joins here with the lost-dispatch work.
     return parser
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Generator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypedDict
 
@@ -63,10 +65,22 @@ class Confirmation(TypedDict):
     charge: Charge
 
 
-def _db(name: str) -> sqlite3.Connection:
+@contextmanager
+def _service(name: str, *tables: str) -> Generator[sqlite3.Connection]:
+    """
+    One transaction on a fake service's SQLite file (*tables* created if missing), committed even
+    when the call fails: the service saw the call all the same.
+    """
     db = sqlite3.connect(DATA / name, timeout=30, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    return db
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        for table in tables:
+            db.execute(f"CREATE TABLE IF NOT EXISTS {table}")
+        yield db
+    finally:
+        if db.in_transaction:
+            db.execute("COMMIT")
+        db.close()
 
 
 class Pricing:
@@ -82,76 +96,50 @@ class Pricing:
         return {"total": sum(i["quantity"] * i["price_cents"] for i in order["items"])}
 
 
-class Gateway:
+def gateway_charge(key: str, order_id: int, amount_cents: int) -> str:
     """
-    A card gateway in one SQLite file. Per order: calls 1 and 2 answer 503; call 3 takes the
-    charge and then answers too slowly; a charge made under an idempotency key is never made
-    twice (a later call with the key returns it).
+    A card gateway in ``gateway.db``. Per order: calls 1 and 2 answer 503; call 3 takes the
+    charge, then answers too slowly; a charge made under an idempotency key is never made twice
+    (a later call with the key returns it).
     """
-
-    def __init__(self) -> None:
-        with _db("gateway.db") as db:
-            db.execute("CREATE TABLE IF NOT EXISTS calls (order_id INTEGER, key TEXT, n INTEGER)")
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS charges (key TEXT PRIMARY KEY, charge_id TEXT,"
-                " order_id INTEGER, amount_cents INTEGER)"
-            )
-
-    def charge(self, key: str, order_id: int, amount_cents: int) -> str:
-        db = _db("gateway.db")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            (n,) = db.execute(
-                "SELECT COUNT(*) + 1 FROM calls WHERE order_id = ?", (order_id,)
-            ).fetchone()
-            db.execute("INSERT INTO calls VALUES (?, ?, ?)", (order_id, key, n))
-            if n <= 2:
-                db.execute("COMMIT")
-                raise ApiRequestError(503, message="Service Unavailable")
-            made = db.execute("SELECT charge_id FROM charges WHERE key = ?", (key,)).fetchone()
-            if made is not None:
-                db.execute("COMMIT")
-                charge_id: str = made[0]
-                return charge_id
-            charge_id = f"ch_{order_id}_{n}"
-            db.execute(
-                "INSERT INTO charges VALUES (?, ?, ?, ?)", (key, charge_id, order_id, amount_cents)
-            )
-            db.execute("COMMIT")
-        finally:
-            db.close()
-        if n == 3:
-            (DATA / "gateway-answering-slowly").write_text(key)
-            time.sleep(SLOW_ANSWER_S)
-        return charge_id
+    with _service(
+        "gateway.db",
+        "calls (order_id INTEGER, key TEXT, n INTEGER)",
+        "charges (key TEXT PRIMARY KEY, charge_id TEXT, order_id INTEGER, amount_cents INTEGER)",
+    ) as db:
+        (n,) = db.execute(
+            "SELECT COUNT(*) + 1 FROM calls WHERE order_id = ?", (order_id,)
+        ).fetchone()
+        db.execute("INSERT INTO calls VALUES (?, ?, ?)", (order_id, key, n))
+        if n <= 2:
+            raise ApiRequestError(503, message="Service Unavailable")
+        made = db.execute("SELECT charge_id FROM charges WHERE key = ?", (key,)).fetchone()
+        if made is not None:
+            charge_id: str = made[0]
+            return charge_id
+        charge_id = f"ch_{order_id}_{n}"
+        db.execute(
+            "INSERT INTO charges VALUES (?, ?, ?, ?)", (key, charge_id, order_id, amount_cents)
+        )
+    if n == 3:
+        (DATA / "gateway-answering-slowly").write_text(key)
+        time.sleep(SLOW_ANSWER_S)
+    return charge_id
 
 
-class Mailer:
-    """A mail server in one SQLite file: it refuses the first message, then accepts each once."""
-
-    def __init__(self) -> None:
-        with _db("mail.db") as db:
-            db.execute("CREATE TABLE IF NOT EXISTS tries (message_id TEXT)")
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS outbox (message_id TEXT PRIMARY KEY, to_address TEXT,"
-                " subject TEXT)"
-            )
-
-    def send(self, message_id: str, to_address: str, subject: str) -> None:
-        db = _db("mail.db")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT INTO tries VALUES (?)", (message_id,))
-            (tries,) = db.execute("SELECT COUNT(*) FROM tries").fetchone()
-            if tries == 1:
-                db.execute("COMMIT")
-                raise ConnectionError("421 mail server busy, try again later")
-            db.execute(
-                "INSERT OR IGNORE INTO outbox VALUES (?, ?, ?)", (message_id, to_address, subject)
-            )
-            db.execute("COMMIT")
-        finally:
-            db.close()
+def mail_send(message_id: str, to_address: str, subject: str) -> None:
+    """A mail server in ``mail.db``: it refuses the first message, then sends each message once."""
+    with _service(
+        "mail.db",
+        "tries (message_id TEXT)",
+        "outbox (message_id TEXT PRIMARY KEY, to_address TEXT, subject TEXT)",
+    ) as db:
+        db.execute("INSERT INTO tries VALUES (?)", (message_id,))
+        if db.execute("SELECT COUNT(*) FROM tries").fetchone() == (1,):
+            raise ConnectionError("421 mail server busy, try again later")
+        db.execute(
+            "INSERT OR IGNORE INTO outbox VALUES (?, ?, ?)", (message_id, to_address, subject)
+        )
 
 
 pricing = Pricing()
@@ -168,7 +156,7 @@ pricing = Pricing()
 def charge_card(request: ChargeRequest) -> Charge:
     """Charge the card; the step id is the idempotency key, the same on every attempt."""
     key = current_step().step_id
-    return {"charge_id": Gateway().charge(key, request["order_id"], request["amount_cents"])}
+    return {"charge_id": gateway_charge(key, request["order_id"], request["amount_cents"])}
 
 
 @step("email:confirm", backoff_ms=200)  # a single try, unless a call site asks for more
@@ -176,7 +164,7 @@ def confirm_email(confirmation: Confirmation) -> None:
     """Send the confirmation; the step id keeps a retried send from mailing twice."""
     order = confirmation["order"]
     subject = f"order {order['id']} confirmed ({confirmation['charge']['charge_id']})"
-    Mailer().send(current_step().step_id, order["email"], subject)
+    mail_send(current_step().step_id, order["email"], subject)
 
 
 @workflow("checkout", version="1")

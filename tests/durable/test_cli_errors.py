@@ -40,6 +40,11 @@ def app(cli_app: App) -> App:
         (("--app", "app:engine", "show"), ["required: RUN"]),
         (("--app", "app:engine", "show", "r-1", "extra"), ["unrecognized arguments: extra"]),
         (("--app", "app:engine", "work", "--poll", "0"), ["--poll", "'0'"]),
+        # Bytes that are not UTF-8 reach Python as surrogates; no store can hold them.
+        (("--app", "app:engine", "show", "r-\udcff"), ["b'r-\\xff' is not valid UTF-8"]),
+        (("--app", "app:engine", "retry", "\udcff"), ["b'\\xff' is not valid UTF-8"]),
+        (("--app", "app:engine", "runs", "--workflow", "\udcfe"), ["--workflow", "UTF-8"]),
+        (("--app", "app:\udcff", "runs"), ["module:attribute", "app:\\udcff"]),
     ],
 )
 def test_usage_errors_are_one_line(app: App, args: tuple[str, ...], fragments: list[str]) -> None:
@@ -113,27 +118,32 @@ def _random_bytes(path: Path) -> None:
     path.write_bytes(bytes(range(256)) * 64)
 
 
-def _foreign(path: Path) -> None:
+def _sql(path: Path, *statements: str) -> None:
     db = sqlite3.connect(path)
     with db:
-        db.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
-        db.execute("INSERT INTO users VALUES (1, 'ada')")
+        for statement in statements:
+            db.execute(statement)
     db.close()
+
+
+def _foreign(path: Path) -> None:
+    _sql(
+        path,
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)",
+        "INSERT INTO users VALUES (1, 'ada')",
+    )
 
 
 def _newer(path: Path) -> None:
-    db = sqlite3.connect(path)
-    with db:
-        db.execute("UPDATE durable_meta SET value = '99' WHERE key = 'version'")
-    db.close()
+    _sql(path, "UPDATE durable_meta SET value = '99' WHERE key = 'version'")
 
 
 def _other_schema(path: Path) -> None:
-    db = sqlite3.connect(path)
-    with db:
-        db.execute("CREATE TABLE durable_meta (key TEXT PRIMARY KEY, value TEXT)")
-        db.execute("INSERT INTO durable_meta VALUES ('schema', 'someone.else')")
-    db.close()
+    _sql(
+        path,
+        "CREATE TABLE durable_meta (key TEXT PRIMARY KEY, value TEXT)",
+        "INSERT INTO durable_meta VALUES ('schema', 'someone.else')",
+    )
 
 
 @pytest.mark.parametrize(

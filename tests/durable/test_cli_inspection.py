@@ -203,18 +203,23 @@ def test_show_json_of_a_completed_run_has_its_output(app: App) -> None:
 HOSTILE = "evil\x1b[2J\x1b]0;owned\x07\x9b31m\u202edecoy\u2028\r\nline\x7f"
 
 
-def test_stored_control_characters_are_escaped_in_every_table(cli_app: App) -> None:
-    """Escape sequences in a run id or an error message reach the terminal escaped."""
-    app = cli_app
+@pytest.fixture
+def hostile(cli_app: App) -> App:
+    """An app with a failed run whose id and error message are full of terminal controls."""
 
     async def main() -> None:
-        async with app.engine() as engine:
+        async with cli_app.engine() as engine:
             await engine.start("declined", {"message": HOSTILE}, run_id=f"run-{HOSTILE}")
             await engine.run_until_idle()
 
     run_async(main)
+    return cli_app
+
+
+def test_stored_control_characters_are_escaped_in_every_table(hostile: App) -> None:
+    """Escape sequences in a run id or an error message reach the terminal escaped."""
     for args in (("runs",), ("show", f"run-{HOSTILE}")):
-        done = app.cli("--app", "app:engine", *args)
+        done = hostile.cli("--app", "app:engine", *args)
         assert 0 == done.returncode, done.stderr
         assert no_raw_controls(done.stdout), repr(done.stdout)
         assert "evil\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\u202edecoy\\u2028\\r\\nline\\x7f" in (
@@ -222,17 +227,9 @@ def test_stored_control_characters_are_escaped_in_every_table(cli_app: App) -> N
         )
 
 
-def test_json_output_escapes_control_characters_and_keeps_the_data(cli_app: App) -> None:
+def test_json_output_escapes_control_characters_and_keeps_the_data(hostile: App) -> None:
     """``--json`` has no raw control character either, and decodes to the stored text."""
-    app = cli_app
-
-    async def main() -> None:
-        async with app.engine() as engine:
-            await engine.start("declined", {"message": HOSTILE}, run_id=f"run-{HOSTILE}")
-            await engine.run_until_idle()
-
-    run_async(main)
-    done = app.cli("--app", "app:engine", "show", f"run-{HOSTILE}", "--json")
+    done = hostile.cli("--app", "app:engine", "show", f"run-{HOSTILE}", "--json")
     assert 0 == done.returncode, done.stderr
     assert done.stdout.isascii()
     assert no_raw_controls(done.stdout)

@@ -116,3 +116,21 @@ def test_a_second_signal_stops_at_once_and_the_step_runs_again_elsewhere(
 
     assert ("completed", 6) == run_async(finish)
     assert ["3", "3"] == app.lines("slow.calls")
+
+
+def test_two_work_processes_share_one_store_and_run_each_step_once(cli_app: App) -> None:
+    """Two ``work`` processes on one SQLite file finish every run; no attempt runs twice."""
+    app = cli_app
+    run_ids = [f"p-{i}" for i in range(8)]
+    start_runs(app, *(("pay", i, run_id) for i, run_id in enumerate(run_ids)))
+    workers = [app.popen("--app", "app:engine", "work", "--poll", "50ms") for _ in range(2)]
+    wait_until_finished(app, run_ids, workers[0])
+    assert [0, 0] == [stop(worker)[0] for worker in workers]
+    shown = [app.json("show", run_id) for run_id in run_ids]
+    assert [2 * i for i in range(8)] == [s["run"]["output"] for s in shown]
+    assert [[1]] * 8 == [[c["attempts"] for c in s["checkpoints"]] for s in shown]
+    started = [
+        [e for e in s["events"] if e["name"] == "step.started" and e["data"]["kind"] == "remote"]
+        for s in shown
+    ]
+    assert [1] * 8 == [len(events) for events in started]
