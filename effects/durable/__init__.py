@@ -27,6 +27,8 @@ Example:
     42
 """
 
+import contextlib
+
 from effects.durable._codec import Codec, JsonCodec
 from effects.durable._context import WorkflowContext
 from effects.durable._definitions import StepDef, WorkflowDef, step, workflow
@@ -75,3 +77,15 @@ __all__ = [
     "step",
     "workflow",
 ]
+
+
+def _publish(names: list[str]) -> None:
+    """Public names in reprs and tracebacks: effects.durable.Engine, not ..._engine.Engine."""
+    for name in names:
+        value = globals()[name]
+        if str(getattr(value, "__module__", "")).startswith("effects.durable._"):
+            with contextlib.suppress(AttributeError, TypeError):
+                value.__module__ = __name__
+
+
+_publish(__all__)

@@ -15,95 +15,40 @@ import asyncio
 import inspect
 import json
 import pickle
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, overload
 
-import attrs
 from typing_extensions import Unpack
 
-from effects import Clock, FatalError
+from effects import FatalError
 from effects.durable._codec import JSON, Codec, dump, from_data
 from effects.durable._definitions import StepDef, check_name
 from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
-from effects.durable._records import Checkpoint, CheckpointKind, Run
-from effects.durable._store import (
-    CheckpointWrite,
-    NewEvent,
-    NewTask,
-    RunAdvance,
-    Store,
-    TurnCommit,
-)
-from effects.durable._time import epoch_ms
-from effects.durable.errors import (
-    NonDeterminismError,
-    RemoteStepError,
-    StepError,
-    StepFailedError,
-)
-from schedules import MAX_DELAY, RandomLike
+from effects.durable._records import Checkpoint, CheckpointKind
+from effects.durable._remote import Member, liveness, settle_members
+from effects.durable._store import CheckpointWrite, NewEvent
+from effects.durable._time import is_async_callable
+from effects.durable._turn import HOLD, Suspended, Turn, wait_ms
+from effects.durable.errors import NonDeterminismError, StepError, StepFailedError
 
-__all__ = ["Turn", "WorkflowContext", "suspended"]
+__all__ = ["WorkflowContext", "suspended"]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
 
 _EMPTY_POLICY: Final = StepPolicy({})
-_MAX_DELAY_MS: Final = round(MAX_DELAY * 1000)
-
-
-class _Suspended(BaseException):
-    """The run suspends here; not an error, and not catchable by ``except Exception``."""
+_JSON_SCALARS: Final = frozenset({int, str, float, bool, type(None)})
+_Suspended = Suspended
 
 
 def suspended() -> type[BaseException]:
     """The exception class a turn's suspension raises (for the engine only)."""
-    return _Suspended
+    return Suspended
 
 
-@attrs.define(slots=True)
-class Turn:
-    """What a turn needs from its engine, and the lease it holds."""
-
-    store: Store
-    clock: Clock
-    rng: RandomLike
-    lease_ms: int
-    run: Run
-    token: str
-    steps: Mapping[str, StepDef[Any, Any]]
-    notify: Callable[[], None]
-
-    def now(self) -> int:
-        """Epoch ms now."""
-        return epoch_ms(self.clock)
-
-    async def commit(
-        self,
-        advance: RunAdvance,
-        *,
-        checkpoints: Sequence[CheckpointWrite] = (),
-        tasks: Sequence[NewTask] = (),
-        events: Sequence[NewEvent] = (),
-        now: int | None = None,
-    ) -> None:
-        """One transaction of this turn (raises ``StaleTurnError`` if the lease was lost)."""
-        await self.store.commit_turn(
-            TurnCommit(
-                self.run.run_id,
-                self.token,
-                self.now() if now is None else now,
-                advance,
-                checkpoints,
-                tasks,
-                events,
-            )
-        )
-
-    def lease(self, now: int, extra_ms: int = 0) -> RunAdvance:
-        """The advance that keeps the turn going with its lease renewed from *now*."""
-        return RunAdvance("continue", lease_until=now + self.lease_ms + extra_ms)
+def _started(at: int, seq: int, attempt: int) -> NewEvent:
+    return NewEvent("step.started", at, seq, {"attempt": attempt, "kind": "local"})
 
 
 def _describe(name: str, kind: CheckpointKind) -> str:
@@ -265,9 +210,9 @@ class WorkflowContext:
         recorded: Checkpoint | None,
     ) -> Any:
         turn = self._turn
-        is_async = inspect.iscoroutinefunction(fn)
+        is_async = is_async_callable(fn)
         events: list[NewEvent] = []
-        created = turn.now() if recorded is None else recorded.created_at
+        created = 0 if recorded is None else recorded.created_at
         schedule = None
         state: Any = None
         errors: list[StepError] = []
@@ -275,9 +220,8 @@ class WorkflowContext:
         while True:
             attempt += 1
             started = turn.now()
-            events.append(
-                NewEvent("step.started", started, seq, {"attempt": attempt, "kind": "local"})
-            )
+            if attempt == 1 and recorded is None:
+                created = started
             try:
                 result = await fn() if is_async else await asyncio.to_thread(fn)
                 if inspect.isawaitable(result):
@@ -286,6 +230,7 @@ class WorkflowContext:
                 now = turn.now()
                 step_error = StepError.from_exception(error)
                 errors.append(step_error)
+                events.append(_started(started, seq, attempt))
                 events.append(
                     NewEvent(
                         "step.failed",
@@ -314,7 +259,7 @@ class WorkflowContext:
                         now=now,
                     )
                     raise
-                delay_ms = _wait_ms(delay, step_error.retry_after)
+                delay_ms = wait_ms(delay, step_error.retry_after)
                 events.append(
                     NewEvent(
                         "step.retry_scheduled",
@@ -336,6 +281,20 @@ class WorkflowContext:
                 continue
             text = dump(codec, result, f"output of local step {name!r}")
             now = turn.now()
+            if recorded is None and attempt == 1:
+                await turn.store.record_local_step(
+                    turn.run.run_id,
+                    turn.token,
+                    seq=seq,
+                    name=name,
+                    output=text,
+                    started=started,
+                    now=now,
+                )
+                if codec is JSON and type(result) in _JSON_SCALARS:
+                    return result  # JSON gives back exactly these
+                return from_data(codec, json.loads(text))
+            events.append(_started(started, seq, attempt))
             events.append(
                 NewEvent("step.completed", now, seq, {"attempt": attempt, "kind": "local"})
             )
@@ -356,7 +315,7 @@ class WorkflowContext:
                 updated_at=now,
             )
             await turn.commit(
-                turn.lease(now),
+                HOLD,
                 checkpoints=(
                     CheckpointWrite(checkpoint, None if recorded is None else recorded.rev, text),
                 ),
@@ -400,9 +359,33 @@ class WorkflowContext:
             None if recorded is None else recorded.rev,
             exception=_pickled(error),
         )
-        await turn.commit(turn.lease(now), checkpoints=(write,), events=events, now=now)
+        await turn.commit(HOLD, checkpoints=(write,), events=events, now=now)
 
     # -- dispatched steps -------------------------------------------------------------------------
+
+    def _resolve(
+        self, step: StepDef[Any, Any] | str, what: str
+    ) -> tuple[str, StepDef[Any, Any] | None]:
+        if isinstance(step, StepDef):
+            return step.name, step
+        if isinstance(step, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return check_name(step, "step name"), self._turn.steps.get(step)
+        msg = f"{what} takes a StepDef or a step's name, got {step!r}"
+        raise TypeError(msg)
+
+    def _policy(
+        self, name: str, definition: StepDef[Any, Any] | None, overrides: Mapping[str, Any]
+    ) -> StepPolicy:
+        declared = _EMPTY_POLICY if definition is None else definition.policy
+        policy = (
+            declared.merge(policy_from_options(overrides, where=f"step {name!r}"))
+            if overrides
+            else declared
+        )
+        queue = policy.queue
+        if queue is not None:
+            self._turn.host.queue_limit(queue)  # an unknown queue is a ValueError naming it
+        return policy
 
     @overload
     async def step(
@@ -426,6 +409,10 @@ class WorkflowContext:
         override winning): ``wake_at = now + delay(attempt)`` is stamped once, the run suspends,
         and once due the same ``step_id`` is dispatched again with ``attempt + 1``.
 
+        With ``timeout_ms`` the step takes the liveness path instead: each attempt is awaited in
+        memory, in this turn, and silence past the window re-dispatches it at once (see
+        ``RemoteStepTimeout``).
+
         Args:
             step: A ``StepDef``, or a step's name (served by whichever worker has a handler).
             input: The step's input (JSON, or what the definition's codec takes).
@@ -437,181 +424,109 @@ class WorkflowContext:
         Raises:
             RemoteStepError: The step failed with a non-retryable error (``retryable = False``,
                 ``FatalError``, no handler), or its attempts are spent. ``.step_error`` holds the
-                last error, ``.errors`` every attempt's.
+                last error, ``.errors`` every attempt's. With ``remote_redispatch_ms``, a dispatch
+                that stayed lost past ``remote_redispatch_max`` re-drives has code
+                ``"remote_step_lost"``.
+            RemoteStepTimeout: On the liveness path, when the last attempt went silent.
             TypeError: If *input* cannot be stored (nothing is written), or an option is bad.
-            ValueError: If an option is out of range.
+            ValueError: If an option is out of range, or names a queue the engine lacks.
             NonDeterminismError: If the run recorded a different step at this position.
         """
-        if isinstance(step, StepDef):
-            definition: StepDef[Any, Any] | None = step
-            name = step.name
-        elif isinstance(step, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            definition = self._turn.steps.get(step)
-            name = check_name(step, "step name")
-        else:
-            msg = f"ctx.step takes a StepDef or a step's name, got {step!r}"
-            raise TypeError(msg)
+        name, definition = self._resolve(step, "ctx.step")
         seq, recorded = self._next(name, "remote")
-        declared = _EMPTY_POLICY if definition is None else definition.policy
-        policy = (
-            declared.merge(policy_from_options(overrides, where=f"step {name!r}"))
-            if overrides
-            else declared
+        policy = self._policy(name, definition, overrides)
+        member = self._member(
+            seq, name=name, definition=definition, policy=policy, recorded=recorded, value=input
         )
-        codec = JSON if definition is None else definition.codec
-        turn = self._turn
-        if recorded is None:
-            group = "default" if definition is None else definition.group
-            text = dump(codec, input, f"input of step {name!r}")
-            await self._dispatch(seq, name, group, policy, text)
+        if policy.timeout_ms is not None and not (
+            recorded is not None and (recorded.status == "completed" or recorded.final)
+        ):
+            return await liveness(self._turn, member)
+        if await settle_members(self._turn, (member,)):
             raise self._suspend()
-        if recorded.status == "completed":
-            return from_data(codec, recorded.output)
-        if recorded.status in ("pending", "running"):
-            await turn.commit(RunAdvance("suspend"))
-            raise self._suspend()
-        # A failed attempt.
-        if recorded.final:
-            raise RemoteStepError(recorded.step_id, name, recorded.errors)
-        now = turn.now()
-        if recorded.wake_at is not None:
-            if now < recorded.wake_at:
-                await turn.commit(RunAdvance("suspend", wake_at=recorded.wake_at), now=now)
-                raise self._suspend()
-            await self._redispatch(recorded, now)
-            raise self._suspend()
-        await self._decide(recorded, policy, now)
-        raise self._suspend()
+        if member.error is not None:
+            raise member.error
+        return member.output
 
-    async def _dispatch(
-        self, seq: int, name: str, group: str, policy: StepPolicy, input_text: str
-    ) -> None:
-        turn = self._turn
-        now = turn.now()
-        run_id = turn.run.run_id
-        step_id = f"{run_id}:{seq}"
-        checkpoint = Checkpoint(
-            run_id=run_id,
+    @overload
+    async def all(
+        self, step: StepDef[I, O], inputs: Iterable[I], /, **overrides: Unpack[StepOptions]
+    ) -> list[O]: ...
+    @overload
+    async def all(
+        self, step: str, inputs: Iterable[Any], /, **overrides: Unpack[StepOptions]
+    ) -> list[Any]: ...
+    async def all(
+        self,
+        step: StepDef[Any, Any] | str,
+        inputs: Iterable[Any],
+        /,
+        **overrides: Unpack[StepOptions],
+    ) -> list[Any]:
+        """
+        Dispatch one task per input in one transaction, suspend once, and return the outputs
+        in input order (a fan).
+
+        Each member retries durably on its own policy. When every member has settled, a member
+        that failed for good raises its ``RemoteStepError`` (the first such member, in input
+        order); otherwise the outputs are returned. Members take consecutive sequence numbers.
+
+        Raises:
+            ValueError: If the step has ``timeout_ms`` (a fan needs durable steps), or names a
+                queue the engine lacks.
+            RemoteStepError: For the first member that failed for good, once all have settled.
+            TypeError: If an input cannot be stored (nothing is written).
+        """
+        name, definition = self._resolve(step, "ctx.all")
+        values = list(inputs)
+        policy = self._policy(name, definition, overrides)
+        if policy.timeout_ms is not None:
+            msg = (
+                f"ctx.all cannot fan out step {name!r}: it has timeout_ms (the liveness path);"
+                " a fan needs durable steps, so drop timeout_ms for it"
+            )
+            raise ValueError(msg)
+        members: list[Member] = []
+        for value in values:
+            seq, recorded = self._next(name, "remote")
+            members.append(
+                self._member(
+                    seq,
+                    name=name,
+                    definition=definition,
+                    policy=policy,
+                    recorded=recorded,
+                    value=value,
+                )
+            )
+        if not members:
+            return []
+        if await settle_members(self._turn, members):
+            raise self._suspend()
+        for member in members:
+            if member.error is not None:
+                raise member.error
+        return [member.output for member in members]
+
+    def _member(
+        self,
+        seq: int,
+        *,
+        name: str,
+        definition: StepDef[Any, Any] | None,
+        policy: StepPolicy,
+        recorded: Checkpoint | None,
+        value: Any,
+    ) -> Member:
+        codec = JSON if definition is None else definition.codec
+        return Member(
             seq=seq,
             name=name,
-            kind="remote",
-            step_id=step_id,
-            status="pending",
-            attempts=1,
-            wake_at=None,
-            output=None,
-            error=None,
-            errors=(),
-            final=False,
-            created_at=now,
-            updated_at=now,
-            group=group,
-            queue=policy.queue,
-            dispatched_at=now,
+            group="default" if definition is None else definition.group,
+            policy=policy,
+            codec=codec,
+            recorded=recorded,
+            input_text=None
+            if recorded is not None
+            else dump(codec, value, f"input of step {name!r}"),
         )
-        task = NewTask(run_id, seq, step_id, name, group, input_text, 1, now, policy.queue)
-        await turn.commit(
-            RunAdvance("suspend"),
-            checkpoints=(CheckpointWrite(checkpoint, None, input=input_text),),
-            tasks=(task,),
-            events=(NewEvent("step.dispatched", now, seq, {"attempt": 1, "name": name}),),
-            now=now,
-        )
-        turn.notify()
-
-    async def _redispatch(self, recorded: Checkpoint, now: int) -> None:
-        turn = self._turn
-        attempt = recorded.attempts + 1
-        input_text = json.dumps(recorded.input, separators=(",", ":"))
-        checkpoint = attrs.evolve(
-            recorded, status="pending", attempts=attempt, wake_at=None, dispatched_at=now
-        )
-        task = NewTask(
-            recorded.run_id,
-            recorded.seq,
-            recorded.step_id,
-            recorded.name,
-            recorded.group,
-            input_text,
-            attempt,
-            now,
-            recorded.queue,
-        )
-        await turn.commit(
-            RunAdvance("suspend"),
-            checkpoints=(CheckpointWrite(checkpoint, recorded.rev, input=input_text),),
-            tasks=(task,),
-            events=(
-                NewEvent(
-                    "step.dispatched",
-                    now,
-                    recorded.seq,
-                    {"attempt": attempt, "name": recorded.name},
-                ),
-            ),
-            now=now,
-        )
-        turn.notify()
-
-    async def _decide(self, recorded: Checkpoint, policy: StepPolicy, now: int) -> None:
-        """The first look at a failed attempt: stamp the retry's ``wake_at``, or settle it."""
-        turn = self._turn
-        error = recorded.error or StepError("the step failed")
-        delay: float | None = None
-        state = recorded.retry_state
-        if error.retryable:
-            schedule = policy.schedule()
-            if state is None:
-                state = schedule.initial()
-            state, _, delay = schedule.step(now / 1000, error, state, turn.rng)
-        if delay is None:
-            settled = attrs.evolve(recorded, final=True, retry_state=state)
-            await turn.commit(
-                turn.lease(now),
-                checkpoints=(CheckpointWrite(settled, recorded.rev, input=_text(recorded.input)),),
-                events=(
-                    NewEvent(
-                        "step.gave_up",
-                        now,
-                        recorded.seq,
-                        {"attempts": recorded.attempts, "retryable": error.retryable},
-                        "error",
-                    ),
-                ),
-                now=now,
-            )
-            self._checkpoints[recorded.seq] = settled
-            raise RemoteStepError(recorded.step_id, recorded.name, recorded.errors)
-        delay_ms = _wait_ms(delay, error.retry_after)
-        wake_at = now + delay_ms
-        stamped = attrs.evolve(recorded, wake_at=wake_at, retry_state=state)
-        await turn.commit(
-            RunAdvance("suspend", wake_at=wake_at),
-            checkpoints=(CheckpointWrite(stamped, recorded.rev, input=_text(recorded.input)),),
-            events=(
-                NewEvent(
-                    "step.retry_scheduled",
-                    now,
-                    recorded.seq,
-                    {
-                        "attempt": recorded.attempts,
-                        "kind": "remote",
-                        "delay_ms": delay_ms,
-                        "wake_at": wake_at,
-                    },
-                ),
-            ),
-            now=now,
-        )
-
-
-def _text(data: Any) -> str | None:
-    return None if data is None else json.dumps(data, separators=(",", ":"))
-
-
-def _wait_ms(delay: float, retry_after: float | None) -> int:
-    """The schedule's delay in whole ms, at least what the failure asked for, at most the clamp."""
-    ms = round(delay * 1000)
-    if retry_after is not None:
-        ms = max(ms, round(retry_after * 1000))
-    return min(ms, _MAX_DELAY_MS)

@@ -11,15 +11,15 @@ import os
 import random as _random
 import secrets
 import socket
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Final, TypeVar, overload
 
 import attrs
 
 from effects import Clock
-from effects.durable._codec import dump, from_data
-from effects.durable._context import Turn, WorkflowContext, suspended
+from effects.durable._codec import JSON, dump, from_data
+from effects.durable._context import WorkflowContext, suspended
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, step_context
@@ -33,10 +33,11 @@ from effects.durable._store import (
     TaskOutcome,
 )
 from effects.durable._time import WallClock, epoch_ms
+from effects.durable._turn import StepWaiter, Turn
 from effects.durable.errors import StepError, UnknownRunError
-from schedules import RandomLike
+from schedules import DurationLike, RandomLike, to_seconds
 
-__all__ = ["Engine", "Queue", "open_store"]
+__all__ = ["Engine", "Queue", "merge_events", "open_store"]
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -44,6 +45,10 @@ O = TypeVar("O")  # noqa: E741
 _log: Final = logging.getLogger("effects.durable")
 _SUSPENDED: Final = suspended()
 _NO_HANDLER_CODE: Final = "no_handler"
+# Progress without a liveness window or lease is persisted at most this often (ms).
+_PROGRESS_INTERVAL_MS: Final = 1000
+# How many turns and attempts run_until_idle keeps in flight at once.
+_DRAIN_CONCURRENCY: Final = 64
 
 
 @attrs.frozen
@@ -94,6 +99,42 @@ def open_store(store: str | Store) -> Store:
         raise ValueError(msg)
     msg = f"store must be a 'sqlite:///path.db' or 'postgresql://...' URL, got {store!r}"
     raise ValueError(msg)
+
+
+_RUN_FIRST: Final = frozenset({"run.started", "run.requeued"})
+_RUN_LAST: Final = frozenset({"run.completed", "run.failed", "run.dead", "run.cancelled"})
+
+
+def merge_events(stored: list[Event], checkpoints: list[Checkpoint]) -> list[Event]:
+    """
+    The run's trail: the stored events, plus ``step.started`` and ``step.completed`` of every
+    local step that succeeded on its first attempt (its fast path stores no event rows), from
+    its checkpoint. Events sort by time; within one ms, run starts first, then steps in sequence
+    order, then the run's end, each keeping its stored order.
+    """
+    with_rows = {e.seq for e in stored}
+    derived = [
+        event
+        for cp in checkpoints
+        if cp.kind == "local"
+        and cp.status == "completed"
+        and cp.attempts == 1
+        and cp.seq not in with_rows
+        for event in (
+            Event("step.started", "info", cp.created_at, cp.seq, {"attempt": 1, "kind": "local"}),
+            Event("step.completed", "info", cp.updated_at, cp.seq, {"attempt": 1, "kind": "local"}),
+        )
+    ]
+    if not derived:
+        return stored
+
+    def key(item: tuple[int, Event]) -> tuple[int, int, int, int]:
+        index, event = item
+        group = 0 if event.name in _RUN_FIRST else 2 if event.name in _RUN_LAST else 1
+        return (event.at, group, -1 if event.seq is None else event.seq, index)
+
+    ordered = sorted(enumerate([*stored, *derived]), key=key)
+    return [event for _, event in ordered]
 
 
 def _positive_ms(value: object, name: str, *, allow_none: bool = False) -> int | None:
@@ -214,6 +255,13 @@ class Engine:
         self._wake: asyncio.Event | None = None
         self._stopping = False
         self._opened = 0
+        self._waiters: dict[str, StepWaiter] = {}
+        self._parked: dict[int, tuple[int, asyncio.Event]] = {}
+        self._beats: set[asyncio.Task[None]] = set()
+        self._poll_ms = 1000
+        self.redispatch_ms: int | None = self._redispatch_ms
+        self.redispatch_max: int = remote_redispatch_max
+        self.reconcile_ms: int = self._reconcile_ms
 
     def __repr__(self) -> str:
         return (
@@ -272,6 +320,81 @@ class Engine:
     def _notify(self) -> None:
         if self._wake is not None:
             self._wake.set()
+
+    # -- what turns ask of their engine (TurnHost) ----------------------------------------------
+
+    def waiter(self, step_id: str) -> StepWaiter:
+        """The in-memory waiter of a dispatched step awaited on the liveness path."""
+        found = self._waiters.get(step_id)
+        if found is None:
+            found = self._waiters[step_id] = StepWaiter()
+        return found
+
+    def drop_waiter(self, step_id: str) -> None:
+        """Forget a liveness waiter."""
+        self._waiters.pop(step_id, None)
+
+    def queue_limit(self, name: str) -> int:
+        """
+        The concurrency of this engine's queue *name*.
+
+        Raises:
+            ValueError: If the engine has no queue of that name.
+        """
+        queue = self._queues.get(name)
+        if queue is None:
+            known = ", ".join(map(repr, sorted(self._queues))) or "none"
+            msg = f"unknown queue {name!r}: this engine has {known}"
+            raise ValueError(msg)
+        return queue.concurrency
+
+    def _virtual(self) -> bool:
+        return callable(getattr(self._clock, "advance", None))
+
+    async def sleep_until(self, deadline: int, event: asyncio.Event) -> None:
+        """
+        Wait until epoch ms *deadline* or until *event* is set, at most one poll interval (so
+        what other processes record is read again). On a virtual clock the wait is parked:
+        ``run_until_idle(advance_time=True)`` moves the clock to it.
+        """
+        now = self._now()
+        if deadline <= now or event.is_set():
+            return
+        deadline = min(deadline, now + self._poll_ms)
+        if self._virtual():
+            key = id(event)
+            self._parked[key] = (deadline, event)
+            self._notify()
+            try:
+                await event.wait()
+            finally:
+                self._parked.pop(key, None)
+            return
+        timeout = (deadline - now) / 1000
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    def _parked_count(self) -> int:
+        return sum(1 for _, event in self._parked.values() if not event.is_set())
+
+    def _wake_parked(self) -> None:
+        now = self._now()
+        for deadline, event in list(self._parked.values()):
+            if deadline <= now:
+                event.set()
+
+    def _hear(self, step_id: str, attempt: int, *, picked_up: bool = False) -> None:
+        """A worker of this process claimed, beat for or finished an attempt: tell its waiter."""
+        waiter = self._waiters.get(step_id)
+        if waiter is not None and waiter.attempt == attempt:
+            waiter.last_beat = self._now()
+            waiter.picked_up = waiter.picked_up or picked_up
+            waiter.event.set()
+
+    def _wake_event(self) -> asyncio.Event:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        return self._wake
 
     # -- runs -------------------------------------------------------------------------------------
 
@@ -394,10 +517,10 @@ class Engine:
         Raises:
             UnknownRunError: If no run has this id.
         """
-        found = await self._store.events(run_id)
-        if not found and await self._store.get_run(run_id) is None:
+        stored = await self._store.events(run_id)
+        if not stored and await self._store.get_run(run_id) is None:
             raise UnknownRunError(run_id)
-        return found
+        return merge_events(stored, await self._store.checkpoints(run_id))
 
     async def requeue(self, run_id: str) -> Run:
         """
@@ -415,6 +538,25 @@ class Engine:
             raise UnknownRunError(run_id) from None
         self._notify()
         return run
+
+    async def redispatch_pending(self, run_id: str) -> int:
+        """
+        Enqueue the run's pending dispatched steps again, the same ``step_id`` with
+        ``attempt + 1`` (queued, unclaimed older attempts are withdrawn); return how many.
+
+        Safe on a healthy run: a worker still running an older attempt may finish it, and the
+        first result to land completes the step. Use it for a dispatch that was lost (a worker
+        crashed with its claim renewed elsewhere, a store restored from backup).
+
+        Raises:
+            UnknownRunError: If no run has this id.
+        """
+        if await self._store.get_run(run_id) is None:
+            raise UnknownRunError(run_id)
+        count = await self._store.redispatch_pending(run_id, now=self._now())
+        if count:
+            self._notify()
+        return count
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -459,13 +601,16 @@ class Engine:
                 limit=free - claimed,
             )
             for task in tasks:
-                self._spawn(self._attempt(task), turn=False)
+                self._hear(task.step_id, task.attempt, picked_up=True)
+                self._spawn(self._attempt(task, now), turn=False)
             claimed += len(tasks)
         return claimed
 
     async def _recover(self) -> None:
         report = await self._store.recover(
-            now=self._now(), max_recovery_attempts=self._max_recovery
+            now=self._now(),
+            max_recovery_attempts=self._max_recovery,
+            reconcile_ms=self._reconcile_ms,
         )
         if report.recovered_runs or report.lost_tasks:
             self._notify()
@@ -483,38 +628,82 @@ class Engine:
 
         Args:
             advance_time: Also move a virtual clock (one with ``advance``) to each next due time
-                (a ``wake_at``, a lease or a claim expiring) and go on, until nothing is left.
+                (a ``wake_at``, a lease or a claim expiring, a liveness window) and go on, until
+                nothing is left.
 
         Raises:
             ValueError: If *advance_time* is set but the engine's clock cannot be advanced.
         """
-        advance = getattr(self._clock, "advance", None) if advance_time else None
-        if advance_time and not callable(advance):
+        if advance_time:
+            await self._advance_through(None)
+        else:
+            await self._drain()
+
+    async def run_for(self, duration: DurationLike) -> None:
+        """
+        Move a virtual clock forward by *duration*, doing at each due time on the way what is due
+        then (as ``run_until_idle(advance_time=True)`` does), and stop at the end of it.
+
+        Args:
+            duration: Seconds, a ``timedelta`` or a string like ``"1.5s"``.
+
+        Raises:
+            ValueError: If the engine's clock cannot be advanced, or *duration* is not a valid
+                duration.
+        """
+        seconds = to_seconds(duration, name="duration")
+        await self._advance_through(self._now() + round(seconds * 1000))
+
+    async def _advance_through(self, until: int | None) -> None:
+        advance = getattr(self._clock, "advance", None)
+        if not callable(advance):
             msg = (
-                "advance_time=True needs a clock with advance(), such as VirtualClock;"
+                "moving time needs a clock with advance(), such as VirtualClock;"
                 f" got {self._clock!r}"
             )
             raise ValueError(msg)
-        self._wake = self._wake or asyncio.Event()
         while True:
             await self._drain()
-            if advance is None:
-                return
             now = self._now()
             due = await self._store.next_due(now)
+            parked = [deadline for deadline, event in self._parked.values() if not event.is_set()]
+            if parked:
+                due = min(parked) if due is None else min(due, *parked)
+            if until is not None and (due is None or due > until):
+                if until > now:
+                    advance((until - now) / 1000)
+                    self._wake_parked()
+                await self._drain()
+                return
             if due is None:
                 return
             advance(max(0, due - now) / 1000)
+            self._wake_parked()
 
     async def _drain(self) -> None:
+        wake = self._wake_event()
+        await self._recover()
         while True:
-            await self._recover()
-            claimed = await self._claim(1_000)
+            wake.clear()
+            free = _DRAIN_CONCURRENCY - len(self._inflight)
+            # Claim in batches: one claim transaction per slot freed would cost more than it gives.
+            claimed = (
+                await self._claim(free)
+                if free >= _DRAIN_CONCURRENCY // 4 or not self._inflight
+                else 0
+            )
             if not self._inflight:
                 if claimed == 0:
-                    return
+                    await self._recover()
+                    if not await self._claim(_DRAIN_CONCURRENCY):
+                        return
                 continue
-            await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+            if claimed and len(self._inflight) < _DRAIN_CONCURRENCY:
+                continue
+            if not claimed and self._parked_count() >= len(self._inflight):
+                return  # all that is left waits for a time to come
+            # Every turn and attempt that ends, and every wait that parks, sets the event.
+            await wake.wait()
 
     async def work(self, *, poll_ms: int = 1000, concurrency: int = 32) -> None:
         """
@@ -532,12 +721,13 @@ class Engine:
             concurrency: The most turns and attempts in flight at once (>= 1).
         """
         poll = _positive_ms(poll_ms, "poll_ms") or 1000
+        self._poll_ms = poll
         slots: object = concurrency
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
             msg = f"concurrency must be an int >= 1, got {concurrency!r}"
             raise ValueError(msg)
         self._stopping = False
-        wake = self._wake = self._wake or asyncio.Event()
+        wake = self._wake_event()
         last_recovery = -math.inf
         try:
             while not self._stopping:
@@ -598,13 +788,21 @@ class Engine:
             claimed.token,
             self._steps,
             self._notify,
+            self,
+            lease_until=self._now() + self._lease_ms,
         )
         ctx = WorkflowContext(turn, claimed.checkpoints)
         renewer = asyncio.get_running_loop().create_task(self._renew_lease(turn))
         try:
             await self._replay(definition, ctx, turn)
         except StaleTurnError:
-            _log.info("run %s: turn ended, its lease was taken over", run.run_id)
+            # Either another turn holds the run now, or a worker's result changed a checkpoint
+            # under this one while its lease still holds: then give the run back, so it replays
+            # at once instead of waiting for the lease to expire and counting a recovery.
+            _log.info("run %s: turn ended, a write of it was stale", run.run_id)
+            ctx.close()
+            with contextlib.suppress(StaleTurnError):
+                await turn.commit(RunAdvance("release"))
         except asyncio.CancelledError:
             ctx.close()
             try:
@@ -667,7 +865,7 @@ class Engine:
 
     # -- a step attempt ---------------------------------------------------------------------------
 
-    async def _attempt(self, task: Task) -> None:
+    async def _attempt(self, task: Task, claimed_at: int) -> None:
         definition = self._steps.get(task.name)
         if definition is None:
             outcome = TaskOutcome(
@@ -680,8 +878,9 @@ class Engine:
             )
         else:
             renewer = asyncio.get_running_loop().create_task(self._renew_claim(task))
+            beats = _Beats(task, claimed_at, store=self._store, now=self._now, hear=self._hear)
             try:
-                outcome = await self._run_handler(definition, task)
+                outcome = await self._run_handler(definition, task, beats)
             except asyncio.CancelledError:
                 try:
                     await self._store.release_claim(task.task_id, self._id)
@@ -691,9 +890,12 @@ class Engine:
             finally:
                 renewer.cancel()
         await self._store.record_result(task, self._id, outcome, self._now())
+        self._hear(task.step_id, task.attempt)
         self._notify()
 
-    async def _run_handler(self, definition: StepDef[Any, Any], task: Task) -> TaskOutcome:
+    async def _run_handler(
+        self, definition: StepDef[Any, Any], task: Task, beats: _Beats
+    ) -> TaskOutcome:
         context = StepContext(
             step_id=task.step_id,
             run_id=task.run_id,
@@ -702,6 +904,7 @@ class Engine:
             attempt=task.attempt,
             redispatched=task.redispatched,
             last_progress=task.last_progress,
+            beat=beats.beat,
         )
         token = step_context.set(context)
         try:
@@ -714,16 +917,18 @@ class Engine:
             if inspect.isawaitable(result):
                 result = await result
         except Exception as error:  # noqa: BLE001 - the handler's failure is the attempt's result
-            return TaskOutcome(error=StepError.from_exception(error))
+            failure = StepError.from_exception(error)
+            return TaskOutcome(error=failure, progress=await beats.unsaved())
         finally:
             step_context.reset(token)
+        progress = await beats.unsaved()
         try:
-            return TaskOutcome(
-                output=dump(definition.codec, result, f"output of step {task.name!r}")
-            )
+            output = dump(definition.codec, result, f"output of step {task.name!r}")
         except TypeError as error:
             # The same output would fail the same way on every attempt.
-            return TaskOutcome(error=attrs.evolve(StepError.from_exception(error), retryable=False))
+            failure = attrs.evolve(StepError.from_exception(error), retryable=False)
+            return TaskOutcome(error=failure, progress=progress)
+        return TaskOutcome(output=output, progress=progress)
 
     async def _renew_claim(self, task: Task) -> None:
         interval = self._lease_ms / 3000
@@ -733,3 +938,81 @@ class Engine:
                 task.task_id, self._id, self._now() + self._lease_ms
             ):
                 return
+
+
+class _Beats:
+    """An attempt's heartbeats: heard at once in this process, persisted once per half-window."""
+
+    __slots__ = (
+        "_hear",
+        "_interval",
+        "_last_write",
+        "_loop",
+        "_now",
+        "_store",
+        "_task",
+        "_unsaved",
+        "_writing",
+    )
+
+    def __init__(
+        self,
+        task: Task,
+        claimed_at: int,
+        *,
+        store: Store,
+        now: Callable[[], int],
+        hear: Callable[[str, int], None],
+    ) -> None:
+        self._store, self._now, self._hear = store, now, hear
+        self._task = task
+        self._loop = asyncio.get_running_loop()
+        windows = [w for w in (task.timeout_ms, task.lease_ms) if w is not None]
+        # The claim was the first beat; a reader needs one write per half of the tightest window.
+        self._interval = min(windows) // 2 if windows else _PROGRESS_INTERVAL_MS
+        self._last_write = claimed_at
+        self._unsaved: str | None = None
+        self._writing: asyncio.Task[None] | None = None
+
+    def beat(self, progress: Any) -> None:
+        """Called by ``StepContext.heartbeat``, from the handler's task or thread."""
+        text = None if progress is None else dump(JSON, progress, "heartbeat progress")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._heard(text)
+        else:
+            self._loop.call_soon_threadsafe(self._heard, text)
+
+    def _heard(self, text: str | None) -> None:
+        task = self._task
+        self._hear(task.step_id, task.attempt)
+        if text is not None:
+            self._unsaved = text
+        now = self._now()
+        windowed = task.timeout_ms is not None or task.lease_ms is not None
+        due = now - self._last_write >= self._interval
+        if (windowed or self._unsaved is not None) and due and self._writing is None:
+            self._last_write = now
+            self._writing = self._loop.create_task(self._write(now))
+
+    async def _write(self, now: int) -> None:
+        task, text = self._task, self._unsaved
+        self._unsaved = None
+        lease = None if task.lease_ms is None else now + task.lease_ms
+        try:
+            await self._store.heartbeat(task, now=now, progress=text, lease_until=lease)
+        except Exception:  # noqa: BLE001 - a lost beat only shortens the window's slack
+            _log.warning("could not persist a heartbeat of %s", task.step_id, exc_info=True)
+            if self._unsaved is None:
+                self._unsaved = text
+        finally:
+            self._writing = None
+
+    async def unsaved(self) -> str | None:
+        """Finish a write in flight; return progress not yet persisted (saved with the result)."""
+        if self._writing is not None:
+            await asyncio.shield(self._writing)
+        return self._unsaved

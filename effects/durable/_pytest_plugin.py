@@ -28,6 +28,7 @@ class DurableEngineFactory(Protocol):
     """What the ``durable_engine`` fixture gives: call it to make an (unopened) engine."""
 
     clock: VirtualClock
+    random: random.Random
     url: str
 
     def __call__(

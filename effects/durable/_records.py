@@ -90,6 +90,10 @@ class Checkpoint:
         input: A remote step's input (decoded JSON), else ``None``.
         rev: The row's revision, which every write increments (for compare-and-set).
         exception: A pickle of a failed local step's exception, or ``None``.
+        timeout_ms: The liveness window of a dispatched step on the liveness path, else ``None``.
+        lease_ms: The lost-dispatch lease of a pending dispatched step, else ``None``.
+        redispatches: How many times a lost dispatch of this step was re-driven.
+        heartbeat_at: Epoch ms of the worker's last persisted beat (the claim counts), or ``None``.
     """
 
     run_id: str
@@ -114,6 +118,10 @@ class Checkpoint:
     input: Any = None
     rev: int = 0
     exception: bytes | None = attrs.field(default=None, repr=False)
+    timeout_ms: int | None = None
+    lease_ms: int | None = None
+    redispatches: int = 0
+    heartbeat_at: int | None = None
 
 
 @attrs.frozen
@@ -154,6 +162,8 @@ class Task:
         queue: The flow-control queue, or ``None``.
         redispatched: Whether this attempt re-drives a dispatch that looked lost.
         last_progress: The progress the previous attempt last reported, or ``None``.
+        timeout_ms: The step's liveness window, or ``None``.
+        lease_ms: The step's lost-dispatch lease, or ``None``.
     """
 
     task_id: int
@@ -167,3 +177,5 @@ class Task:
     queue: str | None = None
     redispatched: bool = False
     last_progress: Any = None
+    timeout_ms: int | None = None
+    lease_ms: int | None = None

@@ -15,7 +15,8 @@ Concurrency rules every implementation keeps:
   ``StaleTurnError`` when a worker changed the row meanwhile.
 - A task is claimed by one worker at a time; a result is recorded only for the attempt the
   checkpoint is waiting for (a late success of an older attempt still completes a step that has
-  not completed).
+  not completed, unless its failure was settled: replay has raised that, and the workflow may
+  have acted on it).
 - A result that lands while the run is running marks it *woken*, so the turn's suspension turns
   into ``pending`` instead of losing the wake-up.
 """
@@ -73,7 +74,11 @@ class NewEvent:
 
 @attrs.frozen
 class NewTask:
-    """A dispatched attempt to enqueue."""
+    """
+    A dispatched attempt to enqueue. One naming a *queue* is admitted only while fewer than
+    *queue_limit* attempts of that queue hold a slot (queued or claimed); otherwise it waits, and
+    the store admits the oldest waiting attempt whenever a slot frees.
+    """
 
     run_id: str
     seq: int
@@ -85,6 +90,7 @@ class NewTask:
     available_at: int
     queue: str | None = None
     redispatched: bool = False
+    queue_limit: int | None = None
 
 
 @attrs.frozen
@@ -140,6 +146,7 @@ class TaskOutcome:
 
     output: str | None = None
     error: StepError | None = None
+    progress: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -236,6 +243,18 @@ class Store(Protocol):
         """Apply *commit* in one transaction, or raise ``StaleTurnError`` and write nothing."""
         ...
 
+    async def record_local_step(
+        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
+    ) -> None:
+        """
+        The common case of a turn's commit, on its own fast path: a local step that succeeded
+        on its first attempt. Insert its completed checkpoint (``started`` is its creation time),
+        if *token* still holds the run; else raise ``StaleTurnError`` and write nothing. No event
+        rows are written: ``Engine.events`` shows the step's ``step.started`` and
+        ``step.completed`` from the checkpoint itself.
+        """
+        ...
+
     async def claim_tasks(
         self, *, groups: Sequence[str], now: int, claim_until: int, worker: str, limit: int
     ) -> list[Task]:
@@ -253,16 +272,41 @@ class Store(Protocol):
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """
         Record an attempt's result: complete or fail its checkpoint and wake the run. Returns
-        ``False`` when the result no longer matters (the step completed, or a later attempt is
-        under way) and nothing but the task's own row changed.
+        ``False`` when the result no longer matters (the step completed, its failure is settled,
+        or a later attempt is under way) and nothing but the task's own row changed.
         """
         ...
 
-    async def recover(self, *, now: int, max_recovery_attempts: int | None) -> RecoveryReport:
+    async def recover(
+        self, *, now: int, max_recovery_attempts: int | None, reconcile_ms: int
+    ) -> RecoveryReport:
         """
         Make expired run leases pending again (counting a recovery, or making the run dead past
         *max_recovery_attempts*), and turn expired task claims into retryable ``worker lost``
-        failures of their attempt.
+        failures of their attempt. A run whose lease expired while it awaited a liveness step
+        (a pending checkpoint with ``timeout_ms``) is parked suspended until ``now +
+        reconcile_ms`` instead, without counting a recovery.
+        """
+        ...
+
+    async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        """One checkpoint, read afresh (the liveness path re-reads before timing out)."""
+        ...
+
+    async def heartbeat(
+        self, task: Task, *, now: int, progress: str | None, lease_until: int | None
+    ) -> bool:
+        """
+        Persist a worker's beat for *task*'s attempt: ``heartbeat_at``, the progress (JSON text,
+        kept as it was when ``None``) and, when *lease_until* is given and the checkpoint has a
+        lost-dispatch lease, the renewed lease. ``False`` if the attempt is no longer current.
+        """
+        ...
+
+    async def redispatch_pending(self, run_id: str, *, now: int) -> int:
+        """
+        Enqueue every pending dispatched step of the run again with ``attempt + 1`` (queued but
+        unclaimed older attempts are withdrawn); return how many. The run's lease is not needed.
         """
         ...
 

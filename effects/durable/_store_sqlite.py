@@ -27,6 +27,7 @@ from effects.durable._store import (
     ClaimedRun,
     NewEvent,
     NewRun,
+    NewTask,
     RecoveryReport,
     StaleTurnError,
     TaskOutcome,
@@ -85,7 +86,7 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             updated_at INTEGER NOT NULL,
             rev INTEGER NOT NULL DEFAULT 1,
             PRIMARY KEY (run_id, seq)
-        )""",
+        ) WITHOUT ROWID""",
         """CREATE TABLE tasks (
             task_id INTEGER PRIMARY KEY AUTOINCREMENT,
             run_id TEXT NOT NULL,
@@ -105,21 +106,28 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         )""",
         "CREATE INDEX tasks_queued ON tasks (status, grp, available_at)",
         "CREATE INDEX tasks_by_step ON tasks (run_id, seq)",
+        # Keyed by run, numbered per run in commit order: a run's trail is one range of the
+        # table, so appending to it touches few pages.
         """CREATE TABLE events (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
             run_id TEXT NOT NULL,
+            id INTEGER NOT NULL,
             seq INTEGER,
             name TEXT NOT NULL,
             level TEXT NOT NULL,
             at INTEGER NOT NULL,
-            data TEXT NOT NULL
-        )""",
-        "CREATE INDEX events_by_run ON events (run_id, id)",
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, id)
+        ) WITHOUT ROWID""",
     ),
     (
-        # Heartbeats: the last progress a worker reported and when it last beat.
+        # Heartbeats (the last progress a worker reported and when it last beat), the liveness
+        # window, the lost-dispatch lease and its count, and flow-control limits.
         "ALTER TABLE checkpoints ADD COLUMN progress TEXT",
         "ALTER TABLE checkpoints ADD COLUMN heartbeat_at INTEGER",
+        "ALTER TABLE checkpoints ADD COLUMN timeout_ms INTEGER",
+        "ALTER TABLE checkpoints ADD COLUMN lease_ms INTEGER",
+        "ALTER TABLE checkpoints ADD COLUMN redispatches INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE tasks ADD COLUMN queue_limit INTEGER",
     ),
 )
 
@@ -132,11 +140,12 @@ _RUN_COLUMNS: Final = (
 _CHECKPOINT_COLUMNS: Final = (
     "run_id, seq, name, kind, step_id, status, attempts, wake_at, output, error, errors, final,"
     " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
-    " exception"
+    " exception, timeout_ms, lease_ms, redispatches, heartbeat_at"
 )
 _TASK_COLUMNS: Final = (
     "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
 )
+_SLOT_HOLDERS: Final = "('queued', 'claimed')"
 _WORKER_LOST: Final = StepError(
     message="worker lost: its claim on the task expired before it reported a result",
     code="worker_lost",
@@ -186,8 +195,11 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+_dumps: Final = json.JSONEncoder(separators=(",", ":")).encode
+_EVENT_INSERT: Final = (
+    "INSERT INTO events (run_id, id, seq, name, level, at, data) VALUES"
+    " (?1, (SELECT COALESCE(MAX(id), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4, ?5, ?6)"
+)
 
 
 def _error(text: str | None) -> StepError | None:
@@ -238,10 +250,19 @@ def _checkpoint(row: tuple[Any, ...]) -> Checkpoint:
         input=_loads(row[19]),
         rev=row[20],
         exception=row[21],
+        timeout_ms=row[22],
+        lease_ms=row[23],
+        redispatches=row[24],
+        heartbeat_at=row[25],
     )
 
 
-def _task(row: tuple[Any, ...], last_progress: Any = None) -> Task:
+def _task(
+    row: tuple[Any, ...],
+    last_progress: Any = None,
+    timeout_ms: int | None = None,
+    lease_ms: int | None = None,
+) -> Task:
     return Task(
         task_id=row[0],
         run_id=row[1],
@@ -254,6 +275,8 @@ def _task(row: tuple[Any, ...], last_progress: Any = None) -> Task:
         queue=row[8],
         redispatched=bool(row[9]),
         last_progress=last_progress,
+        timeout_ms=timeout_ms,
+        lease_ms=lease_ms,
     )
 
 
@@ -398,13 +421,10 @@ class SqliteStore:
     def _insert_events(db: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         if len(events) == 1:
             e = events[0]
-            db.execute(
-                "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)),
-            )
+            db.execute(_EVENT_INSERT, (run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)))
         elif events:
             db.executemany(
-                "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
+                _EVENT_INSERT,
                 [(run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)) for e in events],
             )
 
@@ -501,15 +521,18 @@ class SqliteStore:
             return []
         pairs = ", ".join("(?, ?)" for _ in workflows)
         flat = [part for pair in workflows for part in pair]
+        query = (
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
+            " AND (status = 'pending' OR wake_at <= ?)"
+            f" AND (workflow, version) IN (VALUES {pairs})"
+            " ORDER BY updated_at, run_id LIMIT ?"
+        )
+        # A read first: an idle poll takes no write lock (and writes no empty transaction).
+        if not self._conn.execute(query, (now, *flat, 1)).fetchone():
+            return []
         claimed: list[ClaimedRun] = []
         with self._write() as db:
-            rows = db.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
-                " AND (status = 'pending' OR wake_at <= ?)"
-                f" AND (workflow, version) IN (VALUES {pairs})"
-                " ORDER BY updated_at, run_id LIMIT ?",
-                (now, *flat, limit),
-            ).fetchall()
+            rows = db.execute(query, (now, *flat, limit)).fetchall()
             for row in rows:
                 token = f"{owner}:{secrets.token_hex(6)}"
                 db.execute(
@@ -547,7 +570,7 @@ class SqliteStore:
                     cp.wake_at,
                     write.output,
                     _error_text(cp.error),
-                    _dumps([e.to_json() for e in cp.errors]),
+                    _dumps([e.to_json() for e in cp.errors]) if cp.errors else "[]",
                     int(cp.final),
                     write.exception,
                     None if cp.retry_state is None else _dumps(cp.retry_state),
@@ -555,6 +578,10 @@ class SqliteStore:
                     cp.queue,
                     cp.dispatched_at,
                     write.input,
+                    cp.timeout_ms,
+                    cp.lease_ms,
+                    cp.redispatches,
+                    cp.heartbeat_at,
                     commit.now,
                 )
                 if write.expected_rev is None:
@@ -562,8 +589,10 @@ class SqliteStore:
                         db.execute(
                             "INSERT INTO checkpoints (name, kind, step_id, status, attempts,"
                             " wake_at, output, error, errors, final, exception, retry_state, grp,"
-                            " queue, dispatched_at, input, updated_at, run_id, seq, created_at)"
-                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            " queue, dispatched_at, input, timeout_ms, lease_ms, redispatches,"
+                            " heartbeat_at, updated_at, run_id, seq, created_at)"
+                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                            " ?, ?, ?, ?)",
                             (*values, commit.run_id, cp.seq, cp.created_at),
                         )
                     except sqlite3.IntegrityError:
@@ -574,42 +603,161 @@ class SqliteStore:
                         "UPDATE checkpoints SET name = ?, kind = ?, step_id = ?, status = ?,"
                         " attempts = ?, wake_at = ?, output = ?, error = ?, errors = ?, final = ?,"
                         " exception = ?, retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
-                        " input = ?, updated_at = ?, rev = rev + 1"
+                        " input = ?, timeout_ms = ?, lease_ms = ?, redispatches = ?,"
+                        " heartbeat_at = ?, updated_at = ?, rev = rev + 1"
                         " WHERE run_id = ? AND seq = ? AND rev = ?",
                         (*values, commit.run_id, cp.seq, write.expected_rev),
                     )
                     if cursor.rowcount != 1:
                         msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
                         raise StaleTurnError(msg)
-            if commit.tasks:
-                db.executemany(
-                    "INSERT INTO tasks (run_id, seq, step_id, name, grp, queue, input, attempt,"
-                    " status, available_at, redispatched, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
-                    [
-                        (
-                            t.run_id,
-                            t.seq,
-                            t.step_id,
-                            t.name,
-                            t.group,
-                            t.queue,
-                            t.input,
-                            t.attempt,
-                            t.available_at,
-                            int(t.redispatched),
-                            commit.now,
-                        )
-                        for t in commit.tasks
-                    ],
-                )
             self._insert_events(db, commit.run_id, commit.events)
+            for task in commit.tasks:
+                # Withdraw older attempts nobody claimed: only the newest may run.
+                withdrawn = db.execute(
+                    "DELETE FROM tasks WHERE run_id = ? AND seq = ? AND status IN"
+                    " ('queued', 'waiting') RETURNING queue",
+                    (task.run_id, task.seq),
+                ).fetchall()
+                self._enqueue(db, task, commit.now)
+                for (queue,) in withdrawn:
+                    if queue is not None:
+                        self._admit_waiting(db, queue, commit.now)
+
+    @staticmethod
+    def _enqueue(db: sqlite3.Connection, task: NewTask, now: int) -> None:
+        """Insert *task*, queued, or waiting when its flow-control queue has no free slot."""
+        status = "queued"
+        if task.queue is not None and task.queue_limit is not None:
+            (held,) = db.execute(
+                f"SELECT COUNT(*) FROM tasks WHERE queue = ? AND status IN {_SLOT_HOLDERS}",
+                (task.queue,),
+            ).fetchone()
+            if held >= task.queue_limit:
+                status = "waiting"
+        db.execute(
+            "INSERT INTO tasks (run_id, seq, step_id, name, grp, queue, queue_limit, input,"
+            " attempt, status, available_at, redispatched, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                task.run_id,
+                task.seq,
+                task.step_id,
+                task.name,
+                task.group,
+                task.queue,
+                task.queue_limit,
+                task.input,
+                task.attempt,
+                status,
+                task.available_at,
+                int(task.redispatched),
+                now,
+            ),
+        )
+        if status == "waiting":
+            db.execute(
+                _EVENT_INSERT,
+                (
+                    task.run_id,
+                    task.seq,
+                    "step.queued",
+                    "info",
+                    now,
+                    _dumps({"attempt": task.attempt, "queue": task.queue}),
+                ),
+            )
+
+    @staticmethod
+    def _admit_waiting(db: sqlite3.Connection, queue: str, now: int) -> None:
+        """Admit the oldest waiting attempts of *queue* into the slots that are free."""
+        while True:
+            row = db.execute(
+                "SELECT task_id, run_id, seq, attempt, queue_limit FROM tasks"
+                " WHERE queue = ? AND status = 'waiting' ORDER BY task_id LIMIT 1",
+                (queue,),
+            ).fetchone()
+            if row is None:
+                return
+            (held,) = db.execute(
+                f"SELECT COUNT(*) FROM tasks WHERE queue = ? AND status IN {_SLOT_HOLDERS}",
+                (queue,),
+            ).fetchone()
+            if held >= (row[4] or 1):
+                return
+            db.execute(
+                "UPDATE tasks SET status = 'queued', available_at = MAX(available_at, ?)"
+                " WHERE task_id = ?",
+                (now, row[0]),
+            )
+            db.execute(
+                _EVENT_INSERT,
+                (
+                    row[1],
+                    row[2],
+                    "step.admitted",
+                    "info",
+                    now,
+                    _dumps({"attempt": row[3], "queue": queue}),
+                ),
+            )
+
+    def _release_slot(self, db: sqlite3.Connection, deleted: list[Any], now: int) -> None:
+        """Admit waiting attempts of the queues that the deleted tasks (``queue`` rows) held."""
+        for queue in {row[0] for row in deleted if row[0] is not None}:
+            self._admit_waiting(db, queue, now)
+
+    async def record_local_step(
+        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
+    ) -> None:
+        """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
+        # The hot path of the engine: the transaction written out rather than via _write().
+        db = self._conn
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            msg = f"store {self.url}: cannot begin a write: {error}"
+            raise StoreError(msg) from error
+        try:
+            inserted = db.execute(
+                "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
+                " output, created_at, updated_at)"
+                " SELECT ?1, ?2, ?3, 'local', ?1 || ':' || ?2, 'completed', 1, ?4, ?5, ?6"
+                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND lease_token = ?7"
+                " AND status = 'running')",
+                (run_id, seq, name, output, started, now, token),
+            ).rowcount
+            if inserted != 1:
+                raise StaleTurnError(f"run {run_id}: the lease was taken over")
+        except sqlite3.IntegrityError:
+            db.execute("ROLLBACK")
+            raise StaleTurnError(f"run {run_id}: checkpoint {seq} was written meanwhile") from None
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            msg = f"store {self.url}: commit failed: {error}"
+            raise StoreError(msg) from error
 
     @staticmethod
     def _advance(db: sqlite3.Connection, commit: TurnCommit) -> bool:
         """The run's part of a turn commit, as a compare-and-set on its lease token."""
         adv = commit.advance
         guard = (commit.run_id, commit.token)
+        if adv.action == "continue" and adv.lease_until is None:
+            # A read, so a step's commit writes no page of the runs table.
+            return (
+                db.execute(
+                    "SELECT 1 FROM runs WHERE run_id = ? AND lease_token = ?"
+                    " AND status = 'running'",
+                    guard,
+                ).fetchone()
+                is not None
+            )
         if adv.action == "continue":
             cursor = db.execute(
                 "UPDATE runs SET lease_until = ?, updated_at = ?"
@@ -647,13 +795,15 @@ class SqliteStore:
         if not groups or limit <= 0:
             return []
         marks = ", ".join("?" for _ in groups)
+        query = (
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
+            f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?"
+        )
+        if not self._conn.execute(query, (*groups, now, 1)).fetchone():
+            return []
         tasks: list[Task] = []
         with self._write() as db:
-            rows = db.execute(
-                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
-                f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?",
-                (*groups, now, limit),
-            ).fetchall()
+            rows = db.execute(query, (*groups, now, limit)).fetchall()
             events: list[tuple[Any, ...]] = []
             for row in rows:
                 db.execute(
@@ -661,24 +811,26 @@ class SqliteStore:
                     " WHERE task_id = ?",
                     (worker, claim_until, row[0]),
                 )
-                progress = db.execute(
-                    "UPDATE checkpoints SET status = 'running', updated_at = ?, rev = rev + 1"
-                    " WHERE run_id = ? AND seq = ? AND status = 'pending' AND attempts = ?"
-                    " RETURNING progress",
+                # The claim is the worker's pickup beat (and renews a lost-dispatch lease).
+                current = db.execute(
+                    "UPDATE checkpoints SET status = 'running', heartbeat_at = ?1,"
+                    " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?1 + lease_ms END,"
+                    " updated_at = ?1, rev = rev + 1"
+                    " WHERE run_id = ?2 AND seq = ?3 AND status IN ('pending', 'running')"
+                    " AND attempts = ?4 RETURNING progress, timeout_ms, lease_ms",
                     (now, row[1], row[2], row[7]),
                 ).fetchone()
-                task = _task(row, None if progress is None else _loads(progress[0]))
+                if current is None:
+                    task = _task(row)
+                else:
+                    task = _task(row, _loads(current[0]), current[1], current[2])
                 tasks.append(task)
                 data = {"attempt": task.attempt, "kind": "remote", "worker": worker}
                 if task.redispatched:
                     data["redispatched"] = True
                 events.append((task.run_id, task.seq, "step.started", "info", now, _dumps(data)))
             if events:
-                db.executemany(
-                    "INSERT INTO events (run_id, seq, name, level, at, data)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    events,
-                )
+                db.executemany(_EVENT_INSERT, events)
         return tasks
 
     async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
@@ -690,6 +842,88 @@ class SqliteStore:
                 (claim_until, task_id, worker),
             )
             return cursor.rowcount == 1
+
+    async def heartbeat(
+        self, task: Task, *, now: int, progress: str | None, lease_until: int | None
+    ) -> bool:
+        """Persist a worker's beat (see ``Store.heartbeat``)."""
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE checkpoints SET heartbeat_at = ?1, progress = COALESCE(?2, progress),"
+                " wake_at = CASE WHEN lease_ms IS NULL OR ?3 IS NULL THEN wake_at ELSE ?3 END,"
+                " updated_at = ?1, rev = rev + 1"
+                " WHERE run_id = ?4 AND seq = ?5 AND attempts = ?6"
+                " AND status IN ('pending', 'running')",
+                (now, progress, lease_until, task.run_id, task.seq, task.attempt),
+            )
+            return cursor.rowcount == 1
+
+    async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        """One checkpoint, read afresh."""
+        row = self._conn.execute(
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?",
+            (run_id, seq),
+        ).fetchone()
+        return None if row is None else _checkpoint(row)
+
+    async def redispatch_pending(self, run_id: str, *, now: int) -> int:
+        """Re-enqueue the run's pending dispatched steps with attempt + 1; return how many."""
+        count = 0
+        with self._write() as db:
+            for cp in self._checkpoints(db, run_id):
+                if cp.kind != "remote" or cp.status not in ("pending", "running"):
+                    continue
+                attempt = cp.attempts + 1
+                db.execute(
+                    "UPDATE checkpoints SET status = 'pending', attempts = ?1, dispatched_at = ?2,"
+                    " redispatches = redispatches + 1,"
+                    " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?2 + lease_ms END,"
+                    " updated_at = ?2, rev = rev + 1 WHERE run_id = ?3 AND seq = ?4",
+                    (attempt, now, run_id, cp.seq),
+                )
+                withdrawn = db.execute(
+                    "DELETE FROM tasks WHERE run_id = ? AND seq = ? AND status IN"
+                    " ('queued', 'waiting') RETURNING queue, queue_limit",
+                    (run_id, cp.seq),
+                ).fetchall()
+                limit = next((row[1] for row in withdrawn if row[1] is not None), None)
+                if limit is None:
+                    held = db.execute(
+                        "SELECT queue_limit FROM tasks WHERE run_id = ? AND seq = ? LIMIT 1",
+                        (run_id, cp.seq),
+                    ).fetchone()
+                    limit = None if held is None else held[0]
+                self._enqueue(
+                    db,
+                    NewTask(
+                        run_id,
+                        cp.seq,
+                        cp.step_id,
+                        cp.name,
+                        cp.group,
+                        _dumps(cp.input),
+                        attempt,
+                        now,
+                        cp.queue,
+                        redispatched=True,
+                        queue_limit=limit,
+                    ),
+                    now,
+                )
+                self._release_slot(db, withdrawn, now)
+                db.execute(
+                    _EVENT_INSERT,
+                    (
+                        run_id,
+                        cp.seq,
+                        "step.redispatched",
+                        "warning",
+                        now,
+                        _dumps({"attempt": attempt, "by": "redispatch_pending"}),
+                    ),
+                )
+                count += 1
+        return count
 
     async def release_claim(self, task_id: int, worker: str) -> None:
         """Put a claimed task back in the queue."""
@@ -703,15 +937,17 @@ class SqliteStore:
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record an attempt's result (see ``Store.record_result``)."""
         with self._write() as db:
-            db.execute(
-                "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ?", (task.task_id, worker)
-            )
+            deleted = db.execute(
+                "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ? RETURNING queue",
+                (task.task_id, worker),
+            ).fetchall()
+            self._release_slot(db, deleted, now)
             return self._apply_outcome(
                 db, run_id=task.run_id, seq=task.seq, attempt=task.attempt, outcome=outcome, now=now
             )
 
-    @staticmethod
     def _apply_outcome(
+        self,
         db: sqlite3.Connection,
         *,
         run_id: str,
@@ -721,12 +957,19 @@ class SqliteStore:
         now: int,
     ) -> bool:
         row = db.execute(
-            "SELECT status, attempts, errors FROM checkpoints WHERE run_id = ? AND seq = ?",
+            "SELECT status, attempts, errors, final FROM checkpoints WHERE run_id = ? AND seq = ?",
             (run_id, seq),
         ).fetchone()
-        if row is None or row[0] == "completed":
+        # A settled failure is what replay raises, and the workflow may have acted on it: a late
+        # success of an attempt whose claim had expired must not rewrite that history.
+        if row is None or row[0] == "completed" or (row[0] == "failed" and row[3]):
             return False
-        status, attempts, errors = row
+        status, attempts, errors, _ = row
+        if outcome.progress is not None:
+            db.execute(
+                "UPDATE checkpoints SET progress = ? WHERE run_id = ? AND seq = ?",
+                (outcome.progress, run_id, seq),
+            )
         if outcome.error is None:
             db.execute(
                 "UPDATE checkpoints SET status = 'completed', output = ?, error = NULL,"
@@ -735,7 +978,10 @@ class SqliteStore:
                 (outcome.output, now, run_id, seq),
             )
             # Other attempts of a step that has completed are moot.
-            db.execute("DELETE FROM tasks WHERE run_id = ? AND seq = ?", (run_id, seq))
+            moot = db.execute(
+                "DELETE FROM tasks WHERE run_id = ? AND seq = ? RETURNING queue", (run_id, seq)
+            ).fetchall()
+            self._release_slot(db, moot, now)
             event = ("step.completed", "info", {"attempt": attempt, "kind": "remote"})
         else:
             if status not in ("pending", "running") or attempts != attempt:
@@ -753,10 +999,7 @@ class SqliteStore:
                 level,
                 {"attempt": attempt, "kind": "remote", "error": outcome.error.to_json()},
             )
-        db.execute(
-            "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, seq, event[0], event[1], now, _dumps(event[2])),
-        )
+        db.execute(_EVENT_INSERT, (run_id, seq, event[0], event[1], now, _dumps(event[2])))
         db.execute(
             "UPDATE runs SET woken = 1, wake_at = NULL, updated_at = ?,"
             " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
@@ -767,7 +1010,9 @@ class SqliteStore:
 
     # -- maintenance ------------------------------------------------------------------------------
 
-    async def recover(self, *, now: int, max_recovery_attempts: int | None) -> RecoveryReport:
+    async def recover(
+        self, *, now: int, max_recovery_attempts: int | None, reconcile_ms: int
+    ) -> RecoveryReport:
         """Recover expired run leases and expired task claims (see ``Store.recover``)."""
         db = self._conn
         # A read first, so a pass with nothing to do takes no write lock.
@@ -791,6 +1036,32 @@ class SqliteStore:
                 " AND lease_until < ?",
                 (now,),
             ).fetchall():
+                awaiting = db.execute(
+                    "SELECT 1 FROM checkpoints WHERE run_id = ? AND kind = 'remote'"
+                    " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1",
+                    (run_id,),
+                ).fetchone()
+                if awaiting is not None:
+                    # Its dispatcher died awaiting a liveness step: a worker may still report,
+                    # so park the run on the reconcile wake; this is not counted as a recovery.
+                    db.execute(
+                        "UPDATE runs SET status = 'suspended', wake_at = ?, lease_token = NULL,"
+                        " lease_until = NULL, updated_at = ? WHERE run_id = ?",
+                        (now + reconcile_ms, now, run_id),
+                    )
+                    db.execute(
+                        _EVENT_INSERT,
+                        (
+                            run_id,
+                            None,
+                            "run.reconciling",
+                            "warning",
+                            now,
+                            _dumps({"wake_at": now + reconcile_ms}),
+                        ),
+                    )
+                    recovered.append(run_id)
+                    continue
                 if max_recovery_attempts is not None and count >= max_recovery_attempts:
                     error = StepError(
                         message=f"the run's lease expired after {count} recoveries"
@@ -815,17 +1086,16 @@ class SqliteStore:
                     )
                     recovered.append(run_id)
                     name, level, data = "run.recovered", "warning", {"recovery_attempts": count + 1}
-                db.execute(
-                    "INSERT INTO events (run_id, seq, name, level, at, data)"
-                    " VALUES (?, NULL, ?, ?, ?, ?)",
-                    (run_id, name, level, now, _dumps(data)),
-                )
+                db.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
             for task_id, run_id, seq, step_id, attempt in db.execute(
                 "SELECT task_id, run_id, seq, step_id, attempt FROM tasks"
                 " WHERE status = 'claimed' AND claim_until < ?",
                 (now,),
             ).fetchall():
-                db.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+                deleted = db.execute(
+                    "DELETE FROM tasks WHERE task_id = ? RETURNING queue", (task_id,)
+                ).fetchall()
+                self._release_slot(db, deleted, now)
                 self._apply_outcome(
                     db,
                     run_id=run_id,

@@ -1,0 +1,139 @@
+"""One turn's state: the lease it holds, its engine's services, and how it suspends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
+
+import attrs
+
+from effects import Clock
+from effects.durable._definitions import StepDef
+from effects.durable._records import Run
+from effects.durable._store import (
+    CheckpointWrite,
+    NewEvent,
+    NewTask,
+    RunAdvance,
+    Store,
+    TurnCommit,
+)
+from effects.durable._time import epoch_ms
+from schedules import MAX_DELAY, RandomLike
+
+__all__ = ["HOLD", "StepWaiter", "Suspended", "Turn", "TurnHost", "wait_ms"]
+
+_MAX_DELAY_MS: Final = round(MAX_DELAY * 1000)
+_log: Final = logging.getLogger("effects.durable")
+_LEVELS: Final = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+# A commit that keeps the turn going: its lease is checked, not rewritten (the renewer and the
+# waits renew it), so a step's commit writes no page of the runs table.
+HOLD: Final = RunAdvance("continue")
+
+
+class Suspended(BaseException):
+    """The run suspends here; not an error, and not catchable by ``except Exception``."""
+
+
+@attrs.define(slots=True, eq=False)
+class StepWaiter:
+    """What an in-memory wait for a dispatched step hears from workers in the same process."""
+
+    event: asyncio.Event = attrs.field(factory=asyncio.Event)
+    attempt: int = 0
+    picked_up: bool = False
+    last_beat: int | None = None
+
+
+class TurnHost(Protocol):
+    """The engine services a turn uses beyond its store (the engine implements this)."""
+
+    redispatch_ms: int | None
+    redispatch_max: int
+    reconcile_ms: int
+
+    def waiter(self, step_id: str) -> StepWaiter:
+        """The in-memory waiter of a dispatched step (made on first use)."""
+        ...
+
+    def drop_waiter(self, step_id: str) -> None:
+        """Forget the waiter of a dispatched step."""
+        ...
+
+    async def sleep_until(self, deadline: int, event: asyncio.Event) -> None:
+        """Wait until epoch ms *deadline* or until *event* is set, whichever comes first."""
+        ...
+
+    def queue_limit(self, name: str) -> int:
+        """The concurrency of the engine's queue *name*; ``ValueError`` if it has none."""
+        ...
+
+
+@attrs.define(slots=True)
+class Turn:
+    """What a turn needs from its engine, and the lease it holds."""
+
+    store: Store
+    clock: Clock
+    rng: RandomLike
+    lease_ms: int
+    run: Run
+    token: str
+    steps: Mapping[str, StepDef[Any, Any]]
+    notify: Callable[[], None]
+    host: TurnHost
+    lease_until: int = 0
+
+    def now(self) -> int:
+        """Epoch ms now."""
+        return epoch_ms(self.clock)
+
+    async def commit(
+        self,
+        advance: RunAdvance,
+        *,
+        checkpoints: Sequence[CheckpointWrite] = (),
+        tasks: Sequence[NewTask] = (),
+        events: Sequence[NewEvent] = (),
+        now: int | None = None,
+    ) -> None:
+        """One transaction of this turn (raises ``StaleTurnError`` if the lease was lost)."""
+        await self.store.commit_turn(
+            TurnCommit(
+                self.run.run_id,
+                self.token,
+                self.now() if now is None else now,
+                advance,
+                checkpoints,
+                tasks,
+                events,
+            )
+        )
+        if advance.lease_until is not None:
+            self.lease_until = advance.lease_until
+        for event in events:
+            level = _LEVELS.get(event.level, logging.INFO)
+            if _log.isEnabledFor(level):
+                _log.log(
+                    level,
+                    "run %s step %s: %s %s",
+                    self.run.run_id,
+                    event.seq,
+                    event.name,
+                    event.data,
+                    extra={"durable_event": event.name, "run_id": self.run.run_id},
+                )
+
+    def lease(self, now: int, extra_ms: int = 0) -> RunAdvance:
+        """The advance that keeps the turn going with its lease renewed from *now*."""
+        return RunAdvance("continue", lease_until=now + self.lease_ms + extra_ms)
+
+
+def wait_ms(delay: float, retry_after: float | None) -> int:
+    """A schedule's delay in whole ms, at least what the failure asked for, at most the clamp."""
+    ms = round(delay * 1000)
+    if retry_after is not None:
+        ms = max(ms, round(retry_after * 1000))
+    return min(ms, _MAX_DELAY_MS)

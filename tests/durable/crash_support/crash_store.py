@@ -1,0 +1,129 @@
+"""
+``CrashingStore``: a ``Store`` that delegates to ``SqliteStore`` and kills its own process at one
+chosen persistence point, so a test can show what a crash at exactly that write leaves behind.
+
+The process dies by ``os._exit(137)``: no ``finally`` block, no ``atexit``, no lease released,
+which is what a ``kill -9`` or a power cut of the process leaves. Just before dying it writes the
+point's name to a marker file, so a test knows the crash happened where it meant it to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from effects.durable import SqliteStore, Task
+from effects.durable._store import ClaimedRun, TaskOutcome, TurnCommit
+
+#: The points, with when the process dies there:
+POINTS: dict[str, str] = {
+    "dispatch": "after the commit that writes the first pending checkpoint and its task",
+    "claim": "after a worker's claim of a task commits (the handler never runs)",
+    "result-lost": "after the handler ran, before its result is recorded",
+    "result": "after a worker's result is recorded",
+    "wake-at": "after the commit that stamps wake_at on a failed attempt",
+    "redispatch": "after the commit that dispatches attempt 2",
+    "local-backoff": "half-way through a local step's in-memory backoff",
+    "local-done": "after a retried local step's outcome is committed",
+    "local-first": "after the fast-path commit of a local step that succeeded at once",
+    "run-claim": "after a turn's claim of the run commits (its lease is then held by no one)",
+    "finish": "after the workflow returned, before the run's completion is committed",
+}
+
+
+def _commit_point(commit: TurnCommit) -> str | None:
+    """Which persistence point a turn's commit is, if any."""
+    if commit.advance.action == "finish":
+        return "finish"
+    if commit.tasks:
+        return "dispatch" if commit.tasks[0].attempt == 1 else "redispatch"
+    for write in commit.checkpoints:
+        cp = write.checkpoint
+        if cp.kind == "remote" and cp.status == "failed" and cp.wake_at is not None:
+            return "wake-at"
+        if cp.kind == "local" and cp.status == "completed":
+            return "local-done"
+    if any(e.name == "step.retry_scheduled" for e in commit.events):
+        return "local-backoff"
+    return None
+
+
+def _backoff_ms(commit: TurnCommit) -> int:
+    (event,) = [e for e in commit.events if e.name == "step.retry_scheduled"]
+    delay: int = event.data["delay_ms"]
+    return delay
+
+
+class CrashingStore:
+    """
+    A ``SqliteStore`` on *url* whose process dies at the first write that is *point*.
+
+    Args:
+        url: The SQLite store URL.
+        point: One of ``POINTS``.
+        marker: The file to write *point* to just before dying.
+    """
+
+    def __init__(self, url: str, point: str, marker: Path) -> None:
+        if point not in POINTS:
+            msg = f"unknown crash point {point!r}; known: {', '.join(POINTS)}"
+            raise ValueError(msg)
+        self._inner = SqliteStore(url)
+        self.url = url
+        self._point = point
+        self._marker = marker
+
+    def __getattr__(self, name: str) -> Any:
+        # Every method that is no persistence point of ours goes straight to SQLite.
+        return getattr(self._inner, name)
+
+    def _die(self) -> None:
+        self._marker.write_text(self._point)
+        os._exit(137)
+
+    async def commit_turn(self, commit: TurnCommit) -> None:
+        """Commit, dying before or after as the point asks."""
+        point = _commit_point(commit)
+        if point == self._point == "finish":
+            self._die()
+        await self._inner.commit_turn(commit)
+        if point != self._point:
+            return
+        if point == "local-backoff":
+            # The turn is about to sleep: die in the middle of that sleep.
+            delay = _backoff_ms(commit) / 2000
+            asyncio.get_running_loop().call_later(delay, self._die)
+            return
+        self._die()
+
+    async def record_local_step(self, run_id: str, token: str, **kwargs: Any) -> None:
+        """Record a first-time local success, dying after it when the point asks."""
+        await self._inner.record_local_step(run_id, token, **kwargs)
+        if self._point == "local-first":
+            self._die()
+
+    async def claim_runs(self, **kwargs: Any) -> list[ClaimedRun]:
+        """Claim runs, dying after the claim when it took one and the point asks."""
+        claimed = await self._inner.claim_runs(**kwargs)
+        if claimed and self._point == "run-claim":
+            self._die()
+        return claimed
+
+    async def claim_tasks(self, **kwargs: Any) -> list[Task]:
+        """Claim tasks, dying after the claim when it took one and the point asks."""
+        tasks: Sequence[Task] = await self._inner.claim_tasks(**kwargs)
+        if tasks and self._point == "claim":
+            self._die()
+        return list(tasks)
+
+    async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
+        """Record a result, dying before or after it as the point asks."""
+        if self._point == "result-lost":
+            self._die()
+        recorded = await self._inner.record_result(task, worker, outcome, now)
+        if self._point == "result":
+            self._die()
+        return recorded

@@ -1,0 +1,76 @@
+"""Helpers shared by the durable engine's tests: flaky handlers, event queries, raw store reads."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from effects.durable import Engine, Event
+
+#: The fixture clock's start, in epoch ms.
+START_MS = 1_767_225_600_000
+
+
+class Flaky:
+    """A callable that raises the given errors in turn, then returns *value* (or its input)."""
+
+    def __init__(self, errors: Sequence[BaseException], value: Any = None) -> None:
+        self.errors = list(errors)
+        self.calls: list[Any] = []
+        self.value = value
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls.append(args[0] if args else None)
+        if len(self.calls) <= len(self.errors):
+            raise self.errors[len(self.calls) - 1]
+        return self.value if self.value is not None or not args else args[0]
+
+
+async def names(engine: Engine, run_id: str, prefix: str = "") -> list[str]:
+    """The names of the run's events, in order, optionally only those starting with *prefix*."""
+    return [e.name for e in await engine.events(run_id) if e.name.startswith(prefix)]
+
+
+async def events_named(engine: Engine, run_id: str, name: str) -> list[Event]:
+    """The run's events called *name*, in order."""
+    return [e for e in await engine.events(run_id) if e.name == name]
+
+
+def rows(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Rows of a read query on the SQLite store at *url* (a separate connection)."""
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        return db.execute(sql, params).fetchall()
+
+
+def relative(times: Sequence[int | None]) -> list[int | None]:
+    """Epoch ms times as ms after the fixture clock's start."""
+    return [None if t is None else t - START_MS for t in times]
+
+
+Handler = Callable[[Any], Any]
+
+
+class Intercepting:
+    """
+    A store that delegates to *store* and calls ``after[name](result, *args, **kwargs)`` once a
+    method of that name returns (for tests that act as another process at an exact moment).
+    """
+
+    def __init__(self, store: Any, **after: Callable[..., Any]) -> None:
+        self._store = store
+        self._after = after
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        hook = self._after.get(name)
+        if hook is None:
+            return attribute
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            result = await attribute(*args, **kwargs)
+            await hook(result, *args, **kwargs)
+            return result
+
+        return call
