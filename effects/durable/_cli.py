@@ -3,7 +3,8 @@ The command line: ``python -m effects.durable --app module:engine COMMAND``.
 
 Commands:
 
-- ``work [--concurrency N] [--poll DURATION]``: the worker loop of the engine. SIGTERM or SIGINT
+- ``work [--concurrency N] [--poll DURATION] [--log-level L]``: the worker loop of the engine,
+  logging the engine's warnings (``--log-level info``: every event) on stderr. SIGTERM or SIGINT
   (Ctrl-C) drains it: nothing new is claimed, attempts in flight finish and record their
   results, turns stop and release their leases; then it exits 0. A second signal stops at once
   (attempts in flight are abandoned and their claims released) and exits 128 + the signal's
@@ -69,6 +70,12 @@ EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 
 PROG: Final = "python -m effects.durable"
+_LOG_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 _BIGGEST: Final = 2**62  # beyond any count or ms a store can bind
 
 
@@ -159,6 +166,14 @@ def _parser() -> _Parser:
         default=1000,
         metavar="DURATION",
         help="longest idle wait between polls of the store, e.g. 500ms (default 1s)",
+    )
+
+    p.add_argument(
+        "--log-level",
+        choices=tuple(_LOG_LEVELS),
+        default="warning",
+        help="the engine's log on stderr: warning (default: recoveries, lost workers, failed "
+        "attempts), info (also every event of a turn), debug, error",
     )
 
     p = command("runs", "runs, newest first")
@@ -335,39 +350,41 @@ async def _cmd_retry(spec: str, args: argparse.Namespace) -> int:
 class _Stopper:
     """The signal handling of ``work``: the first signal drains, a second one stops at once."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
         self.signals: list[int] = []
         self.task: asyncio.Task[None] | None = None
 
-    def __call__(self, signum: int) -> None:
-        self.signals.append(signum)
+    def _act(self, signum: int, count: int) -> None:
         name = signal.Signals(signum).name
-        if len(self.signals) == 1:
+        if count == 1:
             _say(
                 f"{name}: draining: attempts in flight finish, leases are released "
                 f"(send {name} again to stop at once)"
             )
-            self.engine.stop()
+            if self.engine is not None:
+                self.engine.stop()
         elif self.task is not None and not self.task.done():
             _say(f"{name} again: stopping at once; attempts in flight are abandoned")
             self.task.cancel()
 
     @contextlib.contextmanager
     def installed(self) -> Generator[None]:
+        """Handle SIGTERM and SIGINT (Python-level handlers: seen at once, even mid-import)."""
         loop = asyncio.get_running_loop()
-        installed: list[int] = []
+
+        def handler(signum: int, frame: object) -> None:
+            self.signals.append(signum)
+            loop.call_soon_threadsafe(self._act, signum, len(self.signals))
+
+        previous: dict[int, Any] = {}
         try:
             for signum in (signal.SIGTERM, signal.SIGINT):
-                try:
-                    loop.add_signal_handler(signum, self, int(signum))
-                except (NotImplementedError, RuntimeError):  # no signal support in this loop
-                    continue
-                installed.append(signum)
+                previous[signum] = signal.signal(signum, handler)
             yield
         finally:
-            for number in installed:
-                loop.remove_signal_handler(number)
+            for number, before in previous.items():
+                signal.signal(number, before)
 
 
 _ExcInfo: TypeAlias = (
@@ -388,20 +405,19 @@ class _EscapingFormatter(logging.Formatter):
 
 
 @contextlib.contextmanager
-def _engine_log() -> Generator[None]:
-    """The engine's log (recoveries, lost workers, dead runs) on stderr while ``work`` runs."""
+def _engine_log(level: int) -> Generator[None]:
+    """The engine's log at *level* and above on stderr while ``work`` runs."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_EscapingFormatter("%(asctime)s %(levelname)s %(message)s"))
     logger = logging.getLogger("effects.durable")
-    level = logger.level
+    before = logger.level
     logger.addHandler(handler)
-    if logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)
+    logger.setLevel(level)
     try:
         yield
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(level)
+        logger.setLevel(before)
 
 
 def _redacted(url: str) -> str:
@@ -413,26 +429,30 @@ def _redacted(url: str) -> str:
 
 
 async def _cmd_work(spec: str, args: argparse.Namespace) -> int:
-    engine = load_engine(spec)
-    stopper = _Stopper(engine)
-    with stopper.installed(), _engine_log(), _store_errors(engine):
-        async with engine:
-            _say(
-                f"worker {engine.id} (pid {os.getpid()}) on {_redacted(engine.store.url)}; "
-                "SIGTERM or Ctrl-C drains it"
-            )
-            if stopper.signals:  # asked to stop while the store was opening
-                return EXIT_OK
-            stopper.task = asyncio.ensure_future(
-                engine.work(poll_ms=args.poll, concurrency=args.concurrency)
-            )
-            try:
-                await stopper.task
-            except asyncio.CancelledError:
-                if len(stopper.signals) < 2:
-                    raise
-                _say("stopped without draining")
-                return 128 + stopper.signals[-1]
+    stopper = _Stopper()
+    # Signals are handled from before the app is imported: a stop asked for during a slow import
+    # or while the store opens ends the worker cleanly before it claims anything.
+    with stopper.installed():
+        engine = stopper.engine = load_engine(spec)
+        with _engine_log(_LOG_LEVELS[args.log_level]), _store_errors(engine):
+            async with engine:
+                if stopper.signals:
+                    _say("stopped before starting work")
+                    return EXIT_OK
+                _say(
+                    f"worker {engine.id} (pid {os.getpid()}) on {_redacted(engine.store.url)}; "
+                    "SIGTERM or Ctrl-C drains it"
+                )
+                stopper.task = asyncio.ensure_future(
+                    engine.work(poll_ms=args.poll, concurrency=args.concurrency)
+                )
+                try:
+                    await stopper.task
+                except asyncio.CancelledError:
+                    if len(stopper.signals) < 2:
+                        raise
+                    _say("stopped without draining")
+                    return 128 + stopper.signals[-1]
     _say("drained; stopped" if stopper.signals else "stopped")
     return EXIT_OK
 

@@ -224,9 +224,13 @@ def run_text(run: Run, *, now_ms: int) -> str:
 
 
 def checkpoints_table(checkpoints: Sequence[Checkpoint]) -> str:
-    """Checkpoints as a table: seq, name, kind, status, attempts, wake_at, updated, error."""
+    """
+    Checkpoints as a table: seq, name, kind, status, attempts, wake_at, updated, error; and the
+    last heartbeat progress when a step reported any.
+    """
     if not checkpoints:
         return "no checkpoints"
+    progress = any(c.progress is not None for c in checkpoints)
     rows = [
         [
             str(c.seq),
@@ -237,11 +241,12 @@ def checkpoints_table(checkpoints: Sequence[Checkpoint]) -> str:
             iso(c.wake_at),
             iso(c.updated_at),
             clip(error_text(c.error), _CELL_LIMIT),
+            *([clip(_value(c.progress), _CELL_LIMIT // 2)] if progress else []),
         ]
         for c in checkpoints
     ]
     header = ["seq", "name", "kind", "status", "attempts", "wake_at", "updated", "error"]
-    return _table(header, rows)
+    return _table([*header, *(["progress"] if progress else [])], rows)
 
 
 def _event_data(data: Mapping[str, Any]) -> str:

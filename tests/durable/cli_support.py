@@ -29,7 +29,7 @@ import asyncio
 from pathlib import Path
 
 from effects import FatalError
-from effects.durable import Engine, step, workflow
+from effects.durable import Engine, current_step, step, workflow
 
 HERE = Path(__file__).resolve().parent
 
@@ -54,6 +54,17 @@ async def slow(n):
             break
         await asyncio.sleep(0.005)
     return 2 * n
+
+
+@step("beat")
+async def beat(n):
+    current_step().heartbeat({"done": n, "of": n})
+    return n
+
+
+@workflow("beating")
+async def beating(ctx, n):
+    return await ctx.step(beat, n)
 
 
 @workflow("greet")
@@ -84,8 +95,8 @@ async def declined(ctx, order):
     return await ctx.local_step("charge", charge)
 
 
-WORKFLOWS = [greet, pay, hold, declined]
-STEPS = [double, slow]
+WORKFLOWS = [greet, pay, hold, declined, beating]
+STEPS = [double, slow, beat]
 engine = Engine("sqlite:///durable.db", workflows=WORKFLOWS, steps=STEPS)
 
 
@@ -203,6 +214,13 @@ class App:
             text=True,
         )
         self.processes.append(process)
+        return process
+
+    def worker(self, *args: str) -> subprocess.Popen[str]:
+        """Start ``work`` of the app's engine and wait until it is serving (signals drain it)."""
+        process = self.popen("--app", "app:engine", "work", "--poll", "50ms", *args)
+        assert process.stderr is not None
+        read_until(process.stderr, "drains it")
         return process
 
     def reap(self) -> None:

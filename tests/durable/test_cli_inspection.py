@@ -200,6 +200,24 @@ def test_show_json_of_a_completed_run_has_its_output(app: App) -> None:
     ]
 
 
+def test_show_prints_the_last_heartbeat_progress_of_a_step(cli_app: App) -> None:
+    """A step that reported progress gets a progress column in ``show``, and it is in the JSON."""
+
+    async def main() -> None:
+        async with cli_app.engine() as engine:
+            await engine.start("beating", 3, run_id="b-1")
+            await engine.run_until_idle()
+
+    run_async(main)
+    done = cli_app.cli("--app", "app:engine", "show", "b-1")
+    assert 0 == done.returncode, done.stderr
+    table = rows(done.stdout.split("\n\n")[1])
+    assert "progress" == table[1][-1]
+    assert '{"done": 3, "of": 3}' == table[2][-1]
+    (checkpoint,) = cli_app.json("show", "b-1")["checkpoints"]
+    assert {"done": 3, "of": 3} == checkpoint["progress"]
+
+
 HOSTILE = "evil\x1b[2J\x1b]0;owned\x07\x9b31m\u202edecoy\u2028\r\nline\x7f"
 
 

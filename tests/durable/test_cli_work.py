@@ -51,7 +51,7 @@ def test_work_runs_local_and_dispatched_steps_to_the_end(cli_app: App) -> None:
     """A ``work`` process (app imported from its working folder) finishes every run."""
     app = cli_app
     start_runs(app, ("greet", "ada", "g-1"), ("pay", 21, "p-1"), ("pay", 4, "p-2"))
-    worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
+    worker = app.worker()
     wait_until_finished(app, ["g-1", "p-1", "p-2"], worker)
     code, err = stop(worker)
     assert 0 == code, err
@@ -68,7 +68,7 @@ def test_a_signal_drains_the_worker_while_a_slow_step_runs(
     """SIGTERM or SIGINT mid-step: the step finishes, its result is recorded, exit 0."""
     app = cli_app
     start_runs(app, ("hold", 5, "h-1"))
-    worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
+    worker = app.worker()
     app.wait_for("started", worker)
     worker.send_signal(signum)
     assert worker.stderr is not None
@@ -82,7 +82,7 @@ def test_a_signal_drains_the_worker_while_a_slow_step_runs(
     assert ("completed", 10) == (recorded["status"], recorded["output"])
     # The result woke the run; nothing holds it: any worker may take it from here.
     assert ["pending"] == statuses(app, ["h-1"])
-    finisher = app.popen("--app", "app:engine", "work", "--poll", "50ms")
+    finisher = app.worker()
     wait_until_finished(app, ["h-1"], finisher)
     assert 0 == stop(finisher)[0]
     assert 10 == app.json("show", "h-1")["run"]["output"]
@@ -95,7 +95,7 @@ def test_a_second_signal_stops_at_once_and_the_step_runs_again_elsewhere(
     """A second SIGTERM abandons the attempt (exit 143), releases its claim; another finishes."""
     app = cli_app
     start_runs(app, ("hold", 3, "h-2"))
-    worker = app.popen("--app", "app:engine", "work", "--poll", "50ms")
+    worker = app.worker()
     app.wait_for("started", worker)
     assert worker.stderr is not None
     worker.send_signal(signal.SIGTERM)
@@ -123,7 +123,7 @@ def test_two_work_processes_share_one_store_and_run_each_step_once(cli_app: App)
     app = cli_app
     run_ids = [f"p-{i}" for i in range(8)]
     start_runs(app, *(("pay", i, run_id) for i, run_id in enumerate(run_ids)))
-    workers = [app.popen("--app", "app:engine", "work", "--poll", "50ms") for _ in range(2)]
+    workers = [app.worker() for _ in range(2)]
     wait_until_finished(app, run_ids, workers[0])
     assert [0, 0] == [stop(worker)[0] for worker in workers]
     shown = [app.json("show", run_id) for run_id in run_ids]
@@ -134,3 +134,23 @@ def test_two_work_processes_share_one_store_and_run_each_step_once(cli_app: App)
         for s in shown
     ]
     assert [1] * 8 == [len(events) for events in started]
+
+
+def test_a_signal_while_the_app_imports_stops_the_worker_before_it_claims(cli_app: App) -> None:
+    """SIGTERM during a slow import of the app: exit 0, nothing claimed, the run stays pending."""
+    app = cli_app
+    (app.root / "slow_app.py").write_text(
+        "import time\nfrom pathlib import Path\n"
+        "Path('importing').write_text('')\n"
+        "while not Path('go').exists():\n    time.sleep(0.005)\n"
+        "from app import engine\n"
+    )
+    start_runs(app, ("greet", "ada", "g-1"))
+    worker = app.popen("--app", "slow_app:engine", "work", "--poll", "50ms")
+    app.wait_for("importing", worker)
+    worker.send_signal(signal.SIGTERM)
+    (app.root / "go").write_text("")
+    _, err = worker.communicate(timeout=60)
+    assert 0 == worker.returncode, err
+    assert "stopped before starting work" in err
+    assert ["pending"] == statuses(app, ["g-1"])
