@@ -372,7 +372,8 @@ class Engine:
             return
         timeout = (deadline - now) / 1000
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see work()
+                await event.wait()
 
     def _parked_count(self) -> int:
         return sum(1 for _, event in self._parked.values() if not event.is_set())
