@@ -11,13 +11,14 @@ process never interleave within a transaction.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import sqlite3
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
@@ -37,6 +38,7 @@ from effects.durable.errors import StepError, StoreError
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "parse_sqlite_url"]
 
+_T = TypeVar("_T")
 SCHEMA_NAME: Final = "effects.durable"
 SCHEMA_VERSION: Final = 2
 
@@ -297,6 +299,8 @@ class SqliteStore:
         self.url = url
         self._path, self._options = parse_sqlite_url(url)
         self._db: sqlite3.Connection | None = None
+        self._grouped = self._options["synchronous"] in ("FULL", "EXTRA")
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.url!r})"
@@ -384,7 +388,8 @@ class SqliteStore:
             raise
 
     async def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent), after the writes still waiting for a commit."""
+        self._flush()
         db, self._db = self._db, None
         if db is not None:
             db.close()
@@ -417,6 +422,54 @@ class SqliteStore:
             msg = f"store {self.url}: commit failed: {error}"
             raise StoreError(msg) from error
 
+    async def _transact(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """
+        Run *work* in a write transaction. With ``synchronous`` FULL or EXTRA the writes that
+        coroutines issue in one turn of the event loop share one transaction, each in a savepoint
+        of its own, so one fsync covers them all (group commit); each caller still resumes only
+        once its write is durable, and a write that fails rolls back alone.
+        """
+        if not self._grouped:
+            with self._write() as db:
+                return work(db)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_T] = loop.create_future()
+        self._pending.append((work, done))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)
+        return await done
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        try:
+            with self._write() as db:
+                for work, done in batch:
+                    db.execute("SAVEPOINT grouped")
+                    try:
+                        value = work(db)
+                    except Exception as error:  # noqa: BLE001 - handed to its caller
+                        db.execute("ROLLBACK TO grouped")
+                        db.execute("RELEASE grouped")
+                        outcomes.append((done, False, error))
+                    else:
+                        db.execute("RELEASE grouped")
+                        outcomes.append((done, True, value))
+        except Exception as error:  # noqa: BLE001 - the commit failed: every write with it
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(error)
+            return
+        for done, ok, value in outcomes:
+            if done.done():
+                continue
+            if ok:
+                done.set_result(value)
+            else:
+                done.set_exception(value)
+
     @staticmethod
     def _insert_events(db: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         if len(events) == 1:
@@ -432,18 +485,22 @@ class SqliteStore:
 
     async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | None:
         """Insert *run* as pending; return the existing run if the id is taken."""
-        with self._write() as db:
-            row = db.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run.run_id,)
-            ).fetchone()
-            if row is not None:
-                return _run(row)
-            db.execute(
-                "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
-                " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
-                (run.run_id, run.workflow, run.version, run.input, run.now, run.now),
-            )
-            self._insert_events(db, run.run_id, events)
+        return await self._transact(lambda db: self._create_run(db, run, events))
+
+    def _create_run(
+        self, db: sqlite3.Connection, run: NewRun, events: Sequence[NewEvent]
+    ) -> Run | None:
+        row = db.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run.run_id,)
+        ).fetchone()
+        if row is not None:
+            return _run(row)
+        db.execute(
+            "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
+            " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+            (run.run_id, run.workflow, run.version, run.input, run.now, run.now),
+        )
+        self._insert_events(db, run.run_id, events)
         return None
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -556,73 +613,75 @@ class SqliteStore:
 
     async def commit_turn(self, commit: TurnCommit) -> None:
         """Apply *commit* in one transaction or raise ``StaleTurnError``."""
-        with self._write() as db:
-            if not self._advance(db, commit):
-                raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
-            for write in commit.checkpoints:
-                cp = write.checkpoint
-                values = (
-                    cp.name,
-                    cp.kind,
-                    cp.step_id,
-                    cp.status,
-                    cp.attempts,
-                    cp.wake_at,
-                    write.output,
-                    _error_text(cp.error),
-                    _dumps([e.to_json() for e in cp.errors]) if cp.errors else "[]",
-                    int(cp.final),
-                    write.exception,
-                    None if cp.retry_state is None else _dumps(cp.retry_state),
-                    cp.group,
-                    cp.queue,
-                    cp.dispatched_at,
-                    write.input,
-                    cp.timeout_ms,
-                    cp.lease_ms,
-                    cp.redispatches,
-                    cp.heartbeat_at,
-                    commit.now,
-                )
-                if write.expected_rev is None:
-                    try:
-                        db.execute(
-                            "INSERT INTO checkpoints (name, kind, step_id, status, attempts,"
-                            " wake_at, output, error, errors, final, exception, retry_state, grp,"
-                            " queue, dispatched_at, input, timeout_ms, lease_ms, redispatches,"
-                            " heartbeat_at, updated_at, run_id, seq, created_at)"
-                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                            " ?, ?, ?, ?)",
-                            (*values, commit.run_id, cp.seq, cp.created_at),
-                        )
-                    except sqlite3.IntegrityError:
-                        msg = f"run {commit.run_id}: checkpoint {cp.seq} was written meanwhile"
-                        raise StaleTurnError(msg) from None
-                else:
-                    cursor = db.execute(
-                        "UPDATE checkpoints SET name = ?, kind = ?, step_id = ?, status = ?,"
-                        " attempts = ?, wake_at = ?, output = ?, error = ?, errors = ?, final = ?,"
-                        " exception = ?, retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
-                        " input = ?, timeout_ms = ?, lease_ms = ?, redispatches = ?,"
-                        " heartbeat_at = ?, updated_at = ?, rev = rev + 1"
-                        " WHERE run_id = ? AND seq = ? AND rev = ?",
-                        (*values, commit.run_id, cp.seq, write.expected_rev),
+        await self._transact(lambda db: self._commit_turn(db, commit))
+
+    def _commit_turn(self, db: sqlite3.Connection, commit: TurnCommit) -> None:
+        if not self._advance(db, commit):
+            raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+        for write in commit.checkpoints:
+            cp = write.checkpoint
+            values = (
+                cp.name,
+                cp.kind,
+                cp.step_id,
+                cp.status,
+                cp.attempts,
+                cp.wake_at,
+                write.output,
+                _error_text(cp.error),
+                _dumps([e.to_json() for e in cp.errors]) if cp.errors else "[]",
+                int(cp.final),
+                write.exception,
+                None if cp.retry_state is None else _dumps(cp.retry_state),
+                cp.group,
+                cp.queue,
+                cp.dispatched_at,
+                write.input,
+                cp.timeout_ms,
+                cp.lease_ms,
+                cp.redispatches,
+                cp.heartbeat_at,
+                commit.now,
+            )
+            if write.expected_rev is None:
+                try:
+                    db.execute(
+                        "INSERT INTO checkpoints (name, kind, step_id, status, attempts,"
+                        " wake_at, output, error, errors, final, exception, retry_state, grp,"
+                        " queue, dispatched_at, input, timeout_ms, lease_ms, redispatches,"
+                        " heartbeat_at, updated_at, run_id, seq, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                        " ?, ?, ?, ?)",
+                        (*values, commit.run_id, cp.seq, cp.created_at),
                     )
-                    if cursor.rowcount != 1:
-                        msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
-                        raise StaleTurnError(msg)
-            self._insert_events(db, commit.run_id, commit.events)
-            for task in commit.tasks:
-                # Withdraw older attempts nobody claimed: only the newest may run.
-                withdrawn = db.execute(
-                    "DELETE FROM tasks WHERE run_id = ? AND seq = ? AND status IN"
-                    " ('queued', 'waiting') RETURNING queue",
-                    (task.run_id, task.seq),
-                ).fetchall()
-                self._enqueue(db, task, commit.now)
-                for (queue,) in withdrawn:
-                    if queue is not None:
-                        self._admit_waiting(db, queue, commit.now)
+                except sqlite3.IntegrityError:
+                    msg = f"run {commit.run_id}: checkpoint {cp.seq} was written meanwhile"
+                    raise StaleTurnError(msg) from None
+            else:
+                cursor = db.execute(
+                    "UPDATE checkpoints SET name = ?, kind = ?, step_id = ?, status = ?,"
+                    " attempts = ?, wake_at = ?, output = ?, error = ?, errors = ?, final = ?,"
+                    " exception = ?, retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
+                    " input = ?, timeout_ms = ?, lease_ms = ?, redispatches = ?,"
+                    " heartbeat_at = ?, updated_at = ?, rev = rev + 1"
+                    " WHERE run_id = ? AND seq = ? AND rev = ?",
+                    (*values, commit.run_id, cp.seq, write.expected_rev),
+                )
+                if cursor.rowcount != 1:
+                    msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
+                    raise StaleTurnError(msg)
+        self._insert_events(db, commit.run_id, commit.events)
+        for task in commit.tasks:
+            # Withdraw older attempts nobody claimed: only the newest may run.
+            withdrawn = db.execute(
+                "DELETE FROM tasks WHERE run_id = ? AND seq = ? AND status IN"
+                " ('queued', 'waiting') RETURNING queue",
+                (task.run_id, task.seq),
+            ).fetchall()
+            self._enqueue(db, task, commit.now)
+            for (queue,) in withdrawn:
+                if queue is not None:
+                    self._admit_waiting(db, queue, commit.now)
 
     @staticmethod
     def _enqueue(db: sqlite3.Connection, task: NewTask, now: int) -> None:
@@ -711,37 +770,25 @@ class SqliteStore:
         self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
-        # The hot path of the engine: the transaction written out rather than via _write().
-        db = self._conn
-        try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            msg = f"store {self.url}: cannot begin a write: {error}"
-            raise StoreError(msg) from error
-        try:
-            inserted = db.execute(
-                "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
-                " output, created_at, updated_at)"
-                " SELECT ?1, ?2, ?3, 'local', ?1 || ':' || ?2, 'completed', 1, ?4, ?5, ?6"
-                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND lease_token = ?7"
-                " AND status = 'running')",
-                (run_id, seq, name, output, started, now, token),
-            ).rowcount
+        query = (
+            "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
+            " output, created_at, updated_at)"
+            " SELECT ?1, ?2, ?3, 'local', ?1 || ':' || ?2, 'completed', 1, ?4, ?5, ?6"
+            " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND lease_token = ?7"
+            " AND status = 'running')"
+        )
+        values = (run_id, seq, name, output, started, now, token)
+
+        def insert(db: sqlite3.Connection) -> None:
+            try:
+                inserted = db.execute(query, values).rowcount
+            except sqlite3.IntegrityError:
+                msg = f"run {run_id}: checkpoint {seq} was written meanwhile"
+                raise StaleTurnError(msg) from None
             if inserted != 1:
                 raise StaleTurnError(f"run {run_id}: the lease was taken over")
-        except sqlite3.IntegrityError:
-            db.execute("ROLLBACK")
-            raise StaleTurnError(f"run {run_id}: checkpoint {seq} was written meanwhile") from None
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        try:
-            db.execute("COMMIT")
-        except sqlite3.Error as error:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            msg = f"store {self.url}: commit failed: {error}"
-            raise StoreError(msg) from error
+
+        await self._transact(insert)
 
     @staticmethod
     def _advance(db: sqlite3.Connection, commit: TurnCommit) -> bool:
@@ -847,7 +894,8 @@ class SqliteStore:
         self, task: Task, *, now: int, progress: str | None, lease_until: int | None
     ) -> bool:
         """Persist a worker's beat (see ``Store.heartbeat``)."""
-        with self._write() as db:
+
+        def beat(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
                 "UPDATE checkpoints SET heartbeat_at = ?1, progress = COALESCE(?2, progress),"
                 " wake_at = CASE WHEN lease_ms IS NULL OR ?3 IS NULL THEN wake_at ELSE ?3 END,"
@@ -857,6 +905,8 @@ class SqliteStore:
                 (now, progress, lease_until, task.run_id, task.seq, task.attempt),
             )
             return cursor.rowcount == 1
+
+        return await self._transact(beat)
 
     async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         """One checkpoint, read afresh."""
@@ -936,7 +986,8 @@ class SqliteStore:
 
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record an attempt's result (see ``Store.record_result``)."""
-        with self._write() as db:
+
+        def record(db: sqlite3.Connection) -> bool:
             deleted = db.execute(
                 "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ? RETURNING queue",
                 (task.task_id, worker),
@@ -945,6 +996,8 @@ class SqliteStore:
             return self._apply_outcome(
                 db, run_id=task.run_id, seq=task.seq, attempt=task.attempt, outcome=outcome, now=now
             )
+
+        return await self._transact(record)
 
     def _apply_outcome(
         self,
