@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 import attrs
 
 from effects.durable import Engine, WorkflowDef
+from effects.durable._views import checkpoint_json, event_json, run_json
 from effects.testing import VirtualClock
 
 T = TypeVar("T")
@@ -198,11 +200,34 @@ class App:
             check=False,
         )
 
+    def cli_many(
+        self, commands: Sequence[tuple[str, ...]], workers: int = 4
+    ) -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
+        """Run many commands that change nothing, a few at a time; their results by arguments."""
+        with ThreadPoolExecutor(workers) as pool:
+            done = {args: pool.submit(self.cli, *args) for args in commands}
+            return {args: future.result() for args, future in done.items()}
+
     def json(self, *args: str) -> Any:
         """Run a ``--json`` command of the app's engine that must succeed; decode its output."""
         done = self.cli("--app", "app:engine", *args, "--json")
         assert 0 == done.returncode, done.stderr
         return json.loads(done.stdout)
+
+    def shown(self, run_id: str) -> Any:
+        """What ``show RUN --json`` prints, read in this process (quicker than the command)."""
+
+        async def read() -> Any:
+            async with Engine(self.url) as engine:
+                run = await engine.store.get_run(run_id)
+                assert run is not None, run_id
+                return {
+                    "run": run_json(run),
+                    "checkpoints": [checkpoint_json(c) for c in await engine.checkpoints(run_id)],
+                    "events": [event_json(e) for e in await engine.events(run_id)],
+                }
+
+        return json.loads(json.dumps(run_async(read)))
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         """Start ``python -m effects.durable ARGS`` in the app's folder (``reap`` ends it)."""

@@ -20,7 +20,7 @@ def failed_run(app: App) -> App:
 def test_retry_makes_a_failed_run_pending_with_its_failed_step_reset(cli_app: App) -> None:
     """``retry`` is engine.requeue: run pending, failed step at attempt 0, completed step kept."""
     app = failed_run(cli_app)
-    assert "failed" == app.json("show", "d-1")["run"]["status"]
+    assert "failed" == app.shown("d-1")["run"]["status"]
     done = app.cli("--app", "app:engine", "retry", "d-1")
     assert (0, "") == (done.returncode, done.stderr)
     assert "run d-1 was failed, is pending again" in done.stdout
@@ -55,6 +55,6 @@ def test_retry_of_a_run_already_requeued_is_refused(cli_app: App) -> None:
     """A second ``retry`` of a run that is pending again: one line, exit 2, nothing changed."""
     app = failed_run(cli_app)
     assert 0 == app.cli("--app", "app:engine", "retry", "d-1").returncode
-    before = app.json("show", "d-1")
+    before = app.shown("d-1")
     assert_one_line_error(app.cli("--app", "app:engine", "retry", "d-1"), "d-1 is pending")
-    assert before == app.json("show", "d-1")
+    assert before == app.shown("d-1")

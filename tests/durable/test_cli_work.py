@@ -41,9 +41,7 @@ def stop(process: subprocess.Popen[str]) -> tuple[int, str]:
 
 def checkpoint(app: App, run_id: str, seq: int) -> dict[str, Any]:
     """The JSON of the run's checkpoint *seq*, as ``show --json`` prints it."""
-    found: list[dict[str, Any]] = [
-        c for c in app.json("show", run_id)["checkpoints"] if c["seq"] == seq
-    ]
+    found: list[dict[str, Any]] = [c for c in app.shown(run_id)["checkpoints"] if c["seq"] == seq]
     return found[0]
 
 
@@ -55,9 +53,7 @@ def test_work_runs_local_and_dispatched_steps_to_the_end(cli_app: App) -> None:
     wait_until_finished(app, ["g-1", "p-1", "p-2"], worker)
     code, err = stop(worker)
     assert 0 == code, err
-    assert ["hello ada", 42, 8] == [
-        app.json("show", r)["run"]["output"] for r in ("g-1", "p-1", "p-2")
-    ]
+    assert ["hello ada", 42, 8] == [app.shown(r)["run"]["output"] for r in ("g-1", "p-1", "p-2")]
     assert "Traceback" not in err
 
 
@@ -85,7 +81,7 @@ def test_a_signal_drains_the_worker_while_a_slow_step_runs(
     finisher = app.worker()
     wait_until_finished(app, ["h-1"], finisher)
     assert 0 == stop(finisher)[0]
-    assert 10 == app.json("show", "h-1")["run"]["output"]
+    assert 10 == app.shown("h-1")["run"]["output"]
     assert ["5"] == app.lines("slow.calls")
 
 
@@ -126,7 +122,7 @@ def test_two_work_processes_share_one_store_and_run_each_step_once(cli_app: App)
     workers = [app.worker() for _ in range(2)]
     wait_until_finished(app, run_ids, workers[0])
     assert [0, 0] == [stop(worker)[0] for worker in workers]
-    shown = [app.json("show", run_id) for run_id in run_ids]
+    shown = [app.shown(run_id) for run_id in run_ids]
     assert [2 * i for i in range(8)] == [s["run"]["output"] for s in shown]
     assert [[1]] * 8 == [[c["attempts"] for c in s["checkpoints"]] for s in shown]
     started = [
