@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import io
 import logging
-import math
 import os
 import signal
 import sqlite3
@@ -123,7 +122,8 @@ def _duration_ms(text: str) -> int:
     except (TypeError, ValueError):
         msg = f"expected a duration such as 90 (seconds), 500ms, 10m or 1h, got {text!r}"
         raise argparse.ArgumentTypeError(msg) from None
-    return min(round(seconds * 1000), _BIGGEST) if math.isfinite(seconds) else _BIGGEST
+    ms = seconds * 1000
+    return round(ms) if ms < _BIGGEST else _BIGGEST  # 1e306 s: longer than any store has been
 
 
 def _interval_ms(text: str) -> int:

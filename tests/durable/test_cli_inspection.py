@@ -128,6 +128,7 @@ def test_runs_stale_lists_suspended_runs_with_an_old_pending_dispatch(cli_app: A
         found = [r["run_id"] for r in app.json("runs", "--stale", duration)]
         assert ["old"] == found, duration
     assert [] == [r["run_id"] for r in app.json("runs", "--stale", "3d")]
+    assert [] == [r["run_id"] for r in app.json("runs", "--stale", "1e306")]
     assert {"old", "new", "old-done", "new-done"} == {r["run_id"] for r in app.json("runs")}
 
 
