@@ -14,6 +14,9 @@ Commands:
 - ``show RUN [--json]``: a run with its checkpoints and its event trail.
 - ``retry RUN``: ``engine.requeue``: a failed, dead or cancelled run's failed steps get a fresh
   first attempt; completed steps are not run again.
+- ``redispatch RUN``: ``engine.redispatch_pending``: the run's pending dispatched steps are
+  enqueued again (same ``step_id``, ``attempt + 1``); prints how many. For a dispatch that was
+  lost (``runs --stale`` lists candidates); safe on a healthy run.
 
 ``--app module:attribute`` names an ``Engine`` (or a function of no arguments returning one); the
 module is imported from the working directory or ``sys.path``. It may come before or after the
@@ -194,7 +197,9 @@ def _parser() -> _Parser:
 
     p = command("retry", "requeue a failed, dead or cancelled run: its failed steps run again")
     p.add_argument("run_id", type=_text, metavar="RUN")
-    # `redispatch RUN` (engine.redispatch_pending) joins here with the lost-dispatch work.
+
+    p = command("redispatch", "enqueue a run's pending dispatched steps again (attempt + 1)")
+    p.add_argument("run_id", type=_text, metavar="RUN")
     return parser
 
 
@@ -457,9 +462,26 @@ async def _cmd_work(spec: str, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _cmd_redispatch(spec: str, args: argparse.Namespace) -> int:
+    run_id: str = args.run_id
+    async with _opened(spec) as engine:
+        count = await engine.redispatch_pending(run_id)
+        pending = [
+            f"{c.seq} {c.name} (attempt {c.attempts})"
+            for c in await engine.checkpoints(run_id)
+            if c.kind == "remote" and c.status in ("pending", "running")
+        ]
+    if count:
+        _out(safe(f"run {run_id}: {count} pending step(s) enqueued again: {', '.join(pending)}"))
+    else:
+        _out(safe(f"run {run_id}: no pending dispatched step; nothing enqueued"))
+    return EXIT_OK
+
+
 _COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any, Any, int]]]] = {
     "work": _cmd_work,
     "runs": _cmd_runs,
     "show": _cmd_show,
     "retry": _cmd_retry,
+    "redispatch": _cmd_redispatch,
 }
