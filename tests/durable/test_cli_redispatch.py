@@ -26,7 +26,7 @@ def tasks(app: App) -> list[tuple[int, int]]:
 
 
 def test_redispatch_enqueues_the_pending_step_again(cli_app: App) -> None:
-    """The pending step is enqueued with attempt 2, the stale attempt withdrawn; a worker finishes."""
+    """The pending step goes out again as attempt 2, the stale one withdrawn; a worker finishes."""
     app = pending_run(cli_app)
     assert [(1, 0)] == tasks(app)
     done = app.cli("--app", "app:engine", "redispatch", "p-1")
