@@ -16,7 +16,7 @@ import contextlib
 import json
 import secrets
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -441,6 +441,15 @@ class SqliteStore:
             raise RuntimeError(msg)
         return self._db
 
+    @contextlib.contextmanager
+    def _read_errors(self) -> Generator[None]:
+        """A read's SQLite failure (a damaged page, an I/O error) as a ``StoreError``."""
+        try:
+            yield
+        except sqlite3.Error as error:
+            msg = f"store {self.url}: a read failed: {error}"
+            raise StoreError(msg) from error
+
     def _run_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """*work* in one write transaction; ``_Busy`` if another process holds the write lock."""
         db = self._conn
@@ -590,10 +599,11 @@ class SqliteStore:
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
-        row = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        return None if row is None else _run(row)
+        with self._read_errors():
+            row = self._conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            return None if row is None else _run(row)
 
     async def list_runs(
         self,
@@ -604,30 +614,33 @@ class SqliteStore:
         stale_before: int | None = None,
     ) -> list[Run]:
         """Runs newest first, filtered (see ``Store.list_runs``)."""
-        where: list[str] = []
-        params: list[object] = []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if workflow is not None:
-            where.append("workflow = ?")
-            params.append(workflow)
-        if stale_before is not None:
-            where.append(
-                "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE"
-                " kind = 'remote' AND status IN ('pending', 'running') AND dispatched_at < ?)"
-            )
-            params.append(stale_before)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC, run_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [_run(row) for row in rows]
+        with self._read_errors():
+            where: list[str] = []
+            params: list[object] = []
+            if status is not None:
+                where.append("status = ?")
+                params.append(status)
+            if workflow is not None:
+                where.append("workflow = ?")
+                params.append(workflow)
+            if stale_before is not None:
+                where.append(
+                    "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE"
+                    " kind = 'remote' AND status IN ('pending', 'running') AND dispatched_at < ?)"
+                )
+                params.append(stale_before)
+            clause = f"WHERE {' AND '.join(where)}" if where else ""
+            rows = self._conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs {clause}"
+                " ORDER BY created_at DESC, run_id LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+            return [_run(row) for row in rows]
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints by sequence number."""
-        return self._checkpoints(self._conn, run_id)
+        with self._read_errors():
+            return self._checkpoints(self._conn, run_id)
 
     @staticmethod
     def _checkpoints(db: sqlite3.Connection, run_id: str) -> list[Checkpoint]:
@@ -639,13 +652,14 @@ class SqliteStore:
 
     async def events(self, run_id: str) -> list[Event]:
         """The run's events, oldest first."""
-        rows = self._conn.execute(
-            "SELECT name, level, at, seq, data FROM events WHERE run_id = ? ORDER BY id",
-            (run_id,),
-        ).fetchall()
-        return [
-            Event(name, level, at, seq, json.loads(data)) for name, level, at, seq, data in rows
-        ]
+        with self._read_errors():
+            rows = self._conn.execute(
+                "SELECT name, level, at, seq, data FROM events WHERE run_id = ? ORDER BY id",
+                (run_id,),
+            ).fetchall()
+            return [
+                Event(name, level, at, seq, json.loads(data)) for name, level, at, seq, data in rows
+            ]
 
     # -- turns ------------------------------------------------------------------------------------
 
@@ -659,35 +673,36 @@ class SqliteStore:
         limit: int,
     ) -> list[ClaimedRun]:
         """Take up to *limit* runnable runs of *workflows*, each with a fresh lease token."""
-        if not workflows or limit <= 0:
-            return []
-        pairs = ", ".join("(?, ?)" for _ in workflows)
-        flat = [part for pair in workflows for part in pair]
-        query = (
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
-            " AND (status = 'pending' OR wake_at <= ?)"
-            f" AND (workflow, version) IN (VALUES {pairs})"
-            " ORDER BY updated_at, run_id LIMIT ?"
-        )
-        # A read first: an idle poll takes no write lock (and writes no empty transaction).
-        if not self._conn.execute(query, (now, *flat, 1)).fetchone():
-            return []
+        with self._read_errors():
+            if not workflows or limit <= 0:
+                return []
+            pairs = ", ".join("(?, ?)" for _ in workflows)
+            flat = [part for pair in workflows for part in pair]
+            query = (
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
+                " AND (status = 'pending' OR wake_at <= ?)"
+                f" AND (workflow, version) IN (VALUES {pairs})"
+                " ORDER BY updated_at, run_id LIMIT ?"
+            )
+            # A read first: an idle poll takes no write lock (and writes no empty transaction).
+            if not self._conn.execute(query, (now, *flat, 1)).fetchone():
+                return []
 
-        def work(db: sqlite3.Connection) -> list[ClaimedRun]:
-            claimed: list[ClaimedRun] = []
-            rows = db.execute(query, (now, *flat, limit)).fetchall()
-            for row in rows:
-                token = f"{owner}:{secrets.token_hex(6)}"
-                db.execute(
-                    "UPDATE runs SET status = 'running', lease_token = ?, lease_until = ?,"
-                    " woken = 0 WHERE run_id = ?",
-                    (token, lease_until, row[0]),
-                )
-                run = attrs.evolve(_run(row), status="running")
-                claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
-            return claimed
+            def work(db: sqlite3.Connection) -> list[ClaimedRun]:
+                claimed: list[ClaimedRun] = []
+                rows = db.execute(query, (now, *flat, limit)).fetchall()
+                for row in rows:
+                    token = f"{owner}:{secrets.token_hex(6)}"
+                    db.execute(
+                        "UPDATE runs SET status = 'running', lease_token = ?, lease_until = ?,"
+                        " woken = 0 WHERE run_id = ?",
+                        (token, lease_until, row[0]),
+                    )
+                    run = attrs.evolve(_run(row), status="running")
+                    claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
+                return claimed
 
-        return await self._transact(work)
+            return await self._transact(work)
 
     async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
         """Extend the lease *token* holds; ``False`` if it no longer holds the run."""
@@ -930,49 +945,52 @@ class SqliteStore:
         self, *, groups: Sequence[str], now: int, claim_until: int, worker: str, limit: int
     ) -> list[Task]:
         """Claim up to *limit* queued tasks of *groups* available at *now*."""
-        if not groups or limit <= 0:
-            return []
-        marks = ", ".join("?" for _ in groups)
-        query = (
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
-            f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?"
-        )
-        if not self._conn.execute(query, (*groups, now, 1)).fetchone():
-            return []
+        with self._read_errors():
+            if not groups or limit <= 0:
+                return []
+            marks = ", ".join("?" for _ in groups)
+            query = (
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
+                f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?"
+            )
+            if not self._conn.execute(query, (*groups, now, 1)).fetchone():
+                return []
 
-        def work(db: sqlite3.Connection) -> list[Task]:
-            tasks: list[Task] = []
-            rows = db.execute(query, (*groups, now, limit)).fetchall()
-            events: list[tuple[Any, ...]] = []
-            for row in rows:
-                db.execute(
-                    "UPDATE tasks SET status = 'claimed', claimed_by = ?, claim_until = ?"
-                    " WHERE task_id = ?",
-                    (worker, claim_until, row[0]),
-                )
-                # The claim is the worker's pickup beat (and renews a lost-dispatch lease).
-                current = db.execute(
-                    "UPDATE checkpoints SET status = 'running', heartbeat_at = ?1,"
-                    " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?1 + lease_ms END,"
-                    " updated_at = ?1, rev = rev + 1"
-                    " WHERE run_id = ?2 AND seq = ?3 AND status IN ('pending', 'running')"
-                    " AND attempts = ?4 RETURNING progress, timeout_ms, lease_ms",
-                    (now, row[1], row[2], row[7]),
-                ).fetchone()
-                if current is None:
-                    task = _task(row)
-                else:
-                    task = _task(row, _loads(current[0]), current[1], current[2])
-                tasks.append(task)
-                data = {"attempt": task.attempt, "kind": "remote", "worker": worker}
-                if task.redispatched:
-                    data["redispatched"] = True
-                events.append((task.run_id, task.seq, "step.started", "info", now, _dumps(data)))
-            if events:
-                db.executemany(_EVENT_INSERT, events)
-            return tasks
+            def work(db: sqlite3.Connection) -> list[Task]:
+                tasks: list[Task] = []
+                rows = db.execute(query, (*groups, now, limit)).fetchall()
+                events: list[tuple[Any, ...]] = []
+                for row in rows:
+                    db.execute(
+                        "UPDATE tasks SET status = 'claimed', claimed_by = ?, claim_until = ?"
+                        " WHERE task_id = ?",
+                        (worker, claim_until, row[0]),
+                    )
+                    # The claim is the worker's pickup beat (and renews a lost-dispatch lease).
+                    current = db.execute(
+                        "UPDATE checkpoints SET status = 'running', heartbeat_at = ?1,"
+                        " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?1 + lease_ms END,"
+                        " updated_at = ?1, rev = rev + 1"
+                        " WHERE run_id = ?2 AND seq = ?3 AND status IN ('pending', 'running')"
+                        " AND attempts = ?4 RETURNING progress, timeout_ms, lease_ms",
+                        (now, row[1], row[2], row[7]),
+                    ).fetchone()
+                    if current is None:
+                        task = _task(row)
+                    else:
+                        task = _task(row, _loads(current[0]), current[1], current[2])
+                    tasks.append(task)
+                    data = {"attempt": task.attempt, "kind": "remote", "worker": worker}
+                    if task.redispatched:
+                        data["redispatched"] = True
+                    events.append(
+                        (task.run_id, task.seq, "step.started", "info", now, _dumps(data))
+                    )
+                if events:
+                    db.executemany(_EVENT_INSERT, events)
+                return tasks
 
-        return await self._transact(work)
+            return await self._transact(work)
 
     async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
         """Extend a claim *worker* holds; ``False`` if it no longer holds it."""
@@ -1007,11 +1025,12 @@ class SqliteStore:
 
     async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         """One checkpoint, read afresh."""
-        row = self._conn.execute(
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?",
-            (run_id, seq),
-        ).fetchone()
-        return None if row is None else _checkpoint(row)
+        with self._read_errors():
+            row = self._conn.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?",
+                (run_id, seq),
+            ).fetchone()
+            return None if row is None else _checkpoint(row)
 
     async def redispatch_pending(self, run_id: str, *, now: int) -> int:
         """Re-enqueue the run's pending dispatched steps with attempt + 1; return how many."""
@@ -1170,118 +1189,126 @@ class SqliteStore:
         self, *, now: int, max_recovery_attempts: int | None, reconcile_ms: int
     ) -> RecoveryReport:
         """Recover expired run leases and expired task claims (see ``Store.recover``)."""
-        db = self._conn
-        # A read first, so a pass with nothing to do takes no write lock.
-        if (
-            db.execute(
-                "SELECT 1 FROM runs WHERE status = 'running' AND lease_until < ? LIMIT 1", (now,)
-            ).fetchone()
-            is None
-            and db.execute(
-                "SELECT 1 FROM tasks WHERE status = 'claimed' AND claim_until < ? LIMIT 1", (now,)
-            ).fetchone()
-            is None
-        ):
-            return RecoveryReport()
-
-        def work(db: sqlite3.Connection) -> RecoveryReport:
-            recovered: list[str] = []
-            dead: list[str] = []
-            lost: list[str] = []
-            for run_id, count in db.execute(
-                "SELECT run_id, recovery_attempts FROM runs WHERE status = 'running'"
-                " AND lease_until < ?",
-                (now,),
-            ).fetchall():
-                awaiting = db.execute(
-                    "SELECT 1 FROM checkpoints WHERE run_id = ? AND kind = 'remote'"
-                    " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1",
-                    (run_id,),
+        with self._read_errors():
+            db = self._conn
+            # A read first, so a pass with nothing to do takes no write lock.
+            if (
+                db.execute(
+                    "SELECT 1 FROM runs WHERE status = 'running' AND lease_until < ? LIMIT 1",
+                    (now,),
                 ).fetchone()
-                if awaiting is not None:
-                    # Its dispatcher died awaiting a liveness step: a worker may still report,
-                    # so park the run on the reconcile wake; this is not counted as a recovery.
-                    db.execute(
-                        "UPDATE runs SET status = 'suspended', wake_at = ?, lease_token = NULL,"
-                        " lease_until = NULL, updated_at = ? WHERE run_id = ?",
-                        (now + reconcile_ms, now, run_id),
-                    )
-                    db.execute(
-                        _EVENT_INSERT,
-                        (
-                            run_id,
-                            None,
-                            "run.reconciling",
-                            "warning",
-                            now,
-                            _dumps({"wake_at": now + reconcile_ms}),
-                        ),
-                    )
-                    recovered.append(run_id)
-                    continue
-                if max_recovery_attempts is not None and count >= max_recovery_attempts:
-                    error = StepError(
-                        message=f"the run's lease expired after {count} recoveries"
-                        f" (max_recovery_attempts={max_recovery_attempts})",
-                        code="max_recovery_attempts",
-                        type="effects.durable.RunDead",
-                        retryable=False,
-                    )
-                    db.execute(
-                        "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
-                        " lease_until = NULL, updated_at = ? WHERE run_id = ?",
-                        (_error_text(error), now, run_id),
-                    )
-                    dead.append(run_id)
-                    name, level, data = "run.dead", "error", {"recovery_attempts": count}
-                else:
-                    db.execute(
-                        "UPDATE runs SET status = 'pending', lease_token = NULL,"
-                        " lease_until = NULL, recovery_attempts = recovery_attempts + 1,"
-                        " updated_at = ? WHERE run_id = ?",
-                        (now, run_id),
-                    )
-                    recovered.append(run_id)
-                    name, level, data = "run.recovered", "warning", {"recovery_attempts": count + 1}
-                db.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
-            for task_id, run_id, seq, step_id, attempt in db.execute(
-                "SELECT task_id, run_id, seq, step_id, attempt FROM tasks"
-                " WHERE status = 'claimed' AND claim_until < ?",
-                (now,),
-            ).fetchall():
-                deleted = db.execute(
-                    "DELETE FROM tasks WHERE task_id = ? RETURNING queue", (task_id,)
-                ).fetchall()
-                self._release_slot(db, deleted, now)
-                self._apply_outcome(
-                    db,
-                    run_id=run_id,
-                    seq=seq,
-                    attempt=attempt,
-                    outcome=TaskOutcome(error=_WORKER_LOST),
-                    now=now,
-                )
-                lost.append(step_id)
-            return RecoveryReport(recovered, dead, lost)
+                is None
+                and db.execute(
+                    "SELECT 1 FROM tasks WHERE status = 'claimed' AND claim_until < ? LIMIT 1",
+                    (now,),
+                ).fetchone()
+                is None
+            ):
+                return RecoveryReport()
 
-        return await self._transact(work)
+            def work(db: sqlite3.Connection) -> RecoveryReport:
+                recovered: list[str] = []
+                dead: list[str] = []
+                lost: list[str] = []
+                for run_id, count in db.execute(
+                    "SELECT run_id, recovery_attempts FROM runs WHERE status = 'running'"
+                    " AND lease_until < ?",
+                    (now,),
+                ).fetchall():
+                    awaiting = db.execute(
+                        "SELECT 1 FROM checkpoints WHERE run_id = ? AND kind = 'remote'"
+                        " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1",
+                        (run_id,),
+                    ).fetchone()
+                    if awaiting is not None:
+                        # Its dispatcher died awaiting a liveness step: a worker may still report,
+                        # so park the run on the reconcile wake; this is not counted as a recovery.
+                        db.execute(
+                            "UPDATE runs SET status = 'suspended', wake_at = ?, lease_token = NULL,"
+                            " lease_until = NULL, updated_at = ? WHERE run_id = ?",
+                            (now + reconcile_ms, now, run_id),
+                        )
+                        db.execute(
+                            _EVENT_INSERT,
+                            (
+                                run_id,
+                                None,
+                                "run.reconciling",
+                                "warning",
+                                now,
+                                _dumps({"wake_at": now + reconcile_ms}),
+                            ),
+                        )
+                        recovered.append(run_id)
+                        continue
+                    if max_recovery_attempts is not None and count >= max_recovery_attempts:
+                        error = StepError(
+                            message=f"the run's lease expired after {count} recoveries"
+                            f" (max_recovery_attempts={max_recovery_attempts})",
+                            code="max_recovery_attempts",
+                            type="effects.durable.RunDead",
+                            retryable=False,
+                        )
+                        db.execute(
+                            "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
+                            " lease_until = NULL, updated_at = ? WHERE run_id = ?",
+                            (_error_text(error), now, run_id),
+                        )
+                        dead.append(run_id)
+                        name, level, data = "run.dead", "error", {"recovery_attempts": count}
+                    else:
+                        db.execute(
+                            "UPDATE runs SET status = 'pending', lease_token = NULL,"
+                            " lease_until = NULL, recovery_attempts = recovery_attempts + 1,"
+                            " updated_at = ? WHERE run_id = ?",
+                            (now, run_id),
+                        )
+                        recovered.append(run_id)
+                        name, level, data = (
+                            "run.recovered",
+                            "warning",
+                            {"recovery_attempts": count + 1},
+                        )
+                    db.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
+                for task_id, run_id, seq, step_id, attempt in db.execute(
+                    "SELECT task_id, run_id, seq, step_id, attempt FROM tasks"
+                    " WHERE status = 'claimed' AND claim_until < ?",
+                    (now,),
+                ).fetchall():
+                    deleted = db.execute(
+                        "DELETE FROM tasks WHERE task_id = ? RETURNING queue", (task_id,)
+                    ).fetchall()
+                    self._release_slot(db, deleted, now)
+                    self._apply_outcome(
+                        db,
+                        run_id=run_id,
+                        seq=seq,
+                        attempt=attempt,
+                        outcome=TaskOutcome(error=_WORKER_LOST),
+                        now=now,
+                    )
+                    lost.append(step_id)
+                return RecoveryReport(recovered, dead, lost)
+
+            return await self._transact(work)
 
     async def next_due(self, now: int) -> int | None:
         """The earliest epoch ms after *now* at which a timer, lease or claim comes due."""
-        # A lease or claim held until T expires at T + 1 (recovery takes `until < now`).
-        row = self._conn.execute(
-            "SELECT MIN(t) FROM ("
-            " SELECT MIN(wake_at) AS t FROM runs WHERE status = 'suspended' AND wake_at > ?1"
-            " UNION ALL SELECT MIN(lease_until) + 1 FROM runs WHERE status = 'running'"
-            " AND lease_until >= ?1"
-            " UNION ALL SELECT MIN(available_at) FROM tasks WHERE status = 'queued'"
-            " AND available_at > ?1"
-            " UNION ALL SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'claimed'"
-            " AND claim_until >= ?1)",
-            (now,),
-        ).fetchone()
-        due: int | None = row[0]
-        return due
+        with self._read_errors():
+            # A lease or claim held until T expires at T + 1 (recovery takes `until < now`).
+            row = self._conn.execute(
+                "SELECT MIN(t) FROM ("
+                " SELECT MIN(wake_at) AS t FROM runs WHERE status = 'suspended' AND wake_at > ?1"
+                " UNION ALL SELECT MIN(lease_until) + 1 FROM runs WHERE status = 'running'"
+                " AND lease_until >= ?1"
+                " UNION ALL SELECT MIN(available_at) FROM tasks WHERE status = 'queued'"
+                " AND available_at > ?1"
+                " UNION ALL SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'claimed'"
+                " AND claim_until >= ?1)",
+                (now,),
+            ).fetchone()
+            due: int | None = row[0]
+            return due
 
     async def requeue(self, run_id: str, now: int) -> Run:
         """Reset failed checkpoints to a fresh first attempt and make the run pending."""
