@@ -195,11 +195,15 @@ async def test_a_damaged_page_is_a_store_error_on_read(tmp_path: Path) -> None:
     for offset in range(3 * page, min(len(data), 12 * page)):
         data[offset] = 0xA5
     path.write_bytes(bytes(data))
-    with pytest.raises(StoreError, match="a read failed|not a usable"):
+
+    async def read_everything() -> None:
         async with Engine(url, workflows=[simple]) as engine:
             await engine.list_runs(limit=1000)
             for n in range(300):
                 await engine.get_run(f"run-{n:04d}")
+
+    with pytest.raises(StoreError, match=r"a read failed|not a usable"):
+        await read_everything()
 
 
 async def test_a_run_id_that_is_not_valid_text_is_refused(tmp_path: Path) -> None:
