@@ -17,10 +17,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
-import attrs
-
 from schedules import RandomLike, Schedule
 from schedules._expression import ExpressionError, parse_schedule
+from schedules._frozen import frozen
+from schedules._schedule import timeline
 
 __all__ = ["Row", "Summary", "format_duration", "main", "summarize"]
 
@@ -34,7 +34,7 @@ MAX_STEPS: Final = 10_000_000
 PLOT_HINT: Final = "pip install 'effect-schedules[plot]'"
 
 
-@attrs.frozen
+@frozen
 class Row:
     """
     Delay statistics for one attempt, in seconds.
@@ -67,7 +67,7 @@ class Row:
         }
 
 
-@attrs.frozen
+@frozen
 class Summary:
     """
     What ``show`` found about a schedule.
@@ -99,16 +99,8 @@ class _CountingRandom:
 
 def _run(schedule: Schedule[Any, Any], limit: int, rng: RandomLike) -> list[float]:
     """Delays of one simulated run, at most ``limit`` of them; each attempt takes no time."""
-    delays: list[float] = []
-    state = schedule.initial()
-    now = 0.0
-    while len(delays) < limit:
-        state, _, delay = schedule.step(now, None, state, rng)
-        if delay is None:
-            break
-        delays.append(delay)
-        now += delay
-    return delays
+    steps = timeline(schedule, itertools.repeat(None, limit), rng)
+    return [delay for *_, delay in steps if delay is not None]
 
 
 def summarize(
