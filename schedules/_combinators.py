@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from schedules._durations import MAX_DELAY, format_seconds, whole_ms
 from schedules._frozen import field, frozen
-from schedules._schedule import RandomLike, Schedule, StepInfo
+from schedules._schedule import RandomLike, Schedule, ScheduleLike, StepInfo
 
 # The design calls them In and Out; the variance is in the declaration.
 In = TypeVar("In", contravariant=True)  # noqa: PLC0105
@@ -48,6 +48,24 @@ def user_delay(value: object, f: object) -> float:
     if value <= 0:
         return 0.0
     return MAX_DELAY if value > MAX_DELAY else float(value)
+
+
+@frozen(repr=False)
+class Adapted(Schedule[In, Out]):
+    """``as_schedule(contract)``: a hand-written step contract given the combinators."""
+
+    contract: ScheduleLike[In, Out]
+
+    def initial(self) -> Any:
+        return self.contract.initial()
+
+    def step(
+        self, now: float, input: In, state: Any, rng: RandomLike
+    ) -> tuple[Any, Out, float | None]:
+        return self.contract.step(now, input, state, rng)
+
+    def __repr__(self) -> str:
+        return repr(self.contract)
 
 
 @frozen(repr=False)
@@ -453,6 +471,7 @@ class ResetAfter(Schedule[In, Out]):
 
 
 __all__ = [
+    "Adapted",
     "AddDelay",
     "AddDelayFn",
     "AndThen",

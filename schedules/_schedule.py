@@ -12,12 +12,20 @@ import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar, overload
+from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar, overload, runtime_checkable
 
 from schedules._durations import DurationLike, to_seconds
 from schedules._frozen import frozen
 
-__all__ = ["RandomLike", "Schedule", "SimulatedStep", "StepInfo", "simulate"]
+__all__ = [
+    "RandomLike",
+    "Schedule",
+    "ScheduleLike",
+    "SimulatedStep",
+    "StepInfo",
+    "as_schedule",
+    "simulate",
+]
 
 # The design calls them In and Out; the variance is in the declaration.
 In = TypeVar("In", contravariant=True)  # noqa: PLC0105
@@ -39,6 +47,31 @@ class RandomLike(Protocol):
 
     def random(self) -> float:
         """Return the next random float in ``[0, 1)``."""
+        ...
+
+
+@runtime_checkable
+class ScheduleLike(Protocol[In, Out]):
+    """
+    The step contract, for schedules written without subclassing ``Schedule``.
+
+    Anything with these two methods can drive retries (``effects.retry`` accepts it) and be
+    simulated; ``as_schedule`` gives it the combinators. ``isinstance(x, ScheduleLike)`` checks
+    that both methods exist (not their signatures).
+    """
+
+    def initial(self) -> Any:
+        """Return the state before the first step: plain, JSON-able data."""
+        ...
+
+    def step(
+        self,
+        now: float,
+        input: In,  # noqa: A002 - the contract's name for it
+        state: Any,
+        rng: RandomLike,
+    ) -> tuple[Any, Out, float | None]:
+        """Return ``(state, output, delay)``: delay in seconds, or ``None`` to stop."""
         ...
 
 
@@ -616,7 +649,7 @@ def _seeded(seed: int | None) -> RandomLike:
 
 
 def timeline(
-    schedule: Schedule[Any, Any],
+    schedule: ScheduleLike[Any, Any],
     inputs: Iterable[Any],
     rng: RandomLike,
     *,
@@ -671,7 +704,7 @@ def _attempt_times(attempt_time: AttemptTime) -> Callable[[int], float] | None:
 
 
 def simulate(
-    schedule: Schedule[I2, O2],
+    schedule: ScheduleLike[I2, O2],
     inputs: Iterable[I2],
     *,
     seed: int | None = None,
@@ -730,6 +763,39 @@ def simulate(
             schedule, inputs, source, start=now, took=_attempt_times(attempt_time)
         )
     ]
+
+
+def as_schedule(schedule: ScheduleLike[I2, O2]) -> Schedule[I2, O2]:
+    """
+    *schedule* as a ``Schedule``, so the combinators apply to a hand-written step contract.
+
+    A ``Schedule`` is returned as it is; anything else with ``initial()`` and ``step()`` is
+    wrapped in a schedule with the same states, outputs, delays and ``repr``.
+
+    Raises:
+        TypeError: If *schedule* has no ``initial`` or ``step`` method.
+
+    Example:
+        >>> class EveryTwoSeconds:
+        ...     def initial(self):
+        ...         return 0
+        ...     def step(self, now, input, state, rng):
+        ...         return state + 1, state, 2.0
+        ...     def __repr__(self):
+        ...         return "EveryTwoSeconds()"
+        >>> policy = as_schedule(EveryTwoSeconds()).times(3)
+        >>> policy, policy.delays()
+        (EveryTwoSeconds().times(3), [2.0, 2.0, 2.0])
+    """
+    if isinstance(schedule, Schedule):
+        return schedule
+    if not isinstance(schedule, ScheduleLike):  # pyright: ignore[reportUnnecessaryIsInstance]
+        msg = (
+            "a schedule must be a schedules.Schedule or have initial() and "
+            f"step(now, input, state, rng) methods, got {schedule!r}"
+        )
+        raise TypeError(msg)
+    return _c.Adapted(schedule)
 
 
 def check_factor(value: object, name: str, *, positive: bool = False) -> float:
