@@ -151,9 +151,14 @@ def test_log_retries_logs_through_stdlib(
     assert [
         (
             logging.INFO,
-            "attempt 1 failed with FlakyError(1); retrying in 2.000 s (0.000 s elapsed)",
+            "failing_effect.<locals>.thunk: attempt 1 failed with FlakyError(1);"
+            " retrying in 2.000 s (0.000 s elapsed)",
         ),
-        (logging.INFO, "attempt 2 failed with FlakyError(2); giving up (2.000 s elapsed)"),
+        (
+            logging.INFO,
+            "failing_effect.<locals>.thunk: attempt 2 failed with FlakyError(2);"
+            " giving up (2.000 s elapsed)",
+        ),
     ] == messages
 
 
