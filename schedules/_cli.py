@@ -37,7 +37,7 @@ Most work one ``show`` does: steps simulated times (schedules in the expression 
 (the constructor or combinator steps, plus the loop and the statistics).
 """
 STEP_OVERHEAD: Final = 4
-PLOT_HINT: Final = "pip install 'effect-schedules[plot]'"
+PLOT_HINT: Final = "pip install matplotlib (or the plot extra: pip install '.[plot]' in a checkout)"
 
 
 @frozen
