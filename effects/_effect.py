@@ -12,21 +12,16 @@ import contextvars
 import math
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Generic, Never, NoReturn, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, overload
 
 from effects import _repeating
 from effects._callables import callable_kind, describe_callable
 from effects._driver import effect_async, effect_sync
-from effects._options import (
-    RepeatOptions,
-    RetryOptions,
-    error_types,
-    repeat_policy,
-    retry_policy,
-)
+from effects._options import RepeatOptions, RetryOptions, error_types, repeat_values, retry_values
 from effects._services import running_under_trio
 from effects.errors import EffectTimeoutError
 from schedules import DurationLike, ScheduleLike, to_seconds
+from schedules._frozen import Immutable
 
 if TYPE_CHECKING:
     from returns.result import Result
@@ -67,20 +62,12 @@ def _sync_thunk(thunk: object, constructor: str) -> None:
         raise TypeError(msg)
 
 
-class _Pipe:
+class _Pipe(Immutable):
     """What ``Effect`` and ``AsyncEffect`` share: immutability, a name, ``pipe``."""
 
     __slots__ = ("_name",)
 
     _name: str
-
-    def __setattr__(self, name: str, value: object) -> NoReturn:
-        msg = f"{type(self).__name__} is frozen: cannot set {name!r}"
-        raise AttributeError(msg)
-
-    def __delattr__(self, name: str) -> NoReturn:
-        msg = f"{type(self).__name__} is frozen: cannot delete {name!r}"
-        raise AttributeError(msg)
 
     @property
     def name(self) -> str:
@@ -475,7 +462,7 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> clock.sleeps
             [2.0, 2.0]
         """
-        return self.retried(retry_policy("Effect.retry", schedule, options))
+        return self.retried(retry_values("Effect.retry", schedule, options)[1])
 
     def repeat(
         self,
@@ -506,7 +493,7 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> clock.sleeps
             [1.0, 1.0]
         """
-        return self.repeated(repeat_policy("Effect.repeat", schedule, options))
+        return self.repeated(repeat_values("Effect.repeat", schedule, options)[1])
 
     def retried(self, policy: Policy) -> Effect[A_co, E_co]:
         """This effect under the retry *policy* (what ``Retry`` and ``retry`` apply)."""
@@ -804,7 +791,7 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
             ...     asyncio.run(AsyncEffect.attempt(fetch, catch=OSError).retry(times=2).run())
             <Failure: down>
         """
-        return self.retried(retry_policy("AsyncEffect.retry", schedule, options))
+        return self.retried(retry_values("AsyncEffect.retry", schedule, options)[1])
 
     def repeat(
         self,
@@ -817,7 +804,7 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
         Waits with the clock's ``sleep_async``. The options and errors are those of
         ``Effect.repeat``.
         """
-        return self.repeated(repeat_policy("AsyncEffect.repeat", schedule, options))
+        return self.repeated(repeat_values("AsyncEffect.repeat", schedule, options)[1])
 
     def retried(self, policy: Policy) -> AsyncEffect[A_co, E_co]:
         """This effect under the retry *policy* (what ``Retry`` and ``retry`` apply)."""

@@ -29,9 +29,7 @@ __all__ = [
     "checked",
     "compose",
     "error_types",
-    "repeat_policy",
     "repeat_values",
-    "retry_policy",
     "retry_values",
 ]
 
@@ -216,16 +214,18 @@ def compose(values: Mapping[str, Any]) -> Schedule[Any, Any]:
     return composed
 
 
-def can_stop(values: Mapping[str, Any]) -> bool:
-    """Whether any of schedule, times, while_ and until is given (else: forever, no delay)."""
-    return any(values[option] is not None for option in ("schedule", "times", "while_", "until"))
-
-
-def retry_policy(
-    caller: str, schedule: ScheduleLike[Any, Any] | None, options: Mapping[str, object]
-) -> Policy:
-    """The retry ``Policy`` that *options* (``RetryOptions``) describe, checked."""
-    return retry_values(caller, schedule, options)[1]
+def _refuse_forever(values: Mapping[str, Any], caller: str, verb: str) -> None:
+    """Refuse options with no way to stop: none of schedule, times, while_ and until."""
+    if any(values[option] is not None for option in ("schedule", "times", "while_", "until")):
+        return
+    # Effect would go on forever here; tenacity and backoff do that by default and users get
+    # bitten. Forever must be asked for by name.
+    msg = (
+        f"{caller}() needs a way to stop: give times=N, a schedule, while_= or until=; "
+        f"with none of them it would {verb} forever with no delay "
+        "(pass schedule=forever() if that is what you mean)"
+    )
+    raise ValueError(msg)
 
 
 def retry_values(
@@ -233,15 +233,7 @@ def retry_values(
 ) -> tuple[dict[str, Any], Policy]:
     """The checked options and the ``Policy`` they make."""
     values = checked(RetryOptions.__optional_keys__, caller, schedule, options)
-    if not can_stop(values):
-        # Effect would retry forever here; tenacity and backoff do that by default and users
-        # get bitten. Forever must be asked for by name.
-        msg = (
-            f"{caller}() needs a way to stop: give times=N, a schedule, while_= or until=; "
-            "with none of them it would retry forever with no delay "
-            "(pass schedule=forever() if that is what you mean)"
-        )
-        raise ValueError(msg)
+    _refuse_forever(values, caller, "retry")
     only_times = values["schedule"] is None and values["while_"] is None and values["until"] is None
     policy = Policy(
         compose(values),
@@ -254,23 +246,10 @@ def retry_values(
     return values, policy
 
 
-def repeat_policy(
-    caller: str, schedule: ScheduleLike[Any, Any] | None, options: Mapping[str, object]
-) -> RepeatPolicy:
-    """The ``RepeatPolicy`` that *options* (``RepeatOptions``) describe, checked."""
-    return repeat_values(caller, schedule, options)[1]
-
-
 def repeat_values(
     caller: str, schedule: ScheduleLike[Any, Any] | None, options: Mapping[str, object]
 ) -> tuple[dict[str, Any], RepeatPolicy]:
     """The checked options and the ``RepeatPolicy`` they make."""
     values = checked(RepeatOptions.__optional_keys__, caller, schedule, options)
-    if not can_stop(values):
-        msg = (
-            f"{caller}() needs a way to stop: give times=N, a schedule, while_= or until=; "
-            "with none of them it would repeat forever with no delay "
-            "(pass schedule=forever() if that is what you mean)"
-        )
-        raise ValueError(msg)
+    _refuse_forever(values, caller, "repeat")
     return values, RepeatPolicy(compose(values), values["on_repeat"], values["name"])

@@ -1,27 +1,23 @@
 """The ``Repeat`` value: Effect's ``repeat`` for effects and functions (polling loops)."""
 
-# A staticmethod is callable, so mypy sees its overload of __call__ overlap the Callable ones;
-# the staticmethod one comes first and is the one that applies (pyright agrees).
-# mypy: disable-error-code="overload-overlap"
-
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast, overload
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from effects import _repeating
 from effects._callables import callable_kind, describe_callable
 from effects._effect import AsyncEffect, Effect
 from effects._options import RepeatOptions, repeat_values
-from effects._retry import shown_options, wrap_target
+from effects._policy_values import PolicyValue
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from effects._events import RepeatEvent
     from effects._repeating import RepeatPolicy
-    from schedules import Schedule, ScheduleLike
+    from schedules import ScheduleLike
 
 __all__ = ["Repeat", "repeat"]
 
@@ -31,10 +27,8 @@ A = TypeVar("A")
 E = TypeVar("E", bound=Exception)
 S = TypeVar("S")
 
-_SHOWN = ("times", "while_", "until", "on_repeat", "name")
 
-
-class Repeat:
+class Repeat(PolicyValue):
     """
     An immutable repeat policy. Build it with ``effects.repeat(...)``; the arguments are the
     same. Apply it to an effect (``policy(effect)``, ``effect.pipe(policy)``,
@@ -56,113 +50,27 @@ class Repeat:
         [1.0, 1.0]
     """
 
-    __slots__ = ("_policy", "_values")
+    __slots__ = ()
 
-    _values: dict[str, Any]
+    _verb = "repeat"
+    _shown = ("times", "while_", "until", "on_repeat", "name")
     _policy: RepeatPolicy
 
     def __init__(
         self, schedule: ScheduleLike[Any, Any] | None = None, **options: Unpack[RepeatOptions]
     ) -> None:
-        values, policy = repeat_values("repeat", schedule, options)
-        object.__setattr__(self, "_values", values)
-        object.__setattr__(self, "_policy", policy)
-
-    def __setattr__(self, name: str, value: object) -> NoReturn:
-        msg = f"Repeat is frozen: cannot set {name!r}"
-        raise AttributeError(msg)
-
-    def __delattr__(self, name: str) -> NoReturn:
-        msg = f"Repeat is frozen: cannot delete {name!r}"
-        raise AttributeError(msg)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Repeat):
-            return NotImplemented
-        return self._values == other._values
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._values[name] for name in sorted(self._values)))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self._values,))
-
-    @property
-    def schedule(self) -> ScheduleLike[Any, Any] | None:
-        """The schedule given, or ``None``."""
-        return cast("ScheduleLike[Any, Any] | None", self._values["schedule"])
-
-    @property
-    def times(self) -> int | None:
-        """At most this many repetitions, or ``None``."""
-        return cast("int | None", self._values["times"])
-
-    @property
-    def while_(self) -> Callable[[Any], bool] | None:
-        """Repeat only while this is true of the result, or ``None``."""
-        return cast("Callable[[Any], bool] | None", self._values["while_"])
-
-    @property
-    def until(self) -> Callable[[Any], bool] | None:
-        """Stop once this is true of the result, or ``None``."""
-        return cast("Callable[[Any], bool] | None", self._values["until"])
+        self._set(*repeat_values("repeat", schedule, options))
 
     @property
     def on_repeat(self) -> Callable[[RepeatEvent], object] | None:
         """The listener of this policy's events, or ``None``."""
         return cast("Callable[[RepeatEvent], object] | None", self._values["on_repeat"])
 
-    @property
-    def name(self) -> str | None:
-        """The name events give the repeated work, or ``None`` (the target's own name)."""
-        return cast("str | None", self._values["name"])
+    def _applied_to_effect(self, effect: Effect[Any, Any] | AsyncEffect[Any, Any]) -> object:
+        return effect.repeated(self._policy)
 
-    @property
-    def composed(self) -> Schedule[Any, Any]:
-        """The schedule driving the runs: ``schedule``, then ``while_``, ``until``, ``times``."""
-        return self._policy.schedule
-
-    def __repr__(self) -> str:
-        schedule = self._values["schedule"]
-        parts = [] if schedule is None else [repr(schedule)]
-        return f"repeat({', '.join(parts + shown_options(self._values, _SHOWN))})"
-
-    @overload
-    def __call__(self, target: Effect[A, E]) -> Effect[A, E]: ...
-    @overload
-    def __call__(self, target: AsyncEffect[A, E]) -> AsyncEffect[A, E]: ...
-    @overload
-    def __call__(self, target: staticmethod[P, R]) -> staticmethod[P, R]: ...
-    @overload
-    def __call__(self, target: classmethod[S, P, R]) -> classmethod[S, P, R]: ...
-    @overload
-    def __call__(
-        self, target: Callable[P, Coroutine[Any, Any, R]]
-    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
-    @overload
-    def __call__(self, target: Callable[P, R]) -> Callable[P, R]: ...
-    def __call__(self, target: object) -> object:
-        """
-        Repeat *target*: an ``Effect``, an ``AsyncEffect`` or a function.
-
-        A failed run ends the call at once: a function's exception propagates, an effect's
-        ``Failure`` is returned. Otherwise the result is the last run's.
-
-        Raises:
-            RetryUsageError: If *target* is a generator or async generator function, or
-                neither an effect nor callable.
-        """
-        policy = self._policy
-        if isinstance(target, Effect):
-            return target.repeated(policy)  # pyright: ignore[reportUnknownVariableType]
-        if isinstance(target, AsyncEffect):
-            return target.repeated(policy)  # pyright: ignore[reportUnknownVariableType]
-        return wrap_target("repeat", target, lambda fn: _wrap(policy, fn))
-
-
-def _rebuild(values: dict[str, Any]) -> Repeat:
-    options = {name: value for name, value in values.items() if name != "schedule"}
-    return Repeat(values["schedule"], **options)
+    def _wrapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        return _wrap(self._policy, fn)
 
 
 def _wrap(policy: RepeatPolicy, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,20 +1,17 @@
 """The ``Retry`` value: a retry policy applied to effects, functions and blocks of code."""
 
-# A staticmethod is callable, so mypy sees its overload of __call__ overlap the Callable ones;
-# the staticmethod one comes first and is the one that applies (pyright agrees).
-# mypy: disable-error-code="overload-overlap"
-
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, ParamSpec, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from effects._callables import callable_kind, describe_callable
 from effects._driver import Attempts, Policy, call_async, call_sync, resume_async
 from effects._effect import AsyncEffect, Effect
 from effects._options import RetryOptions, retry_values
+from effects._policy_values import PolicyValue
 from effects.errors import RetryUsageError
 
 if TYPE_CHECKING:
@@ -22,9 +19,9 @@ if TYPE_CHECKING:
 
     from effects._budget import RetryBudget
     from effects._events import RetryEvent
-    from schedules import Schedule, ScheduleLike
+    from schedules import ScheduleLike
 
-__all__ = ["Retry", "retry", "shown_options", "wrap_target"]
+__all__ = ["Retry", "retry"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,31 +29,8 @@ A = TypeVar("A")
 E = TypeVar("E", bound=Exception)
 S = TypeVar("S")
 
-# Typed loosely: narrowing to these generic classes would leave their type arguments unknown.
-_STATIC: Final[type[Any]] = staticmethod
-_CLASS: Final[type[Any]] = classmethod
 
-# The order options are compared, hashed and shown in (the schedule is shown first, bare).
-_SHOWN = ("times", "while_", "until", "budget", "on", "on_retry", "name")
-
-
-def shown_options(values: dict[str, Any], names: tuple[str, ...]) -> list[str]:
-    """``name=value`` for each option given, as a ``repr`` shows it (types by name)."""
-    parts: list[str] = []
-    for name in names:
-        value = values[name]
-        if value is None:
-            continue
-        if name == "on":
-            types: tuple[type, ...] = value
-            shown = types[0].__qualname__ if len(types) == 1 else repr(value)
-        else:
-            shown = repr(value)
-        parts.append(f"{name}={shown}")
-    return parts
-
-
-class Retry:
+class Retry(PolicyValue):
     """
     An immutable retry policy. Build it with ``effects.retry(...)``; the arguments are the same.
 
@@ -96,56 +70,16 @@ class Retry:
         (3, [0.1, 0.2])
     """
 
-    __slots__ = ("_policy", "_values")
+    __slots__ = ()
 
-    _values: dict[str, Any]
+    _verb = "retry"
+    _shown = ("times", "while_", "until", "budget", "on", "on_retry", "name")
     _policy: Policy
 
     def __init__(
         self, schedule: ScheduleLike[Any, Any] | None = None, **options: Unpack[RetryOptions]
     ) -> None:
-        values, policy = retry_values("retry", schedule, options)
-        object.__setattr__(self, "_values", values)
-        object.__setattr__(self, "_policy", policy)
-
-    def __setattr__(self, name: str, value: object) -> NoReturn:
-        msg = f"Retry is frozen: cannot set {name!r}"
-        raise AttributeError(msg)
-
-    def __delattr__(self, name: str) -> NoReturn:
-        msg = f"Retry is frozen: cannot delete {name!r}"
-        raise AttributeError(msg)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Retry):
-            return NotImplemented
-        return self._values == other._values
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._values[name] for name in sorted(self._values)))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self._values,))
-
-    @property
-    def schedule(self) -> ScheduleLike[Any, Any] | None:
-        """The schedule given, or ``None``."""
-        return cast("ScheduleLike[Any, Any] | None", self._values["schedule"])
-
-    @property
-    def times(self) -> int | None:
-        """At most this many retries, or ``None``."""
-        return cast("int | None", self._values["times"])
-
-    @property
-    def while_(self) -> Callable[[Any], bool] | None:
-        """Retry only while this is true of the error, or ``None``."""
-        return cast("Callable[[Any], bool] | None", self._values["while_"])
-
-    @property
-    def until(self) -> Callable[[Any], bool] | None:
-        """Stop once this is true of the error, or ``None``."""
-        return cast("Callable[[Any], bool] | None", self._values["until"])
+        self._set(*retry_values("retry", schedule, options))
 
     @property
     def budget(self) -> RetryBudget | None:
@@ -162,54 +96,11 @@ class Retry:
         """The listener of this policy's events, or ``None``."""
         return cast("Callable[[RetryEvent], object] | None", self._values["on_retry"])
 
-    @property
-    def name(self) -> str | None:
-        """The name events give the retried work, or ``None`` (the target's own name)."""
-        return cast("str | None", self._values["name"])
+    def _applied_to_effect(self, effect: Effect[Any, Any] | AsyncEffect[Any, Any]) -> object:
+        return effect.retried(self._policy)
 
-    @property
-    def composed(self) -> Schedule[Any, Any]:
-        """The schedule driving the retries: ``schedule``, then ``while_``, ``until``, ``times``."""
-        return self._policy.schedule
-
-    def __repr__(self) -> str:
-        schedule = self._values["schedule"]
-        parts = [] if schedule is None else [repr(schedule)]
-        return f"retry({', '.join(parts + shown_options(self._values, _SHOWN))})"
-
-    @overload
-    def __call__(self, target: Effect[A, E]) -> Effect[A, E]: ...
-    @overload
-    def __call__(self, target: AsyncEffect[A, E]) -> AsyncEffect[A, E]: ...
-    @overload
-    def __call__(self, target: staticmethod[P, R]) -> staticmethod[P, R]: ...
-    @overload
-    def __call__(self, target: classmethod[S, P, R]) -> classmethod[S, P, R]: ...
-    @overload
-    def __call__(
-        self, target: Callable[P, Coroutine[Any, Any, R]]
-    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
-    @overload
-    def __call__(self, target: Callable[P, R]) -> Callable[P, R]: ...
-    def __call__(self, target: object) -> object:
-        """
-        Retry *target*: an ``Effect``, an ``AsyncEffect``, or a function (see the class).
-
-        Args:
-            target: An effect (the same kind is returned: sync stays sync, async stays async)
-                or a function (returned wrapped, with its signature and metadata kept; a
-                ``staticmethod`` or ``classmethod`` stays one).
-
-        Raises:
-            RetryUsageError: If *target* is a function and ``on`` was not given, a generator
-                or async generator function, or neither an effect nor callable.
-        """
-        policy = self._policy
-        if isinstance(target, Effect):
-            return target.retried(policy)  # pyright: ignore[reportUnknownVariableType]
-        if isinstance(target, AsyncEffect):
-            return target.retried(policy)  # pyright: ignore[reportUnknownVariableType]
-        return wrap_target("retry", target, lambda fn: _wrap(policy, fn))
+    def _wrapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        return _wrap(self._policy, fn)
 
     def attempts(self) -> Attempts:
         """
@@ -239,39 +130,6 @@ class Retry:
             msg = "retry(...).attempts() needs on=: the exception types to retry"
             raise RetryUsageError(msg)
         return Attempts(self._policy.named("attempts()"))
-
-
-def _rebuild(values: dict[str, Any]) -> Retry:
-    options = {name: value for name, value in values.items() if name != "schedule"}
-    return Retry(values["schedule"], **options)
-
-
-def wrap_target(
-    verb: str, target: object, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
-) -> object:
-    """
-    Apply *wrap* to the function *target*, keeping a ``staticmethod`` or ``classmethod`` one.
-
-    Raises:
-        RetryUsageError: If *target* is not callable, or is a generator or async generator
-            function (its body would run after the call returned: nothing to retry or repeat).
-    """
-    if isinstance(target, _STATIC):
-        return staticmethod(wrap_target(verb, target.__func__, wrap))  # type: ignore[arg-type]
-    if isinstance(target, _CLASS):
-        return classmethod(wrap_target(verb, target.__func__, wrap))  # type: ignore[arg-type]
-    if not callable(target):
-        msg = f"{verb}(...) applies to an Effect, an AsyncEffect or a function, got {target!r}"
-        raise RetryUsageError(msg)
-    kind = callable_kind(target)
-    if kind in {"generator", "async_generator"}:
-        msg = (
-            f"{verb}(...) cannot wrap {describe_callable(target)}: it is an "
-            f"{kind.replace('_', ' ')} function, whose body runs only when the result is "
-            f"iterated, after the call has returned; {verb} the code that iterates it"
-        )
-        raise RetryUsageError(msg)
-    return wrap(target)
 
 
 def _wrap(policy: Policy, fn: Callable[..., Any]) -> Callable[..., Any]:

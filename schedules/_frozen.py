@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, dataclass_transform, overload
+from typing import Any, Final, NoReturn, TypeVar, dataclass_transform, overload
 
-__all__ = ["field", "frozen"]
+__all__ = ["Immutable", "field", "frozen"]
 
 _C = TypeVar("_C", bound=type)
 _NO_DEFAULT: Final[Any] = object()
@@ -72,14 +72,29 @@ def _own_fields(cls: type) -> list[_Spec]:
     return specs
 
 
-def _frozen_setattr(self: object, name: str, value: object) -> None:
+def _frozen_setattr(self: object, name: str, value: object) -> NoReturn:
     msg = f"{type(self).__name__} is frozen: cannot set {name!r}"
     raise AttributeError(msg)
 
 
-def _frozen_delattr(self: object, name: str) -> None:
+def _frozen_delattr(self: object, name: str) -> NoReturn:
     msg = f"{type(self).__name__} is frozen: cannot delete {name!r}"
     raise AttributeError(msg)
+
+
+class Immutable:
+    """
+    Base of hand-written value classes: assignment and deletion refused, as ``@frozen`` does
+    (``__init__`` sets the slots with ``object.__setattr__``).
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        _frozen_setattr(self, name, value)
+
+    def __delattr__(self, name: str) -> NoReturn:
+        _frozen_delattr(self, name)
 
 
 def _build(cls: type, *, repr_: bool, eq: bool) -> type:
