@@ -54,7 +54,10 @@ def _flags(fn: object) -> int | None:
             return _COROUTINE
         return fn.__code__.co_flags
     # unittest.mock.AsyncMock (and some compiled functions) keep a code object of their own.
-    own: object = getattr(fn, "__dict__", None)
+    try:
+        own: object = getattr(fn, "__dict__", None)
+    except Exception:  # noqa: BLE001 - a __getattr__ that fails: no code of its own
+        return None
     code = cast("dict[str, object]", own).get("__code__") if isinstance(own, dict) else None
     return code.co_flags if isinstance(code, CodeType) else None
 
@@ -120,7 +123,10 @@ def describe_callable(fn: object) -> str:
     """
     if issubclass(type(fn), functools.partial):
         return f"partial({describe_callable(_inner(fn))})"
-    name = getattr(fn, "__qualname__", None)
+    try:
+        name = getattr(fn, "__qualname__", None)
+    except Exception:  # noqa: BLE001 - a failing __getattr__: name the class instead
+        name = None
     if isinstance(name, str):
         return name
     return type(fn).__qualname__

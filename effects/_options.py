@@ -145,9 +145,12 @@ def _function(option: str) -> Callable[[object], object]:
 
 
 def _name(value: object) -> object:
-    if not isinstance(value, str) or not value:
-        msg = f"name must be a non-empty str or None, got {value!r}"
+    if not isinstance(value, str):
+        msg = f"name must be a str or None, got {value!r}"
         raise TypeError(msg)
+    if not value.strip():
+        msg = f"name must not be empty, got {value!r}"
+        raise ValueError(msg)
     return value
 
 

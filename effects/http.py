@@ -28,7 +28,7 @@ from typing import Any, Final, TypeVar
 # Imported under private names: only this module's own names are public here.
 from effects.errors import EffectsError as _EffectsError
 from schedules import MAX_DELAY as _MAX_DELAY
-from schedules import DurationLike, RandomLike, Schedule, to_seconds
+from schedules import DurationLike, RandomLike, Schedule, ScheduleLike, as_schedule, to_seconds
 from schedules._frozen import frozen
 
 __all__ = [
@@ -386,7 +386,9 @@ class _RespectRetryAfter(Schedule[_I, _O]):
         return f"respect_retry_after({self.schedule!r}, limit={_seconds_text(self.limit)})"
 
 
-def respect_retry_after(schedule: Schedule[_I, _O], limit: DurationLike = 60.0) -> Schedule[_I, _O]:
+def respect_retry_after(
+    schedule: ScheduleLike[_I, _O], limit: DurationLike = 60.0
+) -> Schedule[_I, _O]:
     """
     Make *schedule* wait at least what the server asked, and stop when it asks for too much.
 
@@ -405,6 +407,7 @@ def respect_retry_after(schedule: Schedule[_I, _O], limit: DurationLike = 60.0) 
 
     Raises:
         ValueError: If *limit* is a negative, NaN, infinite or unparseable duration.
+        TypeError: If *schedule* has no ``initial()`` and ``step()`` (not a schedule).
 
     Example:
         >>> from schedules import exponential
@@ -419,4 +422,4 @@ def respect_retry_after(schedule: Schedule[_I, _O], limit: DurationLike = 60.0) 
         []
     """
     seconds = min(to_seconds(limit, name="limit"), _MAX_DELAY)
-    return _RespectRetryAfter(schedule, seconds)
+    return _RespectRetryAfter(as_schedule(schedule), seconds)

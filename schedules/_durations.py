@@ -186,6 +186,10 @@ def format_seconds(seconds: float) -> str:
     return repr(seconds)
 
 
+_WHOLE_MS_RANGE: Final = 1e15
+_WHOLE_MS_BEYOND: Final = 10**18
+
+
 def whole_ms(seconds: float) -> int:
     """
     *seconds* rounded to whole milliseconds, halves up: how time boundaries are decided.
@@ -194,4 +198,8 @@ def whole_ms(seconds: float) -> int:
     and ``0.1 + 0.1 + 0.1`` is not ``0.3``, nor is ``t + 0.3 - t`` for a clock reading ``t``
     near ``time.monotonic()``; rounded to the millisecond, both are 300.
     """
-    return math.floor(seconds * 1000.0 + 0.5)
+    if -_WHOLE_MS_RANGE < seconds < _WHOLE_MS_RANGE:
+        return math.floor(seconds * 1000.0 + 0.5)
+    # A clock that jumped absurdly far (or a NaN, which no comparison admits): beyond every
+    # limit, never an OverflowError from floor(inf).
+    return _WHOLE_MS_BEYOND if seconds > 0 else -_WHOLE_MS_BEYOND

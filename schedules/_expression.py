@@ -270,6 +270,14 @@ def parse_counted(text: str) -> tuple[AnySchedule, int]:
 
 def _parse(text: str) -> tuple[AnySchedule, int]:
     try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # A command line carries bytes that are not UTF-8 as lone surrogates: name the spot.
+        line = text.count("\n", 0, error.start) + 1
+        column = error.start - (text.rfind("\n", 0, error.start) + 1) + 1
+        message = "the expression has a byte that is not UTF-8 text"
+        raise ExpressionError(message, text, line, column, pointer=False) from None
+    try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as error:
         if error.msg.startswith("Exceeds the limit"):

@@ -222,3 +222,21 @@ def test_migrate_destinations_use_the_same_helper() -> None:
     """migrate.destination sees an object with async __call__ as async, as effects does."""
     wrapped = migrate.destination(AsyncCaller(Flaky(0)))
     assert isinstance(wrapped(), AsyncEffect)
+
+
+class Hostile:
+    """An object whose __getattr__ fails for anything it lacks, __dict__ included."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> object:
+        raise KeyError(name)
+
+    def __call__(self) -> int:
+        """A plain call."""
+        return 1
+
+
+def test_a_hostile_getattr_does_not_break_detection() -> None:
+    """callable_kind and the event name read the object without tripping on its __getattr__."""
+    assert ("sync", "Hostile") == (callable_kind(Hostile()), describe_callable(Hostile()))

@@ -436,3 +436,9 @@ def test_api_request_error_survives_pickle() -> None:
     error = ApiRequestError(429, transient=True, retry_after=2.5, message="slow down")
     copy = pickle.loads(pickle.dumps(error))
     assert repr(error) == repr(copy)
+
+
+def test_respect_retry_after_needs_a_schedule() -> None:
+    """A value without the step contract is a TypeError at once, not a failure when stepping."""
+    with pytest.raises(TypeError, match=r"initial\(\) and step"):
+        respect_retry_after(1)  # type: ignore[arg-type]

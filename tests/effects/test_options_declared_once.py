@@ -128,3 +128,12 @@ def test_importing_effect_alone_does_not_pull_in_retry() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert "[]" == shown.stdout.strip()
+
+
+@pytest.mark.parametrize(("name", "error"), [("", ValueError), ("  ", ValueError), (3, TypeError)])
+def test_a_bad_name_is_refused(name: object, error: type[Exception]) -> None:
+    """name= must be a non-empty str: ValueError for an empty one, TypeError for another type."""
+    with pytest.raises(error, match="name must"):
+        retry(times=1, name=name)  # type: ignore[arg-type]
+    with pytest.raises(error, match="name must"):
+        repeat(times=1, name=name)  # type: ignore[arg-type]

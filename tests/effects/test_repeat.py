@@ -271,3 +271,36 @@ def test_repeat_takes_any_input_typed_schedule(virtual_clock: VirtualClock) -> N
     states = iter(["queued", "running", "done"])
     assert "done" == repeat(schedule)(states.__next__)()
     assert ["queued", "running", "done"] == seen
+
+
+@pytest.mark.anyio
+async def test_cancelling_a_repeat_stops_it_mid_wait(anyio_backend: str) -> None:
+    """A cancel scope around a repeat waiting 1 hour (real clock) ends it at once."""
+    import anyio
+
+    runs: list[int] = []
+
+    @repeat(spaced("1h"), times=5)
+    async def poll() -> int:
+        runs.append(1)
+        return len(runs)
+
+    with anyio.move_on_after(0.05) as scope:
+        await poll()
+    assert scope.cancelled_caught
+    assert [1] == runs
+
+
+def test_keyboard_interrupt_in_a_run_propagates_untouched(virtual_clock: VirtualClock) -> None:
+    """A BaseException from a run is never caught: it ends the repeat as it is."""
+    runs = iter([1, 2])
+
+    def run() -> int:
+        value = next(runs, None)
+        if value is None:
+            raise KeyboardInterrupt
+        return value
+
+    with pytest.raises(KeyboardInterrupt):
+        repeat(spaced(1), times=5)(run)()
+    assert [1.0, 1.0] == virtual_clock.sleeps

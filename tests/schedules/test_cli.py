@@ -601,3 +601,24 @@ def test_respect_retry_after_can_be_shown() -> None:
     )
     assert (0, "") == (shown.returncode, shown.stderr)
     assert [1.0, 2.0, 4.0] == [row["median"] for row in json.loads(shown.stdout)]
+
+
+def test_an_installed_constructor_checks_its_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """respect_retry_after(1) in an expression is an exit 2 naming the problem, no traceback."""
+    code, _ = run("show", "respect_retry_after(1, limit=60)")
+    error = capsys.readouterr().err
+    assert code == 2
+    assert "respect_retry_after() rejected its arguments: a schedule must be" in error
+
+
+def test_bytes_that_are_not_utf8_are_one_clear_line() -> None:
+    """A command-line argument with invalid UTF-8 exits 2 naming where, not a traceback."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "schedules", "show", b"  spaced('\xff')"],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    error = shown.stderr.decode("utf-8", "replace")
+    assert (2, 1) == (shown.returncode, len(error.splitlines()))
+    assert "not UTF-8 text (line 1, column 11)" in error

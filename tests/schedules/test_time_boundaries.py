@@ -75,3 +75,27 @@ def test_decisions_do_not_depend_on_where_the_clock_starts(
 
     assert timeline(schedule, 0.0) == timeline(schedule, start)
     assert timeline(cycle, 0.0) == timeline(cycle, start)
+
+
+@pytest.mark.parametrize("jump", [3600.0, 1e12, 1e300])
+def test_a_clock_that_jumps_ahead_stops_within_and_never_raises(jump: float) -> None:
+    """An attempt that ends absurdly late ends within(d) and restarts reset_after(d)."""
+    took = [0.0, jump, 0.0]
+    attempt_time = lambda attempt: took[attempt - 1] if attempt <= len(took) else 0.0  # noqa: E731
+    bounded = simulate(spaced(1).within(10), [None] * 3, attempt_time=attempt_time)
+    assert [1.0, None] == [step.delay for step in bounded]
+    cycling = simulate(
+        (forever() & spaced(1)).reset_after(10), [None] * 3, attempt_time=attempt_time
+    )
+    assert [(0, 0), (0, 0), (1, 1)] == [step.output for step in cycling]
+
+
+def test_a_clock_that_jumps_back_does_not_reset_or_refuse() -> None:
+    """Readings that go backwards count as no time passed: nothing resets, nothing stops."""
+    steps = []
+    schedule = (forever() & spaced(1)).reset_after(2).within(2)
+    state = schedule.initial()
+    for now in (100.0, 50.0, 10.0):
+        state, output, delay = schedule.step(now, None, state, None)  # type: ignore[arg-type]
+        steps.append((output, delay))
+    assert [((0, 0), 1.0), ((1, 1), 1.0), ((2, 2), 1.0)] == steps
