@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
 
 from effects._events import _REGISTRY as _HOOKS  # pyright: ignore[reportPrivateUsage]
 from effects._events import EventKind, Hook, RetryEvent
-from effects._services import Clock, checked_now, current_clock, current_random
+from effects._services import Clock, bad_reading, checked_now, current_clock, current_random
 
 if TYPE_CHECKING:
     from returns.result import Result
@@ -78,7 +78,7 @@ class Policy:
     the shared ``Counting`` decider.
     """
 
-    __slots__ = ("_counting", "_retryable_classes", "budget", "name", "on", "on_retry", "schedule")
+    __slots__ = ("_counting", "budget", "name", "on", "on_retry", "retryable_classes", "schedule")
 
     def __init__(
         self,
@@ -97,10 +97,11 @@ class Policy:
         self.on = on
         #: The name of the retried work, or ``None`` until a target gives one.
         self.name = name
-        # Exception classes seen, and whether each defines `retryable` (see `retryable`).
-        self._retryable_classes: dict[type[BaseException], bool] = {}
+        #: Exception classes seen, and whether each defines `retryable` (see `retryable_slow`);
+        #: made at the first failure that needs it.
+        self.retryable_classes: dict[type[BaseException], bool] | None = None
         self._counting = (
-            Counting(times_only, self._retryable_classes)
+            Counting(times_only)
             if times_only is not None and budget is None and on_retry is None
             else None
         )
@@ -113,7 +114,6 @@ class Policy:
             self.schedule, budget=self.budget, on_retry=self.on_retry, on=self.on, name=name
         )
         policy._counting = self._counting
-        policy._retryable_classes = self._retryable_classes
         return policy
 
     def record_first_attempt(self) -> None:
@@ -129,24 +129,26 @@ class Policy:
         return Run(self)
 
 
-def retryable(error: Exception, classes: dict[type[BaseException], bool]) -> bool:
+def retryable_slow(error: Exception, owner: Policy | Counting) -> object:
     """
-    Whether *error* may be retried: not if its ``retryable`` attribute is ``False``.
+    *error*'s ``retryable`` value when the fast path could not tell: its class is new to
+    *owner*'s ``retryable_classes``, or defines ``retryable`` (a property, usually) that
+    ``getattr`` found missing.
 
-    A ``retryable`` property that raises is a bug, not a missing attribute: its exception
-    propagates (``getattr`` with a default would swallow an ``AttributeError`` from it and
-    retry). Whether a class defines ``retryable`` at all is remembered in *classes*.
+    ``getattr`` with a default swallows an ``AttributeError`` raised inside a property and would
+    make the error look retryable; reading the attribute again lets that bug propagate. Whether
+    a class defines ``retryable`` is remembered, so the class is inspected once.
     """
-    value = getattr(error, "retryable", _MISSING)
-    if value is _MISSING:
-        cls = type(error)
-        defines = classes.get(cls)
-        if defines is None:
-            defines = classes[cls] = any("retryable" in vars(k) for k in cls.__mro__)
-        if not defines:
-            return True
-        value = error.retryable  # type: ignore[attr-defined] # raises what the property raised
-    return value is not False
+    classes = owner.retryable_classes
+    if classes is None:
+        classes = owner.retryable_classes = {}
+    cls = type(error)
+    defines = classes.get(cls)
+    if defines is None:
+        defines = classes[cls] = any("retryable" in vars(k) for k in cls.__mro__)
+    if not defines:
+        return True
+    return error.retryable  # type: ignore[attr-defined] # raises what the property raised
 
 
 class Run:
@@ -184,32 +186,43 @@ class Run:
                 *error* as its ``__context__``.
         """
         try:
-            return self._decide(attempt, error)
+            clock = self.clock
+            now = clock.now()
+            # Finite numbers only (checked_now, inlined): NaN - NaN and inf - inf are NaN.
+            try:
+                finite = now - now == 0.0
+            except TypeError:  # a str, None, ...
+                finite = False
+            if not finite:
+                raise bad_reading(clock, now)
+            if attempt == 1:
+                self._first = now
+            policy = self._policy
+            # The fast path of retryable_slow: most errors have no `retryable` at all.
+            value = getattr(error, "retryable", _MISSING)
+            if value is _MISSING:
+                classes = policy.retryable_classes
+                if classes is None or classes.get(type(error)) is not False:
+                    value = retryable_slow(error, policy)
+            if value is False:
+                delay = None
+            else:
+                self._state, _, delay = policy.schedule.step(now, error, self._state, self._rng)
+            if delay is None:
+                if self.listening:
+                    self._emit("give_up", attempt, None, error, now)
+                return None
+            budget = policy.budget
+            if budget is not None and not budget.try_retry(now):
+                if self.listening:
+                    self._emit("budget_exhausted", attempt, None, error, now)
+                return None
+            if self.listening:
+                self._emit("retry", attempt, delay, error, now)
+            return delay
         except Exception as failure:
             keep_visible(failure, error)
             raise
-
-    def _decide(self, attempt: int, error: Exception) -> float | None:
-        now = checked_now(self.clock)
-        if attempt == 1:
-            self._first = now
-        policy = self._policy
-        if not retryable(error, policy._retryable_classes):  # pyright: ignore[reportPrivateUsage]
-            delay = None
-        else:
-            self._state, _, delay = policy.schedule.step(now, error, self._state, self._rng)
-        if delay is None:
-            if self.listening:
-                self._emit("give_up", attempt, None, error, now)
-            return None
-        budget = policy.budget
-        if budget is not None and not budget.try_retry(now):
-            if self.listening:
-                self._emit("budget_exhausted", attempt, None, error, now)
-            return None
-        if self.listening:
-            self._emit("retry", attempt, delay, error, now)
-        return delay
 
     def starting(self, attempt: int, previous: Exception) -> None:
         """Announce attempt *attempt*, after its wait; called only when ``listening``."""
@@ -240,24 +253,31 @@ class Counting:
     ``tests/effects/test_counting_decisions.py`` pins it to ``Run``.
     """
 
-    __slots__ = ("_classes", "_limit")
+    __slots__ = ("_limit", "retryable_classes")
 
     #: Nobody listens: ``Policy.start`` hands out a ``Run`` when a hook is registered.
     listening = False
 
-    def __init__(self, limit: int, classes: dict[type[BaseException], bool]) -> None:
+    def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._classes = classes
+        #: As ``Policy.retryable_classes``, for the errors this decider sees.
+        self.retryable_classes: dict[type[BaseException], bool] | None = None
 
     def decide(self, attempt: int, error: Exception) -> float | None:
         """0.0 while *attempt* <= *limit* and *error* is retryable, else ``None``."""
         if attempt > self._limit:
             return None
-        try:
-            return 0.0 if retryable(error, self._classes) else None
-        except Exception as failure:
-            keep_visible(failure, error)
-            raise
+        # Run.decide's retryable check, inlined: this is the cheapest failure path there is.
+        value = getattr(error, "retryable", _MISSING)
+        if value is _MISSING:
+            classes = self.retryable_classes
+            if classes is None or classes.get(type(error)) is not False:
+                try:
+                    value = retryable_slow(error, self)
+                except Exception as failure:
+                    keep_visible(failure, error)
+                    raise
+        return None if value is False else 0.0
 
     @property
     def clock(self) -> Clock:

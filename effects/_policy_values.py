@@ -20,7 +20,7 @@ from schedules._frozen import Immutable
 if TYPE_CHECKING:
     from schedules import Schedule, ScheduleLike
 
-__all__ = ["PolicyValue"]
+__all__ = ["PolicyValue", "option_slots"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -35,19 +35,21 @@ _CLASS: Final[type[Any]] = classmethod
 
 class PolicyValue(Immutable):
     """
-    Base of ``Retry`` and ``Repeat``: ``_values`` (every option, ``None`` where not given) and
-    ``_policy`` (what the runners read), set once by the subclass's ``__init__``.
+    Base of ``Retry`` and ``Repeat``: one slot per option (``_times``, ...; ``None`` where
+    not given), derived from the options' TypedDict by ``option_slots``, and ``_policy`` (what
+    the runners read), all set once by the subclass's ``__init__``.
     """
 
-    __slots__ = ("_policy", "_values")
+    __slots__ = ("_policy",)
 
     #: The function that builds this kind of value, as its ``repr`` shows it.
     _verb: ClassVar[str]
     #: The options its ``repr`` shows after the schedule, in order.
     _shown: ClassVar[tuple[str, ...]]
 
-    _values: dict[str, Any]
     _policy: Any
+    #: The option slots of the subclass, in a fixed order: what ==, hash and pickling compare.
+    _options: ClassVar[tuple[str, ...]]
 
     def _applied_to_effect(self, effect: Effect[Any, Any] | AsyncEffect[Any, Any]) -> object:
         raise NotImplementedError
@@ -87,26 +89,38 @@ class PolicyValue(Immutable):
         return _wrap_target(self._verb, target, self._wrapped)
 
     def _set(self, values: dict[str, Any], policy: object) -> None:
-        object.__setattr__(self, "_values", values)
+        for name in self._options:
+            object.__setattr__(self, f"_{name}", values[name])
         object.__setattr__(self, "_policy", policy)
+
+    def _option(self, name: str) -> Any:
+        """The option *name*'s value, or ``None`` if it was not given."""
+        return getattr(self, f"_{name}")
+
+    def _compared(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f"_{name}") for name in self._options)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PolicyValue) or type(other) is not type(self):
             return NotImplemented
-        return self._values == other._values
+        return self._compared() == other._compared()
 
     def __hash__(self) -> int:
-        return hash(tuple(self._values[name] for name in sorted(self._values)))
+        return hash((type(self), self._compared()))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        options = {name: value for name, value in self._values.items() if name != "schedule"}
-        return (_rebuild, (type(self), self._values["schedule"], options))
+        options = {
+            name: self._option(name)
+            for name in self._options
+            if name != "schedule" and self._option(name) is not None
+        }
+        return (_rebuild, (type(self), self._option("schedule"), options))
 
     def __repr__(self) -> str:
-        schedule = self._values["schedule"]
+        schedule = self._option("schedule")
         parts = [] if schedule is None else [repr(schedule)]
         for name in self._shown:
-            value = self._values[name]
+            value = self._option(name)
             if value is None:
                 continue
             if name == "on":
@@ -120,33 +134,38 @@ class PolicyValue(Immutable):
     @property
     def schedule(self) -> ScheduleLike[Any, Any] | None:
         """The schedule given, or ``None``."""
-        return cast("ScheduleLike[Any, Any] | None", self._values["schedule"])
+        return cast("ScheduleLike[Any, Any] | None", self._option("schedule"))
 
     @property
     def times(self) -> int | None:
         """At most this many retries or repetitions, or ``None``."""
-        return cast("int | None", self._values["times"])
+        return cast("int | None", self._option("times"))
 
     @property
     def while_(self) -> Callable[[Any], bool] | None:
         """Go on only while this is true of the input (error or result), or ``None``."""
-        return cast("Callable[[Any], bool] | None", self._values["while_"])
+        return cast("Callable[[Any], bool] | None", self._option("while_"))
 
     @property
     def until(self) -> Callable[[Any], bool] | None:
         """Stop once this is true of the input (error or result), or ``None``."""
-        return cast("Callable[[Any], bool] | None", self._values["until"])
+        return cast("Callable[[Any], bool] | None", self._option("until"))
 
     @property
     def name(self) -> str | None:
         """The name events give the work, or ``None`` (the target's own name)."""
-        return cast("str | None", self._values["name"])
+        return cast("str | None", self._option("name"))
 
     @property
     def composed(self) -> Schedule[Any, Any]:
         """The schedule driving the runs: ``schedule``, then ``while_``, ``until``, ``times``."""
         schedule: Schedule[Any, Any] = self._policy.schedule
         return schedule
+
+
+def option_slots(options: frozenset[str]) -> tuple[str, ...]:
+    """The slots of a policy value whose options are *options* (a TypedDict's keys)."""
+    return tuple(f"_{name}" for name in sorted({*options, "schedule"}))
 
 
 def _rebuild(

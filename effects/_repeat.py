@@ -10,7 +10,7 @@ from effects import _repeating
 from effects._callables import callable_kind, describe_callable
 from effects._effect import AsyncEffect, Effect
 from effects._options import RepeatOptions, repeat_values
-from effects._policy_values import PolicyValue
+from effects._policy_values import PolicyValue, option_slots
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -50,7 +50,9 @@ class Repeat(PolicyValue):
         [1.0, 1.0]
     """
 
-    __slots__ = ()
+    # One slot per option, from the options' one declaration.
+    __slots__ = option_slots(RepeatOptions.__optional_keys__)
+    _options = tuple(sorted({*RepeatOptions.__optional_keys__, "schedule"}))
 
     _verb = "repeat"
     _shown = ("times", "while_", "until", "on_repeat", "name")
@@ -64,7 +66,7 @@ class Repeat(PolicyValue):
     @property
     def on_repeat(self) -> Callable[[RepeatEvent], object] | None:
         """The listener of this policy's events, or ``None``."""
-        return cast("Callable[[RepeatEvent], object] | None", self._values["on_repeat"])
+        return cast("Callable[[RepeatEvent], object] | None", self._option("on_repeat"))
 
     def _applied_to_effect(self, effect: Effect[Any, Any] | AsyncEffect[Any, Any]) -> object:
         return effect.repeated(self._policy)

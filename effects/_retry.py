@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 from effects._callables import callable_kind, describe_callable
 from effects._driver import Attempts, Policy, call_async, call_sync, resume_async
 from effects._effect import AsyncEffect, Effect
+from effects._exact_wrappers import exact_wrapper
 from effects._options import RetryOptions, retry_values
-from effects._policy_values import PolicyValue
+from effects._policy_values import PolicyValue, option_slots
 from effects.errors import RetryUsageError
 
 if TYPE_CHECKING:
@@ -70,7 +71,9 @@ class Retry(PolicyValue):
         (3, [0.1, 0.2])
     """
 
-    __slots__ = ()
+    # One slot per option, from the options' one declaration.
+    __slots__ = option_slots(RetryOptions.__optional_keys__)
+    _options = tuple(sorted({*RetryOptions.__optional_keys__, "schedule"}))
 
     _verb = "retry"
     _shown = ("times", "while_", "until", "budget", "on", "on_retry", "name")
@@ -84,17 +87,17 @@ class Retry(PolicyValue):
     @property
     def budget(self) -> RetryBudget | None:
         """The shared ``RetryBudget``, or ``None``."""
-        return cast("RetryBudget | None", self._values["budget"])
+        return cast("RetryBudget | None", self._option("budget"))
 
     @property
     def on(self) -> tuple[type[Exception], ...] | None:
         """The exception types retried (a tuple), or ``None``."""
-        return cast("tuple[type[Exception], ...] | None", self._values["on"])
+        return cast("tuple[type[Exception], ...] | None", self._option("on"))
 
     @property
     def on_retry(self) -> Callable[[RetryEvent], object] | None:
         """The listener of this policy's events, or ``None``."""
-        return cast("Callable[[RetryEvent], object] | None", self._values["on_retry"])
+        return cast("Callable[[RetryEvent], object] | None", self._option("on_retry"))
 
     def _applied_to_effect(self, effect: Effect[Any, Any] | AsyncEffect[Any, Any]) -> object:
         return effect.retried(self._policy)
@@ -140,7 +143,11 @@ def _wrap(policy: Policy, fn: Callable[..., Any]) -> Callable[..., Any]:
         )
         raise RetryUsageError(msg)
     named = policy.named(describe_callable(fn))
-    if callable_kind(fn) == "async":
+    is_async = callable_kind(fn) == "async"
+    exact = exact_wrapper(named, fn, is_async=is_async)
+    if exact is not None:
+        return exact
+    if is_async:
         return _wrap_async(named, fn)
     return _wrap_sync(named, fn)
 

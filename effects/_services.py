@@ -17,6 +17,7 @@ __all__ = [
     "Clock",
     "SystemClock",
     "checked_now",
+    "bad_reading",
     "current_clock",
     "current_random",
     "use_clock",
@@ -78,8 +79,13 @@ def checked_now(clock: Clock) -> float:
     reading = cast("object", now)
     if isinstance(reading, int | float) and not isinstance(reading, bool) and math.isfinite(now):
         return now
-    msg = f"the clock {clock!r} returned {now!r} from now(); it must return finite seconds"
-    raise ValueError(msg)
+    raise bad_reading(clock, reading)
+
+
+def bad_reading(clock: Clock, reading: object) -> ValueError:
+    """The error for a clock reading that is not finite seconds, naming clock and reading."""
+    msg = f"the clock {clock!r} returned {reading!r} from now(); it must return finite seconds"
+    return ValueError(msg)
 
 
 class SystemClock:
