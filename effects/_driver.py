@@ -78,7 +78,16 @@ class Policy:
     the shared ``Counting`` decider.
     """
 
-    __slots__ = ("_counting", "budget", "name", "on", "on_retry", "retryable_classes", "schedule")
+    __slots__ = (
+        "_counting",
+        "budget",
+        "name",
+        "on",
+        "on_retry",
+        "plain_class",
+        "retryable_classes",
+        "schedule",
+    )
 
     def __init__(
         self,
@@ -98,8 +107,10 @@ class Policy:
         #: The name of the retried work, or ``None`` until a target gives one.
         self.name = name
         #: Exception classes seen, and whether each defines `retryable` (see `retryable_slow`);
-        #: made at the first failure that needs it.
+        #: made at the first failure that needs it. `plain_class` is the last one seen without:
+        #: the failures of one call are mostly of one class, told by one identity check.
         self.retryable_classes: dict[type[BaseException], bool] | None = None
+        self.plain_class: type[BaseException] | None = None
         self._counting = (
             Counting(times_only)
             if times_only is not None and budget is None and on_retry is None
@@ -131,13 +142,14 @@ class Policy:
 
 def retryable_slow(error: Exception, owner: Policy | Counting) -> object:
     """
-    *error*'s ``retryable`` value when the fast path could not tell: its class is new to
-    *owner*'s ``retryable_classes``, or defines ``retryable`` (a property, usually) that
-    ``getattr`` found missing.
+    *error*'s ``retryable`` value when the fast path could not tell: its class is not
+    *owner*'s ``plain_class`` (the last class seen without a ``retryable`` of its own), or it
+    defines ``retryable`` (a property, usually) that ``getattr`` found missing.
 
     ``getattr`` with a default swallows an ``AttributeError`` raised inside a property and would
     make the error look retryable; reading the attribute again lets that bug propagate. Whether
-    a class defines ``retryable`` is remembered, so the class is inspected once.
+    a class defines ``retryable`` is remembered in ``retryable_classes``, so each class is
+    inspected once.
     """
     classes = owner.retryable_classes
     if classes is None:
@@ -147,6 +159,7 @@ def retryable_slow(error: Exception, owner: Policy | Counting) -> object:
     if defines is None:
         defines = classes[cls] = any("retryable" in vars(k) for k in cls.__mro__)
     if not defines:
+        owner.plain_class = cls
         return True
     return error.retryable  # type: ignore[attr-defined] # raises what the property raised
 
@@ -200,10 +213,8 @@ class Run:
             policy = self._policy
             # The fast path of retryable_slow: most errors have no `retryable` at all.
             value = getattr(error, "retryable", _MISSING)
-            if value is _MISSING:
-                classes = policy.retryable_classes
-                if classes is None or classes.get(type(error)) is not False:
-                    value = retryable_slow(error, policy)
+            if value is _MISSING and type(error) is not policy.plain_class:
+                value = retryable_slow(error, policy)
             if value is False:
                 delay = None
             else:
@@ -253,15 +264,16 @@ class Counting:
     ``tests/effects/test_counting_decisions.py`` pins it to ``Run``.
     """
 
-    __slots__ = ("_limit", "retryable_classes")
+    __slots__ = ("_limit", "plain_class", "retryable_classes")
 
     #: Nobody listens: ``Policy.start`` hands out a ``Run`` when a hook is registered.
     listening = False
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        #: As ``Policy.retryable_classes``, for the errors this decider sees.
+        #: As ``Policy.retryable_classes`` and ``plain_class``, for the errors this one sees.
         self.retryable_classes: dict[type[BaseException], bool] | None = None
+        self.plain_class: type[BaseException] | None = None
 
     def decide(self, attempt: int, error: Exception) -> float | None:
         """0.0 while *attempt* <= *limit* and *error* is retryable, else ``None``."""
@@ -269,14 +281,12 @@ class Counting:
             return None
         # Run.decide's retryable check, inlined: this is the cheapest failure path there is.
         value = getattr(error, "retryable", _MISSING)
-        if value is _MISSING:
-            classes = self.retryable_classes
-            if classes is None or classes.get(type(error)) is not False:
-                try:
-                    value = retryable_slow(error, self)
-                except Exception as failure:
-                    keep_visible(failure, error)
-                    raise
+        if value is _MISSING and type(error) is not self.plain_class:
+            try:
+                value = retryable_slow(error, self)
+            except Exception as failure:
+                keep_visible(failure, error)
+                raise
         return None if value is False else 0.0
 
     @property
