@@ -2,7 +2,8 @@
 Typed effects and the runtime that retries them.
 
 ``Effect`` / ``AsyncEffect`` describe work with a typed error; ``retry(...)`` builds a ``Retry``
-policy from a ``schedules`` schedule and applies it to effects, functions and blocks of code.
+policy from a ``schedules`` schedule and applies it to effects, functions and blocks of code;
+``repeat(...)`` builds a ``Repeat`` that runs work again after each success (polling).
 Time and randomness come from ``use_clock`` / ``use_random`` (context variables);
 ``effects.testing.VirtualClock`` makes every wait instant in tests.
 """
@@ -10,7 +11,9 @@ Time and randomness come from ``use_clock`` / ``use_random`` (context variables)
 from effects._budget import RetryBudget
 from effects._driver import Attempt, Attempts
 from effects._effect import AsyncEffect, Effect
-from effects._events import RetryEvent, add_hook, log_retries
+from effects._events import RepeatEvent, RetryEvent, add_hook, log_retries
+from effects._options import RepeatOptions, RetryOptions
+from effects._repeat import Repeat, repeat
 from effects._retry import Retry, retry
 from effects._services import Clock, SystemClock, use_clock, use_random
 from effects.errors import EffectsError, EffectTimeoutError, FatalError, RetryUsageError
@@ -24,13 +27,18 @@ __all__ = [
     "EffectTimeoutError",
     "EffectsError",
     "FatalError",
+    "Repeat",
+    "RepeatEvent",
+    "RepeatOptions",
     "Retry",
     "RetryBudget",
     "RetryEvent",
+    "RetryOptions",
     "RetryUsageError",
     "SystemClock",
     "add_hook",
     "log_retries",
+    "repeat",
     "retry",
     "use_clock",
     "use_random",

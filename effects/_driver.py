@@ -7,6 +7,11 @@ budget and emits events. The runners around it only run attempts and wait the de
 ``clock.sleep`` or ``await clock.sleep_async``, and only when it is > 0. Nothing here runs before
 the first failure, so a call that succeeds at once costs one ``try``.
 
+User code runs inside ``decide``: the schedule (its predicates, delay functions, taps), a
+``retryable`` property, the budget's clock, ``on_retry`` and the hooks. When any of it raises,
+the call stops at once (the failure is a bug, never a reason to retry) and the error being
+retried is kept visible as the failure's ``__context__``.
+
 One shortcut: a ``times=n`` policy (``forever().times(n)``, no budget) that nobody listens to
 answers 0 s for failed attempts 1 to *n* whatever the time, state or random source, so
 ``Policy.start`` hands such calls a shared ``Counting`` decider instead of a fresh ``Run``: no
@@ -17,20 +22,20 @@ that nothing observable differs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
-
-from returns.result import Failure, Result
+from types import CoroutineType, TracebackType
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
 
 from effects._events import _REGISTRY as _HOOKS  # pyright: ignore[reportPrivateUsage]
 from effects._events import EventKind, Hook, RetryEvent
-from effects._services import Clock, current_clock, current_random
+from effects._services import Clock, bad_reading, checked_now, current_clock, current_random
 
 if TYPE_CHECKING:
+    from returns.result import Result
+
     from effects._budget import RetryBudget
     from schedules import Schedule
 
-__all__ = ["Attempt", "Attempts", "Counting", "Policy", "Run"]
+__all__ = ["Attempt", "Attempts", "Counting", "Policy", "Run", "keep_visible"]
 
 R = TypeVar("R")
 A = TypeVar("A")
@@ -39,38 +44,93 @@ E = TypeVar("E", bound=Exception)
 #: What ``on=`` / ``catch=`` hold once normalised: a tuple of exception types.
 ErrorTypes = tuple[type[Exception], ...]
 
+_MISSING: Final[Any] = object()
+_CHAIN_LIMIT: Final = 100
+
+
+def keep_visible(failure: BaseException, error: BaseException) -> None:
+    """
+    Make *error* (the one being retried) visible in *failure*'s traceback, as its context.
+
+    Python chains an exception raised while another is handled; code that runs between
+    attempts is not inside an ``except``, so the chain is made here: *error* becomes the
+    ``__context__`` of the last exception in *failure*'s context chain, unless it is already
+    in the chain.
+    """
+    link = failure
+    for _ in range(_CHAIN_LIMIT):
+        if link is error:
+            return
+        following = link.__context__
+        if following is None:
+            link.__context__ = error
+            return
+        link = following
+
 
 class Policy:
     """
-    The precomputed, immutable parts of a ``Retry``: composed schedule, budget, listener.
+    The precomputed, immutable parts of a ``Retry``: composed schedule, budget, listener, the
+    ``on`` types and the name events give the work.
 
     ``Retry`` passes *times_only* = ``n`` when the composed schedule is exactly
     ``forever().times(n)``; with no budget and no ``on_retry`` too, ``start`` can then hand out
     the shared ``Counting`` decider.
     """
 
-    __slots__ = ("_counting", "budget", "on_retry", "schedule")
+    __slots__ = (
+        "_counting",
+        "budget",
+        "name",
+        "on",
+        "on_retry",
+        "plain_class",
+        "retryable_classes",
+        "schedule",
+    )
 
     def __init__(
         self,
         schedule: Schedule[Any, Any],
+        *,
         budget: RetryBudget | None,
         on_retry: Callable[[RetryEvent], object] | None,
+        on: ErrorTypes | None,
+        name: str | None,
         times_only: int | None = None,
     ) -> None:
         self.schedule = schedule
         self.budget = budget
         self.on_retry = on_retry
+        #: The exception types retried (``None``: every typed failure of an effect).
+        self.on = on
+        #: The name of the retried work, or ``None`` until a target gives one.
+        self.name = name
+        #: Exception classes seen, and whether each defines `retryable` (see `retryable_slow`);
+        #: made at the first failure that needs it. `plain_class` is the last one seen without:
+        #: the failures of one call are mostly of one class, told by one identity check.
+        self.retryable_classes: dict[type[BaseException], bool] | None = None
+        self.plain_class: type[BaseException] | None = None
         self._counting = (
             Counting(times_only)
             if times_only is not None and budget is None and on_retry is None
             else None
         )
 
+    def named(self, name: str) -> Policy:
+        """This policy for work called *name* (unless the policy has a name of its own)."""
+        if self.name is not None:
+            return self
+        policy = Policy(
+            self.schedule, budget=self.budget, on_retry=self.on_retry, on=self.on, name=name
+        )
+        policy._counting = self._counting
+        return policy
+
     def record_first_attempt(self) -> None:
         """Tell the budget (if any) that a call is making its first attempt."""
         if self.budget is not None:
-            self.budget.record_attempt(current_clock().now())
+            self.budget.record_attempt(checked_now(current_clock()))
 
     def start(self) -> Run | Counting:
         """The decisions of one call, made at its first failure."""
@@ -78,6 +138,30 @@ class Policy:
         if counting is not None and not _HOOKS.hooks:
             return counting
         return Run(self)
+
+
+def retryable_slow(error: Exception, owner: Policy | Counting) -> object:
+    """
+    *error*'s ``retryable`` value when the fast path could not tell: its class is not
+    *owner*'s ``plain_class`` (the last class seen without a ``retryable`` of its own), or it
+    defines ``retryable`` (a property, usually) that ``getattr`` found missing.
+
+    ``getattr`` with a default swallows an ``AttributeError`` raised inside a property and would
+    make the error look retryable; reading the attribute again lets that bug propagate. Whether
+    a class defines ``retryable`` is remembered in ``retryable_classes``, so each class is
+    inspected once.
+    """
+    classes = owner.retryable_classes
+    if classes is None:
+        classes = owner.retryable_classes = {}
+    cls = type(error)
+    defines = classes.get(cls)
+    if defines is None:
+        defines = classes[cls] = any("retryable" in vars(k) for k in cls.__mro__)
+    if not defines:
+        owner.plain_class = cls
+        return True
+    return error.retryable  # type: ignore[attr-defined] # raises what the property raised
 
 
 class Run:
@@ -108,36 +192,62 @@ class Run:
 
         An error whose ``retryable`` is ``False`` (``FatalError`` among them) stops at once and
         is never shown to the schedule or its predicates.
+
+        Raises:
+            ValueError: If the clock's reading is NaN or infinite.
+            Exception: Whatever user code raised (a predicate, a hook, ``retryable``), with
+                *error* as its ``__context__``.
         """
-        now = self.clock.now()
-        if attempt == 1:
-            self._first = now
-        policy = self._policy
-        if getattr(error, "retryable", True) is False:
-            delay = None
-        else:
-            self._state, _, delay = policy.schedule.step(now, error, self._state, self._rng)
-        if delay is None:
+        try:
+            clock = self.clock
+            now = clock.now()
+            # Finite numbers only (checked_now, inlined): NaN - NaN and inf - inf are NaN.
+            try:
+                finite = now - now == 0.0
+            except TypeError:  # a str, None, ...
+                finite = False
+            if not finite:
+                raise bad_reading(clock, now)
+            if attempt == 1:
+                self._first = now
+            policy = self._policy
+            # The fast path of retryable_slow: most errors have no `retryable` at all.
+            value = getattr(error, "retryable", _MISSING)
+            if value is _MISSING and type(error) is not policy.plain_class:
+                value = retryable_slow(error, policy)
+            if value is False:
+                delay = None
+            else:
+                self._state, _, delay = policy.schedule.step(now, error, self._state, self._rng)
+            if delay is None:
+                if self.listening:
+                    self._emit("give_up", attempt, None, error, now)
+                return None
+            budget = policy.budget
+            if budget is not None and not budget.try_retry(now):
+                if self.listening:
+                    self._emit("budget_exhausted", attempt, None, error, now)
+                return None
             if self.listening:
-                self._emit("give_up", attempt, None, error, now)
-            return None
-        budget = policy.budget
-        if budget is not None and not budget.try_retry(now):
-            if self.listening:
-                self._emit("budget_exhausted", attempt, None, error, now)
-            return None
-        if self.listening:
-            self._emit("retry", attempt, delay, error, now)
-        return delay
+                self._emit("retry", attempt, delay, error, now)
+            return delay
+        except Exception as failure:
+            keep_visible(failure, error)
+            raise
 
     def starting(self, attempt: int, previous: Exception) -> None:
         """Announce attempt *attempt*, after its wait; called only when ``listening``."""
-        self._emit("attempt", attempt, None, previous, self.clock.now())
+        try:
+            self._emit("attempt", attempt, None, previous, checked_now(self.clock))
+        except Exception as failure:
+            keep_visible(failure, previous)
+            raise
 
     def _emit(
         self, kind: EventKind, attempt: int, delay: float | None, error: Exception, now: float
     ) -> None:
-        event = RetryEvent(kind, attempt, delay, error, now - self._first)
+        name = self._policy.name or "retried call"
+        event = RetryEvent(kind, attempt, delay, error, now - self._first, name)
         on_retry = self._policy.on_retry
         if on_retry is not None:
             on_retry(event)
@@ -154,19 +264,30 @@ class Counting:
     ``tests/effects/test_counting_decisions.py`` pins it to ``Run``.
     """
 
-    __slots__ = ("_limit",)
+    __slots__ = ("_limit", "plain_class", "retryable_classes")
 
     #: Nobody listens: ``Policy.start`` hands out a ``Run`` when a hook is registered.
     listening = False
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
+        #: As ``Policy.retryable_classes`` and ``plain_class``, for the errors this one sees.
+        self.retryable_classes: dict[type[BaseException], bool] | None = None
+        self.plain_class: type[BaseException] | None = None
 
     def decide(self, attempt: int, error: Exception) -> float | None:
         """0.0 while *attempt* <= *limit* and *error* is retryable, else ``None``."""
-        if attempt > self._limit or getattr(error, "retryable", True) is False:
+        if attempt > self._limit:
             return None
-        return 0.0
+        # Run.decide's retryable check, inlined: this is the cheapest failure path there is.
+        value = getattr(error, "retryable", _MISSING)
+        if value is _MISSING and type(error) is not self.plain_class:
+            try:
+                value = retryable_slow(error, self)
+            except Exception as failure:
+                keep_visible(failure, error)
+                raise
+        return None if value is False else 0.0
 
     @property
     def clock(self) -> Clock:
@@ -180,16 +301,20 @@ class Counting:
 # --- functions -------------------------------------------------------------------------------
 
 
-# The failure path's hot call: plain positional arguments are the cheapest to pass.
-def call_sync(  # noqa: PLR0917
+def call_sync(
     policy: Policy,
-    on: ErrorTypes,
     fn: Callable[..., R],
     error: Exception,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> R:
-    """Go on retrying ``fn(*args, **kwargs)`` after its first attempt failed with *error*."""
+    """
+    Go on retrying ``fn(*args, **kwargs)`` after its first attempt failed with *error*.
+
+    If a later attempt returns a coroutine (*fn* is a plain function around an ``async def``),
+    the rest of the call is async: the coroutine that finishes it is returned.
+    """
+    on: ErrorTypes = policy.on  # type: ignore[assignment] # functions always have `on`
     run = policy.start()
     attempt = 1
     while True:
@@ -208,22 +333,29 @@ def call_sync(  # noqa: PLR0917
         # reference cycle that only the cyclic GC frees: ~10% of the failure path's cost.
         del error
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except on as next_error:
             error = next_error
+        else:
+            if type(result) is CoroutineType:
+                coroutine = cast("Any", result)
+                return resume_async(policy, fn, coroutine, args, kwargs, run, attempt)  # type: ignore[return-value]
+            return result
 
 
-async def call_async(  # noqa: PLR0917
+async def call_async(  # noqa: PLR0917 - the failure path's hot call: positional is cheapest
     policy: Policy,
-    on: ErrorTypes,
     fn: Callable[..., Awaitable[R]],
     error: Exception,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    run: Run | Counting | None = None,
+    attempt: int = 1,
 ) -> R:
     """The ``async`` form of ``call_sync``: waits with ``clock.sleep_async``."""
-    run = policy.start()
-    attempt = 1
+    on: ErrorTypes = policy.on  # type: ignore[assignment] # functions always have `on`
+    if run is None:
+        run = policy.start()
     while True:
         delay = run.decide(attempt, error)
         if delay is None:
@@ -243,11 +375,38 @@ async def call_async(  # noqa: PLR0917
             error = next_error
 
 
+async def resume_async(  # noqa: PLR0917 - internal, mirrors call_async
+    policy: Policy,
+    fn: Callable[..., Any],
+    awaitable: Awaitable[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    run: Run | Counting | None = None,
+    attempt: int = 1,
+) -> Any:
+    """
+    Await *awaitable*, the result of attempt *attempt* of a plain function that returned a
+    coroutine (a lambda or ``partial`` around an ``async def``), and retry from there.
+    """
+    on: ErrorTypes = policy.on  # type: ignore[assignment] # functions always have `on`
+    try:
+        return await awaitable
+    except on as error:
+        failed = error
+    try:
+        return await call_async(policy, fn, failed, args, kwargs, run, attempt)
+    finally:
+        del failed  # the traceback holds this frame
+
+
 # --- effects ---------------------------------------------------------------------------------
 
 
-def _retryable(result: Result[A, E], on: ErrorTypes | None) -> E | None:
+def _retried_error(result: Result[A, E], on: ErrorTypes | None) -> E | None:
     """The error of a failed *result* that *on* lets through, else ``None``."""
+    # Imported here: `returns` is needed only once effects run, not to import effects.
+    from returns.result import Failure  # noqa: PLC0415
+
     if not isinstance(result, Failure):
         return None
     error: E = result.failure()
@@ -256,13 +415,11 @@ def _retryable(result: Result[A, E], on: ErrorTypes | None) -> E | None:
     return error
 
 
-def effect_sync(
-    policy: Policy, on: ErrorTypes | None, thunk: Callable[[], Result[A, E]]
-) -> Result[A, E]:
+def effect_sync(policy: Policy, thunk: Callable[[], Result[A, E]]) -> Result[A, E]:
     """Run *thunk* under *policy*; return its first success or its last failure."""
     policy.record_first_attempt()
     result = thunk()
-    error = _retryable(result, on)
+    error = _retried_error(result, policy.on)
     if error is None:
         return result
     run = policy.start()
@@ -277,20 +434,18 @@ def effect_sync(
         if run.listening:
             run.starting(attempt, error)
         result = thunk()
-        error = _retryable(result, on)
+        error = _retried_error(result, policy.on)
         if error is None:
             return result
 
 
 async def effect_async(
-    policy: Policy,
-    on: ErrorTypes | None,
-    thunk: Callable[[], Coroutine[Any, Any, Result[A, E]]],
+    policy: Policy, thunk: Callable[[], Coroutine[Any, Any, Result[A, E]]]
 ) -> Result[A, E]:
     """The ``async`` form of ``effect_sync``."""
     policy.record_first_attempt()
     result = await thunk()
-    error = _retryable(result, on)
+    error = _retried_error(result, policy.on)
     if error is None:
         return result
     run = policy.start()
@@ -305,7 +460,7 @@ async def effect_async(
         if run.listening:
             run.starting(attempt, error)
         result = await thunk()
-        error = _retryable(result, on)
+        error = _retried_error(result, policy.on)
         if error is None:
             return result
 
@@ -349,9 +504,9 @@ class _Loop:
 
     __slots__ = ("_delay", "_error", "_number", "_on", "_policy", "_run")
 
-    def __init__(self, policy: Policy, on: ErrorTypes) -> None:
+    def __init__(self, policy: Policy) -> None:
         self._policy = policy
-        self._on = on
+        self._on: ErrorTypes = policy.on  # type: ignore[assignment] # attempts() checks it
         self._run: Run | Counting | None = None
         self._number = 0
         self._delay: float | None = None
@@ -435,14 +590,13 @@ class Attempts:
     inside the loop body: it would also run after attempts that failed and will be retried.
     """
 
-    __slots__ = ("_on", "_policy")
+    __slots__ = ("_policy",)
 
-    def __init__(self, policy: Policy, on: ErrorTypes) -> None:
+    def __init__(self, policy: Policy) -> None:
         self._policy = policy
-        self._on = on
 
     def __iter__(self) -> _SyncLoop:
-        return _SyncLoop(self._policy, self._on)
+        return _SyncLoop(self._policy)
 
     def __aiter__(self) -> _AsyncLoop:
-        return _AsyncLoop(self._policy, self._on)
+        return _AsyncLoop(self._policy)

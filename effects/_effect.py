@@ -1,25 +1,34 @@
-"""``Effect`` and ``AsyncEffect``: lazy, re-runnable descriptions of work with a typed error."""
+"""
+``Effect`` and ``AsyncEffect``: lazy, re-runnable descriptions of work with a typed error.
+
+``returns``, ``asyncio`` and ``threading`` are imported where they are first needed (building or
+timing out an effect), not at module level: ``import effects`` stays cheaper than importing
+tenacity, and a program that only decorates functions never loads them.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
+import math
 import sys
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, overload
 
-import attrs
-from returns.result import Failure, Result, Success
-
+from effects import _repeating
+from effects._callables import callable_kind, describe_callable
+from effects._driver import effect_async, effect_sync
+from effects._options import RepeatOptions, RetryOptions, error_types, repeat_values, retry_values
 from effects._services import running_under_trio
 from effects.errors import EffectTimeoutError
-from schedules import DurationLike, to_seconds
+from schedules import DurationLike, ScheduleLike, to_seconds
+from schedules._frozen import Immutable
 
 if TYPE_CHECKING:
-    from effects._budget import RetryBudget
-    from effects._events import RetryEvent
-    from schedules import Schedule
+    from returns.result import Result
+    from typing_extensions import Unpack
+
+    from effects._driver import Policy
+    from effects._repeating import RepeatPolicy
 
 __all__ = ["AsyncEffect", "Effect", "error_types"]
 
@@ -39,41 +48,40 @@ T4 = TypeVar("T4")
 T5 = TypeVar("T5")
 
 
-def error_types(
-    value: type[Exception] | tuple[type[Exception], ...], name: str
-) -> tuple[type[Exception], ...]:
-    """
-    Normalise a ``catch=`` / ``on=`` argument to a non-empty tuple of ``Exception`` subclasses.
+_MAX_WAIT = 2.0**52
+"""Seconds (about 143 million years) past which a timeout is no limit at all."""
 
-    ``BaseException`` subclasses that are not ``Exception`` (cancellation, ``KeyboardInterrupt``,
-    ``SystemExit``) are refused: they are never caught.
 
-    Raises:
-        TypeError: Naming *name* and the bad value.
-    """
-    types = value if isinstance(value, tuple) else (value,)
-    # Checked at run time too: the annotation is a promise callers may not keep.
-    if not types or not all(_is_exception_type(t) for t in types):
+def _sync_thunk(thunk: object, constructor: str) -> None:
+    """Refuse an ``async`` function where ``Effect`` needs a plain one: it would never run."""
+    if callable_kind(thunk) != "sync":
         msg = (
-            f"{name} must be an Exception subclass or a non-empty tuple of them, got {value!r}"
-            " (BaseException that is not an Exception is never caught)"
+            f"Effect.{constructor}() takes a plain function, got {describe_callable(thunk)}, "
+            f"which is {callable_kind(thunk).replace('_', ' ')}: use AsyncEffect.{constructor}()"
         )
         raise TypeError(msg)
-    return types
 
 
-def _is_exception_type(value: object) -> bool:
-    return isinstance(value, type) and issubclass(value, Exception)
+class _Pipe(Immutable):
+    """What ``Effect`` and ``AsyncEffect`` share: immutability, a name, ``pipe``."""
 
+    __slots__ = ("_name",)
 
-def _name(f: object) -> str:
-    return str(getattr(f, "__qualname__", None) or repr(f))
+    _name: str
 
+    @property
+    def name(self) -> str:
+        """
+        What this effect is called in retry and repeat events: the name of the function it was
+        built from (kept through ``map``, ``timeout`` and the other combinators).
 
-class _Pipe:
-    """``pipe``, shared by ``Effect`` and ``AsyncEffect``."""
-
-    __slots__ = ()
+        Example:
+            >>> def load_config() -> str:
+            ...     return "{}"
+            >>> Effect.sync(load_config).map(len).name
+            'load_config'
+        """
+        return self._name
 
     @overload
     def pipe(self, f1: Callable[[Self], T1], /) -> T1: ...
@@ -119,7 +127,6 @@ class _Pipe:
         return value
 
 
-@attrs.frozen(eq=False, repr=False)
 class Effect(_Pipe, Generic[A_co, E_co]):
     """
     A lazy, re-runnable computation that succeeds with ``A`` or fails with the typed error ``E``.
@@ -140,10 +147,16 @@ class Effect(_Pipe, Generic[A_co, E_co]):
         <Failure: invalid literal for int() with base 10: 'x'>
     """
 
+    __slots__ = ("_thunk",)
+
     _thunk: Callable[[], Result[A_co, E_co]]
 
+    def __init__(self, thunk: Callable[[], Result[A_co, E_co]], name: str | None = None) -> None:
+        object.__setattr__(self, "_thunk", thunk)
+        object.__setattr__(self, "_name", describe_callable(thunk) if name is None else name)
+
     def __repr__(self) -> str:
-        return f"<Effect {_name(self._thunk)}>"
+        return f"<Effect {self._name}>"
 
     # --- constructors ------------------------------------------------------------------------
 
@@ -156,8 +169,10 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> Effect.succeed(3).run()
             <Success: 3>
         """
+        from returns.result import Success  # noqa: PLC0415 - see the module docstring
+
         result: Result[T, Never] = Success(value)
-        return Effect(lambda: result)
+        return Effect(lambda: result, "succeed")
 
     @staticmethod
     def fail(error: X) -> Effect[Never, X]:
@@ -168,8 +183,10 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> Effect.fail(KeyError("id")).run()
             <Failure: 'id'>
         """
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         result: Result[Never, X] = Failure(error)
-        return Effect(lambda: result)
+        return Effect(lambda: result, "fail")
 
     @staticmethod
     def sync(thunk: Callable[[], T]) -> Effect[T, Never]:
@@ -178,15 +195,21 @@ class Effect(_Pipe, Generic[A_co, E_co]):
 
         Use ``attempt`` when some of those exceptions are expected failures.
 
+        Raises:
+            TypeError: If *thunk* is an ``async`` or generator function (use ``AsyncEffect``).
+
         Example:
             >>> Effect.sync(lambda: 2 + 2).run()
             <Success: 4>
         """
+        from returns.result import Success  # noqa: PLC0415 - see the module docstring
+
+        _sync_thunk(thunk, "sync")
 
         def run() -> Result[T, Never]:
             return Success(thunk())
 
-        return Effect(run)
+        return Effect(run, describe_callable(thunk))
 
     @overload
     @staticmethod
@@ -212,7 +235,8 @@ class Effect(_Pipe, Generic[A_co, E_co]):
 
         Raises:
             TypeError: If *catch* holds anything but ``Exception`` subclasses (cancellation,
-                ``KeyboardInterrupt`` and ``SystemExit`` are never caught).
+                ``KeyboardInterrupt`` and ``SystemExit`` are never caught), or *thunk* is an
+                ``async`` or generator function (use ``AsyncEffect.attempt``).
 
         Example:
             >>> Effect.attempt(lambda: int("12"), catch=ValueError).run()
@@ -222,6 +246,9 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             ...
             ValueError: invalid literal for int() with base 10: 'x'
         """
+        from returns.result import Failure, Success  # noqa: PLC0415 - see the module docstring
+
+        _sync_thunk(thunk, "attempt")
         types = error_types(catch, "catch")
 
         def run() -> Result[T, Exception]:
@@ -230,19 +257,23 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             except types as error:
                 return Failure(error)
 
-        return Effect(run)
+        return Effect(run, describe_callable(thunk))
 
     @staticmethod
     def from_result(thunk: Callable[[], Result[T, X]]) -> Effect[T, X]:
         """
         An effect whose outcome is the ``returns`` ``Result`` that ``thunk()`` returns.
 
+        Raises:
+            TypeError: If *thunk* is an ``async`` or generator function (use ``AsyncEffect``).
+
         Example:
             >>> from returns.result import Failure
             >>> Effect.from_result(lambda: Failure(ValueError("bad row"))).run()
             <Failure: bad row>
         """
-        return Effect(thunk)
+        _sync_thunk(thunk, "from_result")
+        return Effect(thunk, describe_callable(thunk))
 
     # --- combinators -------------------------------------------------------------------------
 
@@ -254,6 +285,8 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> Effect.succeed(2).map(lambda n: n * 10).run()
             <Success: 20>
         """
+        from returns.result import Failure, Success  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         def run() -> Result[B, E_co]:
@@ -262,7 +295,7 @@ class Effect(_Pipe, Generic[A_co, E_co]):
                 return result
             return Success(f(result.unwrap()))
 
-        return Effect(run)
+        return Effect(run, self._name)
 
     def map_error(self, f: Callable[[E_co], X]) -> Effect[A_co, X]:
         """
@@ -272,6 +305,8 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> Effect.fail(KeyError("id")).map_error(lambda e: LookupError(f"no {e}")).run()
             <Failure: no 'id'>
         """
+        from returns.result import Failure, Success  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         def run() -> Result[A_co, X]:
@@ -280,7 +315,7 @@ class Effect(_Pipe, Generic[A_co, E_co]):
                 return result
             return Failure(f(result.failure()))
 
-        return Effect(run)
+        return Effect(run, self._name)
 
     def flat_map(self, f: Callable[[A_co], Effect[B, X]]) -> Effect[B, E_co | X]:
         """
@@ -294,6 +329,8 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> Effect.succeed(6).flat_map(half).flat_map(half).run()
             <Failure: 3>
         """
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         def run() -> Result[B, E_co | X]:
@@ -302,7 +339,7 @@ class Effect(_Pipe, Generic[A_co, E_co]):
                 return result
             return f(result.unwrap()).run()
 
-        return Effect(run)
+        return Effect(run, self._name)
 
     def tap(self, f: Callable[[A_co], object]) -> Effect[A_co, E_co]:
         """
@@ -313,6 +350,8 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             1
             <Success: 1>
         """
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         def run() -> Result[A_co, E_co]:
@@ -321,7 +360,7 @@ class Effect(_Pipe, Generic[A_co, E_co]):
                 f(result.unwrap())
             return result
 
-        return Effect(run)
+        return Effect(run, self._name)
 
     def catch(self, f: Callable[[E_co], Effect[B, X]]) -> Effect[A_co | B, X]:
         """
@@ -331,6 +370,8 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> Effect.fail(KeyError("id")).catch(lambda e: Effect.succeed("default")).run()
             <Success: default>
         """
+        from returns.result import Success  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         def run() -> Result[A_co | B, X]:
@@ -339,7 +380,7 @@ class Effect(_Pipe, Generic[A_co, E_co]):
                 return result
             return f(result.failure()).run()
 
-        return Effect(run)
+        return Effect(run, self._name)
 
     def timeout(self, duration: DurationLike) -> Effect[A_co, E_co | EffectTimeoutError]:
         """
@@ -352,7 +393,9 @@ class Effect(_Pipe, Generic[A_co, E_co]):
         cancels.
 
         Args:
-            duration: Seconds, a ``timedelta`` or a string like ``"2s"``.
+            duration: Seconds, a ``timedelta`` or a string like ``"2s"``: any duration
+                ``to_seconds`` accepts. One longer than the platform can wait for
+                (``threading.TIMEOUT_MAX``, about 292 years) waits without a limit.
 
         Raises:
             ValueError: If *duration* is negative, NaN, infinite or unparseable.
@@ -361,7 +404,12 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> Effect.sync(lambda: "fast").timeout("2s").run()
             <Success: fast>
         """
+        import threading  # noqa: PLC0415 - see the module docstring
+
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         seconds = to_seconds(duration, name="duration")
+        wait = None if seconds >= threading.TIMEOUT_MAX else seconds
         inner = self._thunk
 
         def run() -> Result[A_co, E_co | EffectTimeoutError]:
@@ -379,36 +427,30 @@ class Effect(_Pipe, Generic[A_co, E_co]):
                     done.set()
 
             threading.Thread(target=work, name="effects-timeout", daemon=True).start()
-            if not done.wait(seconds):
+            if not done.wait(wait):
                 return Failure(EffectTimeoutError(seconds))
             value = outcome[0]
             if isinstance(value, BaseException):
                 raise value
             return value
 
-        return Effect(run)
+        return Effect(run, self._name)
 
     def retry(
         self,
-        schedule: Schedule[Any, Any] | None = None,
-        *,
-        times: int | None = None,
-        while_: Callable[[Any], bool] | None = None,
-        until: Callable[[Any], bool] | None = None,
-        budget: RetryBudget | None = None,
-        on: type[Exception] | tuple[type[Exception], ...] | None = None,
-        on_retry: Callable[[RetryEvent], object] | None = None,
+        schedule: ScheduleLike[Any, Any] | None = None,
+        **options: Unpack[RetryOptions],
     ) -> Effect[A_co, E_co]:
         """
         ``effects.retry(...)(self)``: the same effect, retried on its typed failures.
 
-        The arguments are those of ``effects.retry``; *on* narrows which typed failures are
-        retried (default: all). Each run of the result starts a fresh retry run.
+        The options are those of ``effects.retry`` (``RetryOptions``); *on* narrows which typed
+        failures are retried (default: all). Each run of the result starts a fresh retry run.
 
         Raises:
             ValueError: If *times* is negative, or none of *schedule*, *times*, *while_* and
                 *until* is given.
-            TypeError: If an argument has the wrong type.
+            TypeError: If an option is unknown or has the wrong type.
 
         Example:
             >>> from effects import use_clock
@@ -420,19 +462,50 @@ class Effect(_Pipe, Generic[A_co, E_co]):
             >>> clock.sleeps
             [2.0, 2.0]
         """
-        # _retry builds on this module, so it is imported when first needed.
-        from effects._retry import Retry  # noqa: PLC0415
+        return self.retried(retry_values("Effect.retry", schedule, options)[1])
 
-        policy = Retry(
-            schedule,
-            times=times,
-            while_=while_,
-            until=until,
-            budget=budget,
-            on=on,
-            on_retry=on_retry,
-        )
-        return policy(self)
+    def repeat(
+        self,
+        schedule: ScheduleLike[Any, Any] | None = None,
+        **options: Unpack[RepeatOptions],
+    ) -> Effect[A_co, E_co]:
+        """
+        ``effects.repeat(...)(self)``: the same effect, run again after each success while the
+        schedule and predicates (which see the value) say so.
+
+        The result is the last run's: its ``Success``, or the first ``Failure`` (which stops at
+        once). The options are those of ``effects.repeat`` (``RepeatOptions``).
+
+        Raises:
+            ValueError: If *times* is negative, or none of *schedule*, *times*, *while_* and
+                *until* is given.
+            TypeError: If an option is unknown or has the wrong type.
+
+        Example:
+            >>> from effects import use_clock
+            >>> from effects.testing import VirtualClock
+            >>> from schedules import spaced
+            >>> polls = iter(["queued", "running", "done", "never read"])
+            >>> status = Effect.sync(lambda: next(polls))
+            >>> with use_clock(VirtualClock()) as clock:
+            ...     status.repeat(spaced("1s"), until=lambda s: s == "done").run()
+            <Success: done>
+            >>> clock.sleeps
+            [1.0, 1.0]
+        """
+        return self.repeated(repeat_values("Effect.repeat", schedule, options)[1])
+
+    def retried(self, policy: Policy) -> Effect[A_co, E_co]:
+        """This effect under the retry *policy* (what ``Retry`` and ``retry`` apply)."""
+        named = policy.named(self._name)
+        inner = self._thunk
+        return Effect(lambda: effect_sync(named, inner), self._name)
+
+    def repeated(self, policy: RepeatPolicy) -> Effect[A_co, E_co]:
+        """This effect under the repeat *policy* (what ``Repeat`` and ``repeat`` apply)."""
+        named = policy.named(self._name)
+        inner = self._thunk
+        return Effect(lambda: _repeating.effect_sync(named, inner), self._name)
 
     # --- runners -----------------------------------------------------------------------------
 
@@ -453,13 +526,14 @@ class Effect(_Pipe, Generic[A_co, E_co]):
         Raises:
             E: The typed error of a failed run, unchanged; defects propagate as from ``run``.
         """
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         result = self._thunk()
         if isinstance(result, Failure):
             raise result.failure()
         return result.unwrap()
 
 
-@attrs.frozen(eq=False, repr=False)
 class AsyncEffect(_Pipe, Generic[A_co, E_co]):
     """
     ``Effect`` for ``async`` work, under asyncio or trio: the same constructors (taking async
@@ -476,41 +550,56 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
         <Success: 42>
     """
 
+    __slots__ = ("_thunk",)
+
     _thunk: Callable[[], Coroutine[Any, Any, Result[A_co, E_co]]]
 
+    def __init__(
+        self,
+        thunk: Callable[[], Coroutine[Any, Any, Result[A_co, E_co]]],
+        name: str | None = None,
+    ) -> None:
+        object.__setattr__(self, "_thunk", thunk)
+        object.__setattr__(self, "_name", describe_callable(thunk) if name is None else name)
+
     def __repr__(self) -> str:
-        return f"<AsyncEffect {_name(self._thunk)}>"
+        return f"<AsyncEffect {self._name}>"
 
     # --- constructors ------------------------------------------------------------------------
 
     @staticmethod
     def succeed(value: T) -> AsyncEffect[T, Never]:
         """An effect that succeeds with *value* on every run."""
+        from returns.result import Success  # noqa: PLC0415 - see the module docstring
+
         result: Result[T, Never] = Success(value)
 
         async def run() -> Result[T, Never]:
             return result
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, "succeed")
 
     @staticmethod
     def fail(error: X) -> AsyncEffect[Never, X]:
         """An effect that fails with *error* on every run: the same object, returned, not raised."""
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         result: Result[Never, X] = Failure(error)
 
         async def run() -> Result[Never, X]:
             return result
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, "fail")
 
     @staticmethod
     def sync(thunk: Callable[[], Awaitable[T]]) -> AsyncEffect[T, Never]:
         """An effect that succeeds with ``await thunk()``; anything it raises is a defect."""
+        from returns.result import Success  # noqa: PLC0415 - see the module docstring
 
         async def run() -> Result[T, Never]:
             return Success(await thunk())
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, describe_callable(thunk))
 
     @overload
     @staticmethod
@@ -543,6 +632,8 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
         Raises:
             TypeError: If *catch* holds anything but ``Exception`` subclasses.
         """
+        from returns.result import Failure, Success  # noqa: PLC0415 - see the module docstring
+
         types = error_types(catch, "catch")
 
         async def run() -> Result[T, Exception]:
@@ -551,7 +642,7 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
             except types as error:
                 return Failure(error)
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, describe_callable(thunk))
 
     @staticmethod
     def from_result(thunk: Callable[[], Awaitable[Result[T, X]]]) -> AsyncEffect[T, X]:
@@ -560,12 +651,14 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
         async def run() -> Result[T, X]:
             return await thunk()
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, describe_callable(thunk))
 
     # --- combinators -------------------------------------------------------------------------
 
     def map(self, f: Callable[[A_co], B]) -> AsyncEffect[B, E_co]:
         """Transform the success value with *f* (a plain function)."""
+        from returns.result import Failure, Success  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         async def run() -> Result[B, E_co]:
@@ -574,10 +667,12 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
                 return result
             return Success(f(result.unwrap()))
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, self._name)
 
     def map_error(self, f: Callable[[E_co], X]) -> AsyncEffect[A_co, X]:
         """Transform the typed error with *f* (a plain function)."""
+        from returns.result import Failure, Success  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         async def run() -> Result[A_co, X]:
@@ -586,12 +681,14 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
                 return result
             return Failure(f(result.failure()))
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, self._name)
 
     def flat_map(
         self, f: Callable[[A_co], AsyncEffect[B, X] | Effect[B, X]]
     ) -> AsyncEffect[B, E_co | X]:
         """Continue with the effect ``f(value)`` (async or sync) after a success."""
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         async def run() -> Result[B, E_co | X]:
@@ -600,10 +697,12 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
                 return result
             return await _run_either(f(result.unwrap()))
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, self._name)
 
     def tap(self, f: Callable[[A_co], object]) -> AsyncEffect[A_co, E_co]:
         """Call *f* (a plain function) with the success value; the value passes unchanged."""
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         async def run() -> Result[A_co, E_co]:
@@ -612,12 +711,14 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
                 f(result.unwrap())
             return result
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, self._name)
 
     def catch(
         self, f: Callable[[E_co], AsyncEffect[B, X] | Effect[B, X]]
     ) -> AsyncEffect[A_co | B, X]:
         """Recover from a typed failure with the effect ``f(error)``; defects pass through."""
+        from returns.result import Success  # noqa: PLC0415 - see the module docstring
+
         inner = self._thunk
 
         async def run() -> Result[A_co | B, X]:
@@ -626,7 +727,7 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
                 return result
             return await _run_either(f(result.failure()))
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, self._name)
 
     def timeout(self, duration: DurationLike) -> AsyncEffect[A_co, E_co | EffectTimeoutError]:
         """
@@ -637,20 +738,27 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
         time, not the ``use_clock`` clock.
 
         Args:
-            duration: Seconds, a ``timedelta`` or a string like ``"2s"``.
+            duration: Seconds, a ``timedelta`` or a string like ``"2s"``: any duration
+                ``to_seconds`` accepts (one beyond ``MAX_WAIT`` waits without a limit).
 
         Raises:
             ValueError: If *duration* is negative, NaN, infinite or unparseable.
         """
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         seconds = to_seconds(duration, name="duration")
+        # Event loops add the delay to their clock: beyond this it is as good as no limit.
+        limit = None if seconds >= _MAX_WAIT else seconds
         inner = self._thunk
 
         async def run() -> Result[A_co, E_co | EffectTimeoutError]:
             if running_under_trio():
-                with sys.modules["trio"].move_on_after(seconds):
+                with sys.modules["trio"].move_on_after(math.inf if limit is None else limit):
                     return await inner()
                 return Failure(EffectTimeoutError(seconds))
-            scope = asyncio.timeout(seconds)
+            import asyncio  # noqa: PLC0415 - see the module docstring
+
+            scope = asyncio.timeout(limit)
             try:
                 async with scope:
                     return await inner()
@@ -659,24 +767,18 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
                     raise
             return Failure(EffectTimeoutError(seconds))
 
-        return AsyncEffect(run)
+        return AsyncEffect(run, self._name)
 
     def retry(
         self,
-        schedule: Schedule[Any, Any] | None = None,
-        *,
-        times: int | None = None,
-        while_: Callable[[Any], bool] | None = None,
-        until: Callable[[Any], bool] | None = None,
-        budget: RetryBudget | None = None,
-        on: type[Exception] | tuple[type[Exception], ...] | None = None,
-        on_retry: Callable[[RetryEvent], object] | None = None,
+        schedule: ScheduleLike[Any, Any] | None = None,
+        **options: Unpack[RetryOptions],
     ) -> AsyncEffect[A_co, E_co]:
         """
         ``effects.retry(...)(self)``: the same effect, retried on its typed failures.
 
         Waits with the clock's ``sleep_async`` (``trio.sleep`` under trio, else
-        ``asyncio.sleep``), so cancelling the caller cancels the wait at once. The arguments
+        ``asyncio.sleep``), so cancelling the caller cancels the wait at once. The options
         and errors are those of ``Effect.retry``.
 
         Example:
@@ -689,19 +791,32 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
             ...     asyncio.run(AsyncEffect.attempt(fetch, catch=OSError).retry(times=2).run())
             <Failure: down>
         """
-        # _retry builds on this module, so it is imported when first needed.
-        from effects._retry import Retry  # noqa: PLC0415
+        return self.retried(retry_values("AsyncEffect.retry", schedule, options)[1])
 
-        policy = Retry(
-            schedule,
-            times=times,
-            while_=while_,
-            until=until,
-            budget=budget,
-            on=on,
-            on_retry=on_retry,
-        )
-        return policy(self)
+    def repeat(
+        self,
+        schedule: ScheduleLike[Any, Any] | None = None,
+        **options: Unpack[RepeatOptions],
+    ) -> AsyncEffect[A_co, E_co]:
+        """
+        ``effects.repeat(...)(self)``: run again after each success while the schedule says so.
+
+        Waits with the clock's ``sleep_async``. The options and errors are those of
+        ``Effect.repeat``.
+        """
+        return self.repeated(repeat_values("AsyncEffect.repeat", schedule, options)[1])
+
+    def retried(self, policy: Policy) -> AsyncEffect[A_co, E_co]:
+        """This effect under the retry *policy* (what ``Retry`` and ``retry`` apply)."""
+        named = policy.named(self._name)
+        inner = self._thunk
+        return AsyncEffect(lambda: effect_async(named, inner), self._name)
+
+    def repeated(self, policy: RepeatPolicy) -> AsyncEffect[A_co, E_co]:
+        """This effect under the repeat *policy* (what ``Repeat`` and ``repeat`` apply)."""
+        named = policy.named(self._name)
+        inner = self._thunk
+        return AsyncEffect(lambda: _repeating.effect_async(named, inner), self._name)
 
     # --- runners -----------------------------------------------------------------------------
 
@@ -722,6 +837,8 @@ class AsyncEffect(_Pipe, Generic[A_co, E_co]):
         Raises:
             E: The typed error of a failed run, unchanged; defects propagate as from ``run``.
         """
+        from returns.result import Failure  # noqa: PLC0415 - see the module docstring
+
         result = await self._thunk()
         if isinstance(result, Failure):
             raise result.failure()

@@ -15,19 +15,33 @@ already retrying hears only later calls; one removed meanwhile hears that call t
 
 from __future__ import annotations
 
-import logging
-import threading
+from _thread import allocate_lock
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import attrs
+from schedules._frozen import frozen
 
-__all__ = ["EventKind", "RetryEvent", "add_hook", "hooks", "log_retries"]
+if TYPE_CHECKING:
+    import logging
+
+__all__ = [
+    "EventKind",
+    "RepeatEvent",
+    "RepeatKind",
+    "RetryEvent",
+    "add_hook",
+    "hooks",
+    "log_retries",
+]
 
 EventKind = Literal["retry", "attempt", "give_up", "budget_exhausted"]
+RepeatKind = Literal["repeat", "attempt", "done"]
+
+# logging.WARNING, written out so that importing effects does not import logging.
+_WARNING = 30
 
 
-@attrs.frozen
+@frozen
 class RetryEvent:
     """
     One step of a retried call, as seen by ``on_retry`` and hooks.
@@ -48,6 +62,9 @@ class RetryEvent:
         delay: Seconds until the next attempt (``"retry"`` only), else ``None``.
         error: The error of the failed attempt (of the previous one for ``"attempt"``).
         elapsed: Seconds since the first attempt failed, on the active clock.
+        name: What is retried: the ``name=`` given to ``retry``, else the function's qualified
+            name (``fetch_user``, ``Client.get``), the effect's (the name of the function
+            given to ``Effect.attempt`` and the like), or ``"attempts()"`` for a block.
     """
 
     kind: EventKind
@@ -55,6 +72,39 @@ class RetryEvent:
     delay: float | None
     error: Exception
     elapsed: float
+    name: str
+
+
+@frozen
+class RepeatEvent:
+    """
+    One step of a repeated call (``effects.repeat``), as its ``on_repeat`` sees it.
+
+    Kinds, per successful run exactly one of ``"repeat"`` and ``"done"``:
+
+    - ``"repeat"``: run *attempt* succeeded with *value*; the next starts in *delay* seconds.
+    - ``"done"``: run *attempt* succeeded with *value* and no run follows: *value* is what the
+      caller gets.
+    - ``"attempt"``: run *attempt* (2 or more) is starting, after its wait; *value* is the
+      previous run's.
+
+    A run that fails ends the call at once, with no event: the failure is the caller's.
+
+    Attributes:
+        kind: One of the kinds above.
+        attempt: The 1-based number of the run concerned.
+        delay: Seconds until the next run (``"repeat"`` only), else ``None``.
+        value: The run's result (the previous run's for ``"attempt"``).
+        elapsed: Seconds since the first run ended, on the active clock.
+        name: What is repeated, named as ``RetryEvent.name`` names it.
+    """
+
+    kind: RepeatKind
+    attempt: int
+    delay: float | None
+    value: object
+    elapsed: float
+    name: str
 
 
 Hook = Callable[[RetryEvent], object]
@@ -66,7 +116,7 @@ class _Registry:
     __slots__ = ("_lock", "hooks")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = allocate_lock()
         self.hooks: tuple[Hook, ...] = ()
 
     def add(self, hook: Hook) -> Callable[[], None]:
@@ -99,8 +149,9 @@ def add_hook(hook: Hook) -> Callable[[], None]:
     Call *hook* with every ``RetryEvent`` of every retried call in this process.
 
     Hooks run in the thread (or task) of the retried call, in the order they were added. An
-    exception raised by a hook propagates out of the retried call, as any bug would. Adding the
-    same function twice calls it twice. A call already retrying when the hook is added is not
+    exception raised by a hook is a bug: it ends the call at once, never retried, and
+    propagates with the error being retried as its ``__context__``. Adding the same function
+    twice calls it twice. A call already retrying when the hook is added is not
     reported to it (see the module docstring). Thread-safe.
 
     Args:
@@ -128,18 +179,17 @@ def add_hook(hook: Hook) -> Callable[[], None]:
     return _REGISTRY.add(hook)
 
 
-def log_retries(
-    logger: logging.Logger | None = None, level: int = logging.WARNING
-) -> Callable[[], None]:
+def log_retries(logger: logging.Logger | None = None, level: int = _WARNING) -> Callable[[], None]:
     """
     Log every retry, give-up and budget refusal through stdlib ``logging``.
 
-    Messages are formatted by ``logging`` only when *logger* is enabled for *level*; ``"attempt"``
-    events are logged at ``DEBUG``.
+    Each line starts with what is retried (``RetryEvent.name``), then the attempt, the error,
+    the delay and the time elapsed. Messages are formatted by ``logging`` only when *logger*
+    is enabled for *level*; ``"attempt"`` events are logged at ``DEBUG``.
 
     Args:
         logger: Where to log; ``None`` means ``logging.getLogger("effects")``.
-        level: The level of retry, give-up and budget messages.
+        level: The level of retry, give-up and budget messages (default ``logging.WARNING``).
 
     Returns:
         A function that turns this logging off again.
@@ -153,19 +203,23 @@ def log_retries(
         >>> logger.addHandler(handler := logging.StreamHandler(sys.stdout))
         >>> stop = log_retries(logger)
         >>> with use_clock(VirtualClock()):
-        ...     Effect.fail(KeyError("id")).pipe(retry(spaced(2), times=1)).run()
-        attempt 1 failed with KeyError('id'); retrying in 2.000 s (0.000 s elapsed)
-        attempt 2 failed with KeyError('id'); giving up (2.000 s elapsed)
+        ...     Effect.fail(KeyError("id")).pipe(retry(spaced(2), times=1, name="load")).run()
+        load: attempt 1 failed with KeyError('id'); retrying in 2.000 s (0.000 s elapsed)
+        load: attempt 2 failed with KeyError('id'); giving up (2.000 s elapsed)
         <Failure: 'id'>
         >>> stop(); logger.removeHandler(handler)
     """
+    # Imported here: only a program that logs its retries needs logging loaded.
+    import logging  # noqa: PLC0415
+
     target = logging.getLogger("effects") if logger is None else logger
 
     def log(event: RetryEvent) -> None:
         if event.kind == "retry":
             target.log(
                 level,
-                "attempt %d failed with %r; retrying in %.3f s (%.3f s elapsed)",
+                "%s: attempt %d failed with %r; retrying in %.3f s (%.3f s elapsed)",
+                event.name,
                 event.attempt,
                 event.error,
                 event.delay,
@@ -174,7 +228,8 @@ def log_retries(
         elif event.kind == "give_up":
             target.log(
                 level,
-                "attempt %d failed with %r; giving up (%.3f s elapsed)",
+                "%s: attempt %d failed with %r; giving up (%.3f s elapsed)",
+                event.name,
                 event.attempt,
                 event.error,
                 event.elapsed,
@@ -182,12 +237,15 @@ def log_retries(
         elif event.kind == "budget_exhausted":
             target.log(
                 level,
-                "attempt %d failed with %r; retry budget exhausted, giving up (%.3f s elapsed)",
+                "%s: attempt %d failed with %r; retry budget exhausted, giving up (%.3f s elapsed)",
+                event.name,
                 event.attempt,
                 event.error,
                 event.elapsed,
             )
         else:
-            target.debug("starting attempt %d (%.3f s elapsed)", event.attempt, event.elapsed)
+            target.debug(
+                "%s: starting attempt %d (%.3f s elapsed)", event.name, event.attempt, event.elapsed
+            )
 
     return add_hook(log)

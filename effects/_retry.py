@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeGuard, TypeVar, overload
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-import attrs
-
-from effects._driver import (
-    Attempts,
-    ErrorTypes,
-    Policy,
-    call_async,
-    call_sync,
-    effect_async,
-    effect_sync,
-)
-from effects._effect import AsyncEffect, Effect, error_types
+from effects._callables import callable_kind, describe_callable
+from effects._driver import Attempts, Policy, call_async, call_sync, resume_async
+from effects._effect import AsyncEffect, Effect
+from effects._exact_wrappers import exact_wrapper
+from effects._options import RetryOptions, retry_values
+from effects._policy_values import PolicyValue, option_slots
 from effects.errors import RetryUsageError
-from schedules import Schedule, forever
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from effects._budget import RetryBudget
     from effects._events import RetryEvent
+    from schedules import ScheduleLike
 
 __all__ = ["Retry", "retry"]
 
@@ -32,50 +28,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 A = TypeVar("A")
 E = TypeVar("E", bound=Exception)
-
-ErrorTypeArg = type[Exception] | tuple[type[Exception], ...]
-
-
-def _check_times(_: object, __: object, value: int | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):  # pyright: ignore[reportUnnecessaryIsInstance]
-        msg = f"times must be an int or None, got {value!r}"
-        raise TypeError(msg)
-    if value < 0:
-        msg = f"times must be >= 0, got {value!r}"
-        raise ValueError(msg)
+S = TypeVar("S")
 
 
-def _check_callable(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not callable(value):
-        msg = f"{attribute.name} must be callable or None, got {value!r}"
-        raise TypeError(msg)
-
-
-def _check_schedule(_: object, __: object, schedule: Schedule[Any, Any] | None) -> None:
-    value: object = schedule
-    if value is not None and not _is_schedule(value):
-        hint = (
-            "; to retry an effect or function, call the Retry value: retry(...)(target)"
-            if isinstance(value, Effect | AsyncEffect) or callable(value)
-            else ""
-        )
-        msg = f"schedule must be a schedules.Schedule or None, got {value!r}{hint}"
-        raise TypeError(msg)
-
-
-def _is_schedule(value: object) -> bool:
-    return isinstance(value, Schedule)
-
-
-def _check_on(_: object, __: object, value: ErrorTypeArg | None) -> None:
-    if value is not None:
-        error_types(value, "on")
-
-
-@attrs.frozen(repr=False)
-class Retry:
+class Retry(PolicyValue):
     """
     An immutable retry policy. Build it with ``effects.retry(...)``; the arguments are the same.
 
@@ -84,8 +40,13 @@ class Retry:
     - to an effect: ``policy(effect)``, ``effect.pipe(policy)`` or ``effect.retry(...)``: the
       same kind of effect (sync or async), retried on its typed failures (only those of the
       ``on`` types when ``on`` is given);
-    - as a decorator on a plain or ``async def`` function (``on`` required): retried when it
-      raises one of the ``on`` types; when retries run out the last error is raised as it was;
+    - as a decorator on a function (``on`` required): plain or ``async def``, a method,
+      ``staticmethod`` or ``classmethod``, an object with an ``async def __call__``, a
+      ``functools.partial``; retried when it raises one of the ``on`` types; when retries run
+      out the last error is raised as it was. A plain function that returns a coroutine (a
+      lambda around an ``async def``) is retried as async: the call returns a coroutine that
+      awaits each attempt. Generator functions are refused (``RetryUsageError``): their body
+      runs only when iterated, after the call has returned;
     - to a block of code: ``for attempt in policy.attempts(): with attempt: ...`` (or
       ``async for`` in async code; ``on`` required).
 
@@ -110,107 +71,39 @@ class Retry:
         (3, [0.1, 0.2])
     """
 
-    schedule: Schedule[Any, Any] | None = attrs.field(default=None, validator=_check_schedule)
-    times: int | None = attrs.field(default=None, kw_only=True, validator=_check_times)
-    while_: Callable[[Any], bool] | None = attrs.field(
-        default=None, kw_only=True, validator=_check_callable
-    )
-    until: Callable[[Any], bool] | None = attrs.field(
-        default=None, kw_only=True, validator=_check_callable
-    )
-    budget: RetryBudget | None = attrs.field(default=None, kw_only=True)
-    on: ErrorTypeArg | None = attrs.field(default=None, kw_only=True, validator=_check_on)
-    on_retry: Callable[[RetryEvent], object] | None = attrs.field(
-        default=None, kw_only=True, validator=_check_callable
-    )
-    _policy: Policy = attrs.field(init=False, eq=False)
-    _on: ErrorTypes | None = attrs.field(init=False, eq=False)
+    # One slot per option, from the options' one declaration.
+    __slots__ = option_slots(RetryOptions.__optional_keys__)
+    _options = tuple(sorted({*RetryOptions.__optional_keys__, "schedule"}))
 
-    def __attrs_post_init__(self) -> None:
-        if (
-            self.schedule is None
-            and self.times is None
-            and self.while_ is None
-            and self.until is None
-        ):
-            # Effect would retry forever here; tenacity and backoff do that by default and users
-            # get bitten. Forever must be asked for by name.
-            msg = (
-                "retry() needs a way to stop: give times=N, a schedule, while_= or until=; "
-                "with none of them it would retry forever with no delay "
-                "(pass schedule=forever() if that is what you mean)"
-            )
-            raise ValueError(msg)
-        composed: Schedule[Any, Any] = forever() if self.schedule is None else self.schedule
-        if self.while_ is not None:
-            composed = composed.while_input(self.while_)
-        if self.until is not None:
-            composed = composed.until_input(self.until)
-        if self.times is not None:
-            composed = composed.times(self.times)
-        # attrs frozen classes allow this spelling for derived fields set once at construction.
-        times_only = (
-            self.times
-            if self.schedule is None and self.while_ is None and self.until is None
-            else None
-        )
-        policy = Policy(composed, self.budget, self.on_retry, times_only)
-        object.__setattr__(self, "_policy", policy)
-        object.__setattr__(self, "_on", None if self.on is None else error_types(self.on, "on"))
+    _verb = "retry"
+    _shown = ("times", "while_", "until", "budget", "on", "on_retry", "name")
+    _policy: Policy
+
+    def __init__(
+        self, schedule: ScheduleLike[Any, Any] | None = None, **options: Unpack[RetryOptions]
+    ) -> None:
+        self._set(*retry_values("retry", schedule, options))
 
     @property
-    def composed(self) -> Schedule[Any, Any]:
-        """The schedule driving the retries: ``schedule``, then ``while_``, ``until``, ``times``."""
-        return self._policy.schedule
+    def budget(self) -> RetryBudget | None:
+        """The shared ``RetryBudget``, or ``None``."""
+        return cast("RetryBudget | None", self._option("budget"))
 
-    def __repr__(self) -> str:
-        parts = [] if self.schedule is None else [repr(self.schedule)]
-        for name in ("times", "while_", "until", "budget", "on", "on_retry"):
-            value = getattr(self, name)
-            if value is not None:
-                shown = value.__qualname__ if isinstance(value, type) else repr(value)
-                parts.append(f"{name}={shown}")
-        return f"retry({', '.join(parts)})"
+    @property
+    def on(self) -> tuple[type[Exception], ...] | None:
+        """The exception types retried (a tuple), or ``None``."""
+        return cast("tuple[type[Exception], ...] | None", self._option("on"))
 
-    @overload
-    def __call__(self, target: Effect[A, E]) -> Effect[A, E]: ...
-    @overload
-    def __call__(self, target: AsyncEffect[A, E]) -> AsyncEffect[A, E]: ...
-    @overload
-    def __call__(
-        self, target: Callable[P, Coroutine[Any, Any, R]]
-    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
-    @overload
-    def __call__(self, target: Callable[P, R]) -> Callable[P, R]: ...
-    def __call__(self, target: object) -> object:
-        """
-        Retry *target*: an ``Effect``, an ``AsyncEffect``, or a plain or ``async def`` function.
+    @property
+    def on_retry(self) -> Callable[[RetryEvent], object] | None:
+        """The listener of this policy's events, or ``None``."""
+        return cast("Callable[[RetryEvent], object] | None", self._option("on_retry"))
 
-        Args:
-            target: An effect (the same kind is returned: sync stays sync, async stays async)
-                or a function (returned wrapped, with its signature and metadata kept).
+    def _applied_to_effect(self, effect: Effect[Any, Any] | AsyncEffect[Any, Any]) -> object:
+        return effect.retried(self._policy)
 
-        Raises:
-            RetryUsageError: If *target* is a function and ``on`` was not given, or if *target*
-                is neither an effect nor callable.
-        """
-        policy, on = self._policy, self._on
-        if _is_effect(target):
-            return Effect(lambda: effect_sync(policy, on, target.run))
-        if _is_async_effect(target):
-            return AsyncEffect(lambda: effect_async(policy, on, target.run))
-        if not callable(target):
-            msg = f"retry(...) applies to an Effect, an AsyncEffect or a function, got {target!r}"
-            raise RetryUsageError(msg)
-        if on is None:
-            msg = (
-                f"retry(...) on the function {_qualname(target)} needs on=: the exception"
-                " types to retry, e.g. retry(times=3, on=ConnectionError)"
-            )
-            raise RetryUsageError(msg)
-        if inspect.iscoroutinefunction(target):
-            return _wrap_async(policy, on, target)
-        return _wrap_sync(policy, on, target)
+    def _wrapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        return _wrap(self._policy, fn)
 
     def attempts(self) -> Attempts:
         """
@@ -219,7 +112,8 @@ class Retry:
         In async code write ``async for``: the waits are then awaited (asyncio or trio). An
         error of the ``on`` types leaving ``with attempt:`` is retried per the policy; when the
         policy gives up it propagates from the ``with`` block unchanged. Other errors, and every
-        ``BaseException`` that is not an ``Exception``, propagate at once.
+        ``BaseException`` that is not an ``Exception``, propagate at once. Events name the
+        block ``name=`` if given, else ``"attempts()"``.
 
         Raises:
             RetryUsageError: If ``on`` was not given.
@@ -235,37 +129,49 @@ class Retry:
             >>> calls
             [1, 2, 3]
         """
-        if self._on is None:
+        if self._policy.on is None:
             msg = "retry(...).attempts() needs on=: the exception types to retry"
             raise RetryUsageError(msg)
-        return Attempts(self._policy, self._on)
+        return Attempts(self._policy.named("attempts()"))
 
 
-def _is_effect(target: object) -> TypeGuard[Effect[Any, Any]]:
-    return isinstance(target, Effect)
+def _wrap(policy: Policy, fn: Callable[..., Any]) -> Callable[..., Any]:
+    if policy.on is None:
+        msg = (
+            f"retry(...) on the function {describe_callable(fn)} needs on=: the exception"
+            " types to retry, e.g. retry(times=3, on=ConnectionError)"
+        )
+        raise RetryUsageError(msg)
+    named = policy.named(describe_callable(fn))
+    is_async = callable_kind(fn) == "async"
+    exact = exact_wrapper(named, fn, is_async=is_async)
+    if exact is not None:
+        return exact
+    if is_async:
+        return _wrap_async(named, fn)
+    return _wrap_sync(named, fn)
 
 
-def _is_async_effect(target: object) -> TypeGuard[AsyncEffect[Any, Any]]:
-    return isinstance(target, AsyncEffect)
-
-
-def _qualname(f: object) -> str:
-    return str(getattr(f, "__qualname__", None) or repr(f))
-
-
-def _wrap_sync(policy: Policy, on: ErrorTypes, fn: Callable[P, R]) -> Callable[P, R]:
+def _wrap_sync(policy: Policy, fn: Callable[P, R]) -> Callable[P, R]:
+    on = policy.on
+    assert on is not None  # checked by _wrap
     # The success path is one `try` around the call: nothing is read or built before a failure.
     if policy.budget is None:
 
         @functools.wraps(fn)
         def retried(*args: P.args, **kwargs: P.kwargs) -> R:
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             except on as error:
                 first = error
+            else:
+                # A plain function around an `async def` returns its coroutine: retry that.
+                if type(result) is CoroutineType:
+                    return resume_async(policy, fn, cast("Any", result), args, kwargs)  # type: ignore[return-value]
+                return result
             # Outside the `except` block, so the error re-raised at the end keeps its context.
             try:
-                return call_sync(policy, on, fn, first, args, kwargs)
+                return call_sync(policy, fn, first, args, kwargs)
             finally:
                 # The error's traceback holds this frame: drop the frame's hold on the error.
                 del first
@@ -276,21 +182,26 @@ def _wrap_sync(policy: Policy, on: ErrorTypes, fn: Callable[P, R]) -> Callable[P
     def retried_with_budget(*args: P.args, **kwargs: P.kwargs) -> R:
         policy.record_first_attempt()
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except on as error:
             first = error
+        else:
+            if type(result) is CoroutineType:
+                return resume_async(policy, fn, cast("Any", result), args, kwargs)  # type: ignore[return-value]
+            return result
         try:
-            return call_sync(policy, on, fn, first, args, kwargs)
+            return call_sync(policy, fn, first, args, kwargs)
         finally:
-            # The error's traceback holds this frame: drop the frame's hold on the error.
             del first
 
     return retried_with_budget
 
 
 def _wrap_async(
-    policy: Policy, on: ErrorTypes, fn: Callable[P, Coroutine[Any, Any, R]]
+    policy: Policy, fn: Callable[P, Coroutine[Any, Any, R]]
 ) -> Callable[P, Coroutine[Any, Any, R]]:
+    on = policy.on
+    assert on is not None  # checked by _wrap
     if policy.budget is None:
 
         @functools.wraps(fn)
@@ -300,7 +211,7 @@ def _wrap_async(
             except on as error:
                 first = error
             try:
-                return await call_async(policy, on, fn, first, args, kwargs)
+                return await call_async(policy, fn, first, args, kwargs)
             finally:
                 # The error's traceback holds this frame: drop the frame's hold on the error.
                 del first
@@ -315,7 +226,7 @@ def _wrap_async(
         except on as error:
             first = error
         try:
-            return await call_async(policy, on, fn, first, args, kwargs)
+            return await call_async(policy, fn, first, args, kwargs)
         finally:
             # The error's traceback holds this frame: drop the frame's hold on the error.
             del first
@@ -323,16 +234,7 @@ def _wrap_async(
     return retried_with_budget
 
 
-def retry(
-    schedule: Schedule[Any, Any] | None = None,
-    *,
-    times: int | None = None,
-    while_: Callable[[Any], bool] | None = None,
-    until: Callable[[Any], bool] | None = None,
-    budget: RetryBudget | None = None,
-    on: ErrorTypeArg | None = None,
-    on_retry: Callable[[RetryEvent], object] | None = None,
-) -> Retry:
+def retry(schedule: ScheduleLike[Any, Any] | None = None, **options: Unpack[RetryOptions]) -> Retry:
     """
     A retry policy, as Effect's ``retry`` options compose it.
 
@@ -343,23 +245,31 @@ def retry(
 
     Never retried, whatever the options: ``FatalError``, any error whose ``retryable`` attribute
     is ``False``, exceptions outside the typed failures / ``on`` types, and every
-    ``BaseException`` that is not an ``Exception`` (cancellation, ``KeyboardInterrupt``).
+    ``BaseException`` that is not an ``Exception`` (cancellation, ``KeyboardInterrupt``). An
+    exception from a predicate, a hook, ``on_retry`` or a ``retryable`` property ends the call
+    at once (never retried), with the error being retried as its ``__context__``.
 
     Args:
-        schedule: When to retry and how long to wait between attempts, or ``None``.
-        times: At most this many retries (``times=4``: at most 5 attempts), or ``None``.
-        while_: Retry only while ``while_(error)`` is true.
-        until: Stop retrying once ``until(error)`` is true.
-        budget: A ``RetryBudget`` shared with other calls; when it refuses, give up.
-        on: The exception types to retry. Required for functions and ``attempts()``; for
-            effects it narrows which typed failures are retried (default: all).
-        on_retry: Called with every ``RetryEvent`` of this policy's calls (all kinds).
+        schedule: When to retry and how long to wait between attempts: a ``schedules.Schedule``,
+            anything with its step contract (``schedules.ScheduleLike``), or ``None``.
+        options: ``RetryOptions``:
+
+            - ``times``: at most this many retries (``times=4``: at most 5 attempts), or ``None``.
+            - ``while_``: retry only while ``while_(error)`` is true.
+            - ``until``: stop retrying once ``until(error)`` is true.
+            - ``budget``: a ``RetryBudget`` shared with other calls; when it refuses, give up.
+            - ``on``: the exception types to retry. Required for functions and ``attempts()``;
+              for effects it narrows which typed failures are retried (default: all).
+            - ``on_retry``: called with every ``RetryEvent`` of this policy's calls (all kinds).
+            - ``name``: what events and log lines call the retried work (default: the
+              function's qualified name or the effect's name).
 
     Raises:
         ValueError: If *times* is negative, or if none of *schedule*, *times*, *while_* and
             *until* is given (that policy would retry forever; ask for ``forever()`` by name).
-        TypeError: If an argument has the wrong type (``on`` holding a ``BaseException`` that
-            is not an ``Exception``, a predicate that is not callable, ...).
+        TypeError: If an option is unknown (``RetryUsageError``) or has the wrong type (``on``
+            holding a ``BaseException`` that is not an ``Exception``, a predicate that is not
+            callable, ...).
 
     Example:
         >>> from effects import Effect
@@ -380,12 +290,4 @@ def retry(
         >>> clock.sleeps
         [0.5, 1.0]
     """
-    return Retry(
-        schedule,
-        times=times,
-        while_=while_,
-        until=until,
-        budget=budget,
-        on=on,
-        on_retry=on_retry,
-    )
+    return Retry(schedule, **options)

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
+import math
 import random
 import sys
 import time
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
     from schedules import RandomLike
 
-__all__ = ["Clock", "SystemClock", "current_clock", "current_random", "use_clock", "use_random"]
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "checked_now",
+    "bad_reading",
+    "current_clock",
+    "current_random",
+    "use_clock",
+    "use_random",
+]
 
 _S = TypeVar("_S")
 
@@ -51,7 +60,32 @@ async def checkpoint() -> None:
     if running_under_trio():
         await sys.modules["trio"].lowlevel.checkpoint()
     else:
+        # Imported here so that `import effects` does not load asyncio; a running loop has.
+        import asyncio  # noqa: PLC0415
+
         await asyncio.sleep(0)
+
+
+def checked_now(clock: Clock) -> float:
+    """
+    ``clock.now()``, refused unless it is a finite number: a NaN or infinite reading from a
+    custom clock would turn into NaN delays and elapsed times downstream.
+
+    Raises:
+        ValueError: Naming the clock and the reading.
+    """
+    now = clock.now()
+    # Checked at run time: custom clocks are user code, and the annotation is only a promise.
+    reading = cast("object", now)
+    if isinstance(reading, int | float) and not isinstance(reading, bool) and math.isfinite(now):
+        return now
+    raise bad_reading(clock, reading)
+
+
+def bad_reading(clock: Clock, reading: object) -> ValueError:
+    """The error for a clock reading that is not finite seconds, naming clock and reading."""
+    msg = f"the clock {clock!r} returned {reading!r} from now(); it must return finite seconds"
+    return ValueError(msg)
 
 
 class SystemClock:
@@ -75,6 +109,8 @@ class SystemClock:
         if running_under_trio():
             await sys.modules["trio"].sleep(seconds)
         else:
+            import asyncio  # noqa: PLC0415 - see checkpoint()
+
             await asyncio.sleep(seconds)
 
     def __repr__(self) -> str:

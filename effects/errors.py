@@ -10,8 +10,9 @@ Errors raised by ``effects``, in one tree.
     │   │                                 also a builtins.TimeoutError
     │   └── effects.http.ApiRequestError  an HTTP call failed (status, transient, retry_after)
     ├── TypeError
-    │   └── RetryUsageError               misuse: a retry applied to the wrong thing, or
-    │                                     a function wrapped without ``on=``
+    │   └── RetryUsageError               misuse: a retry or repeat applied to the wrong
+    │                                     thing (a generator function, a non-callable), a
+    │                                     function wrapped without ``on=``, an unknown option
     └── ValueError                        misuse: a bad option value (negative ``times``,
                                           a bad duration); raised as plain ``ValueError``
 
@@ -86,6 +87,7 @@ class EffectTimeoutError(EffectsError, builtins.TimeoutError):
 
 class RetryUsageError(TypeError):
     """
-    A retry was used the wrong way: a function wrapped without ``on=``, or applied to a value
-    that is neither an effect nor a callable.
+    A retry or repeat was used the wrong way: a function wrapped without ``on=``; applied to a
+    generator function (its body runs after the call returns, so there is nothing to retry) or
+    to a value that is neither an effect nor a callable; an option it does not have.
     """

@@ -25,12 +25,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-import attrs
-
 # Imported under private names: only this module's own names are public here.
 from effects.errors import EffectsError as _EffectsError
 from schedules import MAX_DELAY as _MAX_DELAY
-from schedules import DurationLike, RandomLike, Schedule, to_seconds
+from schedules import DurationLike, RandomLike, Schedule, ScheduleLike, as_schedule, to_seconds
+from schedules._frozen import frozen
 
 __all__ = [
     "ApiRequestError",
@@ -50,6 +49,9 @@ TRANSIENT_STATUSES: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 # RFC 9111 section 1.2.2: a delta-seconds too large to represent is taken as 2**31.
 _DELTA_SECONDS_CAP: Final = float(2**31)
 _MAX_CAUSE_DEPTH: Final = 32
+# Longest header value read as a date: the longest form (RFC 850, "Wednesday, ...") with slack
+# for the runs of spaces lenient parsing tolerates.
+_LONGEST_DATE: Final = 100
 
 _NAMES: Final = ("retry-after", b"retry-after")
 _DELTA = re.compile(r"[0-9]+", re.ASCII)
@@ -139,8 +141,10 @@ def retry_after(headers_or_response: object, now: float) -> float | None:
     ``.headers`` attribute (a urllib ``HTTPError``, an ``httpx.Response``); a ``str`` or
     ``bytes`` is taken as the header value itself. Per RFC 9110 section 10.2.3 the value is
     either delta-seconds (a non-negative integer; surrounding spaces are allowed) or an HTTP-date
-    (IMF-fixdate, or the obsolete RFC 850 and asctime forms). Delta-seconds too large to
-    represent count as 2**31 s (RFC 9111 section 1.2.2). Never raises.
+    (IMF-fixdate, or the obsolete RFC 850 and asctime forms). Delta-seconds may have leading
+    zeros (``"007"`` is 7 s); values too large to represent count as 2**31 s (RFC 9111 section
+    1.2.2). Anything else (signs, fractions, exponents, non-ASCII digits, text longer than any
+    date) is ignored. Never raises, and takes time linear in the value's length.
 
     Args:
         headers_or_response: Where to find the header, as above.
@@ -164,9 +168,15 @@ def retry_after(headers_or_response: object, now: float) -> float | None:
             return None
         text = value.strip(" \t")
         if _DELTA.fullmatch(text):
-            # Cap by length first: int() refuses strings of more than 4300 digits.
-            return _DELTA_SECONDS_CAP if len(text) > 10 else min(float(text), _DELTA_SECONDS_CAP)
-        if not math.isfinite(now):
+            # Leading zeros are allowed (1*DIGIT) and change nothing: "0005" is 5 s, never read
+            # as a huge number. Past 10 digits it is surely over the cap; checking the length
+            # first also spares int() and float() a string of thousands of digits.
+            digits = text.lstrip("0") or "0"
+            return (
+                _DELTA_SECONDS_CAP if len(digits) > 10 else min(float(digits), _DELTA_SECONDS_CAP)
+            )
+        if not math.isfinite(now) or len(text) > _LONGEST_DATE:
+            # No HTTP-date is this long (IMF-fixdate is 29 characters): garbage, ignored.
             return None
         when = _http_date(" ".join(text.split()) if "  " in text else text, now)
     except Exception:  # noqa: BLE001 - documented never to raise, whatever the input object does
@@ -344,7 +354,7 @@ def _seconds_text(seconds: float) -> str:
     return str(int(seconds)) if seconds.is_integer() else repr(seconds)
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _RespectRetryAfter(Schedule[_I, _O]):
     """The schedule built by ``respect_retry_after``; its state is the wrapped schedule's."""
 
@@ -376,7 +386,9 @@ class _RespectRetryAfter(Schedule[_I, _O]):
         return f"respect_retry_after({self.schedule!r}, limit={_seconds_text(self.limit)})"
 
 
-def respect_retry_after(schedule: Schedule[_I, _O], limit: DurationLike = 60.0) -> Schedule[_I, _O]:
+def respect_retry_after(
+    schedule: ScheduleLike[_I, _O], limit: DurationLike = 60.0
+) -> Schedule[_I, _O]:
     """
     Make *schedule* wait at least what the server asked, and stop when it asks for too much.
 
@@ -395,6 +407,7 @@ def respect_retry_after(schedule: Schedule[_I, _O], limit: DurationLike = 60.0) 
 
     Raises:
         ValueError: If *limit* is a negative, NaN, infinite or unparseable duration.
+        TypeError: If *schedule* has no ``initial()`` and ``step()`` (not a schedule).
 
     Example:
         >>> from schedules import exponential
@@ -409,4 +422,4 @@ def respect_retry_after(schedule: Schedule[_I, _O], limit: DurationLike = 60.0) 
         []
     """
     seconds = min(to_seconds(limit, name="limit"), _MAX_DELAY)
-    return _RespectRetryAfter(schedule, seconds)
+    return _RespectRetryAfter(as_schedule(schedule), seconds)

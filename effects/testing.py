@@ -7,7 +7,9 @@ Install one with ``effects.use_clock(VirtualClock())``, or take the pytest fixtu
 
 from __future__ import annotations
 
-import threading
+import math
+from _thread import allocate_lock
+from typing import cast
 
 from effects._services import checkpoint
 from schedules import DurationLike, to_seconds
@@ -24,7 +26,11 @@ class VirtualClock:
     so cancellation still reaches a task that waits on this clock. Thread-safe.
 
     Args:
-        start: The initial reading of ``now()``, in seconds.
+        start: The initial reading of ``now()``, in seconds: any finite number (a value like
+            ``time.monotonic()`` tests code against a clock that does not start at 0).
+
+    Raises:
+        ValueError: If *start* is NaN, infinite or not a number.
 
     Example:
         >>> clock = VirtualClock(start=10.0)
@@ -37,8 +43,16 @@ class VirtualClock:
     __slots__ = ("_lock", "_now", "sleeps")
 
     def __init__(self, start: float = 0.0) -> None:
+        given = cast("object", start)  # checked at run time: tests pass all sorts of things
+        if (
+            isinstance(given, bool)
+            or not isinstance(given, int | float)
+            or not math.isfinite(given)
+        ):
+            msg = f"start must be a finite number of seconds, got {start!r}"
+            raise ValueError(msg)
         self._now = float(start)
-        self._lock = threading.Lock()
+        self._lock = allocate_lock()
         #: Every delay requested through ``sleep`` or ``sleep_async``, in order, in seconds.
         self.sleeps: list[float] = []
 

@@ -24,6 +24,7 @@ import attrs
 from returns.result import Failure, Result
 
 from effects import add_hook
+from effects._callables import is_async_callable
 from migrate._definition import Config, Migration
 from migrate._errors import (
     ContractChanged,
@@ -367,9 +368,7 @@ class _DefinitionRunner:
         self.concurrency = (
             owner.plan.concurrency if owner.plan.concurrency is not None else migration.concurrency
         )
-        self.is_async = inspect.iscoroutinefunction(migration.process) or (
-            inspect.iscoroutinefunction(getattr(migration.process, "__call__", None))  # noqa: B004
-        )
+        self.is_async = is_async_callable(migration.process)
         self.counts = [0, 0, 0, 0, 0]  # migrated, skipped, failed, unchanged, needs_update
         self.windows = 0
         self.total: int | None = None

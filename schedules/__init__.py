@@ -28,7 +28,15 @@ from schedules._constructors import (
     stop,
 )
 from schedules._durations import MAX_DELAY, DurationLike, to_seconds
-from schedules._schedule import RandomLike, Schedule, SimulatedStep, StepInfo, simulate
+from schedules._schedule import (
+    RandomLike,
+    Schedule,
+    ScheduleLike,
+    SimulatedStep,
+    StepInfo,
+    as_schedule,
+    simulate,
+)
 from schedules._step_options import from_step_options
 
 # Plain sorted() order, which tests/test_public_api.py checks (ruff would sort isort-style).
@@ -37,8 +45,10 @@ __all__ = [
     "MAX_DELAY",
     "RandomLike",
     "Schedule",
+    "ScheduleLike",
     "SimulatedStep",
     "StepInfo",
+    "as_schedule",
     "decorrelated",
     "elapsed",
     "exponential",

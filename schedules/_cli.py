@@ -14,27 +14,33 @@ import json
 import random
 import statistics
 import sys
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
-import attrs
-
 from schedules import RandomLike, Schedule
-from schedules._expression import ExpressionError, parse_schedule
+from schedules._expression import ExpressionError, parse_counted
+from schedules._frozen import frozen
+from schedules._schedule import timeline
 
-__all__ = ["Row", "Summary", "format_duration", "main", "summarize"]
+__all__ = ["Row", "Summary", "WorkLimitError", "format_duration", "main", "summarize"]
 
 DEFAULT_RUNS: Final = 1000
 DEFAULT_ATTEMPTS: Final = 10
 DEFAULT_SEED: Final = 0
 MAX_RUNS: Final = 100_000
 MAX_ATTEMPTS: Final = 10_000
-MAX_STEPS: Final = 10_000_000
-"""Most ``runs * attempts`` one ``show`` simulates (about 10 s on a slow core)."""
-PLOT_HINT: Final = "pip install 'effect-schedules[plot]'"
+MAX_WORK: Final = 50_000_000
+"""
+Most work one ``show`` does: steps simulated times (schedules in the expression + 4), about
+10 s on a slow core. A step of a schedule built from *n* schedules costs about *n* + 4 units
+(the constructor or combinator steps, plus the loop and the statistics).
+"""
+STEP_OVERHEAD: Final = 4
+PLOT_HINT: Final = "pip install matplotlib (or the plot extra: pip install '.[plot]' in a checkout)"
 
 
-@attrs.frozen
+@frozen
 class Row:
     """
     Delay statistics for one attempt, in seconds.
@@ -67,7 +73,7 @@ class Row:
         }
 
 
-@attrs.frozen
+@frozen
 class Summary:
     """
     What ``show`` found about a schedule.
@@ -97,18 +103,15 @@ class _CountingRandom:
         return self._random.random()
 
 
-def _run(schedule: Schedule[Any, Any], limit: int, rng: RandomLike) -> list[float]:
+def _run(schedule: Schedule[Any, Any], limit: int, rng: RandomLike) -> array[float]:
     """Delays of one simulated run, at most ``limit`` of them; each attempt takes no time."""
-    delays: list[float] = []
-    state = schedule.initial()
-    now = 0.0
-    while len(delays) < limit:
-        state, _, delay = schedule.step(now, None, state, rng)
-        if delay is None:
-            break
-        delays.append(delay)
-        now += delay
-    return delays
+    steps = timeline(schedule, itertools.repeat(None, limit), rng)
+    # array('d'): 8 bytes a delay, so ten million of them stay under 100 MB.
+    return array("d", [delay for *_, delay in steps if delay is not None])
+
+
+class WorkLimitError(ValueError):
+    """``summarize`` would simulate more steps than its *max_steps* allows."""
 
 
 def summarize(
@@ -117,22 +120,26 @@ def summarize(
     runs: int = DEFAULT_RUNS,
     attempts: int = DEFAULT_ATTEMPTS,
     seed: int = DEFAULT_SEED,
+    max_steps: int | None = None,
 ) -> Summary:
     """
     Simulate *schedule* *runs* times with seeds ``seed, seed + 1, ...`` and summarize each attempt.
 
     Every run feeds ``None`` as the input and lets each attempt take no time. Runs are cut after
     *attempts* delays. If the first run never draws a random number, every run would be the same,
-    so only that one is made.
+    so only that one is made. Memory: 8 bytes per simulated delay.
 
     Args:
         schedule: The schedule to simulate.
         runs: Number of seeded runs; at least 1.
         attempts: Most attempts (rows) to simulate; at least 1.
         seed: Seed of the first run.
+        max_steps: Most steps to simulate in all, or ``None`` for no bound; checked before
+            the runs after the first.
 
     Raises:
         ValueError: If *runs* or *attempts* is below 1.
+        WorkLimitError: If the runs would take more than *max_steps* steps.
 
     Example:
         >>> from schedules import exponential
@@ -151,17 +158,25 @@ def summarize(
     # One delay past the limit tells a cut schedule from one that ended exactly there.
     first_rng = _CountingRandom(seed)
     all_runs = [_run(schedule, attempts + 1, first_rng)]
-    if first_rng.drawn:
+    if first_rng.drawn and runs > 1:
+        steps = runs * (attempts + 1)
+        if max_steps is not None and steps > max_steps:
+            msg = f"{runs} runs of {attempts + 1} steps are {steps:,} steps; at most {max_steps:,}"
+            raise WorkLimitError(msg)
         all_runs.extend(
             _run(schedule, attempts + 1, random.Random(seed + index)) for index in range(1, runs)
         )
     cut = any(len(delays) > attempts for delays in all_runs)
-    totals = [list(itertools.accumulate(delays)) for delays in all_runs]
+    # Running totals, one per run: the cumulative wait of each run up to the current attempt.
+    totals = array("d", bytes(8 * len(all_runs)))
     rows: list[Row] = []
     for index in range(min(attempts, max(len(delays) for delays in all_runs))):
-        column = [delays[index] for delays in all_runs if len(delays) > index]
+        reached = [number for number, delays in enumerate(all_runs) if len(delays) > index]
+        column = [all_runs[number][index] for number in reached]
+        for number, delay in zip(reached, column, strict=True):
+            totals[number] += delay
         median = float(statistics.median(column))
-        cumulative = float(statistics.median([t[index] for t in totals if len(t) > index]))
+        cumulative = float(statistics.median([totals[number] for number in reached]))
         rows.append(Row(index + 1, min(column), median, max(column), cumulative, len(column)))
     return Summary(tuple(rows), len(all_runs), seed, cut)
 
@@ -318,11 +333,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plot_problem(path: str) -> str | None:
+    """Why *path* cannot be plotted (matplotlib missing, unknown extension), or None."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase  # noqa: PLC0415
+    except ImportError:
+        return f"--plot needs matplotlib; install it with: {PLOT_HINT}"
+    formats: dict[str, str] = FigureCanvasBase.get_supported_filetypes()
+    extension = path.rpartition(".")[2].lower() if "." in path.rpartition("/")[2] else ""
+    if extension not in formats:
+        shown = f"'.{extension}'" if extension else "no extension"
+        return (
+            f"--plot {path!r} has {shown}; the file type comes from the extension, one of: "
+            + ", ".join(sorted(formats))
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """
     Run the command line with *argv* (default ``sys.argv[1:]``) and return the exit code.
 
-    Output goes to *stdout* (default ``sys.stdout``), errors to ``sys.stderr``.
+    Output goes to *stdout* (default ``sys.stdout``), errors to ``sys.stderr``: one line, plus
+    the expression with a caret under the problem where that helps.
     """
     out = sys.stdout if stdout is None else stdout
     try:
@@ -331,19 +364,36 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         return exit_.code if isinstance(exit_.code, int) else 2
     runs: int = arguments.runs
     attempts: int = arguments.attempts
-    if runs * attempts > MAX_STEPS:
+    try:
+        schedule, size = parse_counted(arguments.expr)
+    except ExpressionError as error:
+        pointer = error.pointer()
+        print(f"error: {error}" + (f"\n{pointer}" if pointer else ""), file=sys.stderr)
+        return 2
+    cost = size + STEP_OVERHEAD
+    max_steps = MAX_WORK // cost
+    if attempts + 1 > max_steps:
         print(
-            f"error: --runs {runs} times --attempts {attempts} is over {MAX_STEPS:,} steps; "
-            "lower one of them",
+            f"error: --attempts {attempts} is too much work for this {size}-part expression: "
+            f"{(attempts + 1) * cost:,} units, at most {MAX_WORK:,} (lower --attempts)",
             file=sys.stderr,
         )
         return 2
+    if arguments.plot is not None and (problem := _plot_problem(arguments.plot)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     try:
-        schedule = parse_schedule(arguments.expr)
-    except ExpressionError as error:
-        print(f"error: {error}\n{error.pointer()}", file=sys.stderr)
+        summary = summarize(
+            schedule, runs=runs, attempts=attempts, seed=arguments.seed, max_steps=max_steps
+        )
+    except WorkLimitError:
+        print(
+            f"error: --runs {runs} times --attempts {attempts} is too much work for this "
+            f"{size}-part expression: {runs * (attempts + 1) * cost:,} units, at most "
+            f"{MAX_WORK:,} (lower --runs or --attempts)",
+            file=sys.stderr,
+        )
         return 2
-    summary = summarize(schedule, runs=runs, attempts=attempts, seed=arguments.seed)
     if arguments.json:
         print(json.dumps([row.as_json() for row in summary.rows], indent=2), file=out)
     else:
@@ -354,7 +404,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         except ImportError:
             print(f"error: --plot needs matplotlib; install it with: {PLOT_HINT}", file=sys.stderr)
             return 1
-        except OSError as error:
+        except (OSError, ValueError) as error:
             print(f"error: cannot write the plot to {arguments.plot!r}: {error}", file=sys.stderr)
             return 1
         print(f"plot written to {arguments.plot}", file=sys.stderr)

@@ -14,10 +14,9 @@ import math
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-import attrs
-
-from schedules._durations import MAX_DELAY, format_seconds
-from schedules._schedule import RandomLike, Schedule, StepInfo
+from schedules._durations import MAX_DELAY, format_seconds, whole_ms
+from schedules._frozen import field, frozen
+from schedules._schedule import RandomLike, Schedule, ScheduleLike, StepInfo
 
 # The design calls them In and Out; the variance is in the declaration.
 In = TypeVar("In", contravariant=True)  # noqa: PLC0105
@@ -51,7 +50,25 @@ def user_delay(value: object, f: object) -> float:
     return MAX_DELAY if value > MAX_DELAY else float(value)
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
+class Adapted(Schedule[In, Out]):
+    """``as_schedule(contract)``: a hand-written step contract given the combinators."""
+
+    contract: ScheduleLike[In, Out]
+
+    def initial(self) -> Any:
+        return self.contract.initial()
+
+    def step(
+        self, now: float, input: In, state: Any, rng: RandomLike
+    ) -> tuple[Any, Out, float | None]:
+        return self.contract.step(now, input, state, rng)
+
+    def __repr__(self) -> str:
+        return repr(self.contract)
+
+
+@frozen(repr=False)
 class Jittered(Schedule[In, Out]):
     """``inner.jittered(min=low, max=high)``."""
 
@@ -83,7 +100,7 @@ class Jittered(Schedule[In, Out]):
         return f"{self.inner!r}.jittered(min={low}, max={high})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class MaxDelay(Schedule[In, Out]):
     """``inner.max_delay(limit)``."""
 
@@ -105,7 +122,7 @@ class MaxDelay(Schedule[In, Out]):
         return f"{self.inner!r}.max_delay({format_seconds(self.limit)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class AddDelay(Schedule[In, Out]):
     """``inner.add_delay(amount)`` with a fixed amount."""
 
@@ -128,7 +145,7 @@ class AddDelay(Schedule[In, Out]):
         return f"{self.inner!r}.add_delay({format_seconds(self.amount)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _WithInfo(Schedule[In, Out]):
     """Base for wrappers whose function sees a ``StepInfo``: state ``(attempts, start, inner)``."""
 
@@ -155,7 +172,7 @@ class _WithInfo(Schedule[In, Out]):
         raise NotImplementedError
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class ModifyDelay(_WithInfo[In, Out]):
     """``inner.modify_delay(f)``."""
 
@@ -166,7 +183,7 @@ class ModifyDelay(_WithInfo[In, Out]):
         return f"{self.inner!r}.modify_delay({describe(self.f)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class AddDelayFn(_WithInfo[In, Out]):
     """``inner.add_delay(f)`` with a function of ``StepInfo``."""
 
@@ -178,9 +195,15 @@ class AddDelayFn(_WithInfo[In, Out]):
         return f"{self.inner!r}.add_delay({describe(self.f)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class Times(Schedule[In, Out]):
-    """``inner.times(n)``: state ``(recurrences so far, inner state)``."""
+    """
+    ``inner.times(n)``: state ``(steps so far, inner state)``.
+
+    Exactly ``inner & recurs(n)`` but for the output: every step is counted, including those
+    where *inner* stops, so inside a union whose other side goes on it stops where the
+    intersection would.
+    """
 
     inner: Schedule[In, Out]
     n: int
@@ -193,20 +216,27 @@ class Times(Schedule[In, Out]):
     ) -> tuple[Any, Out, float | None]:
         count, inner = state
         inner, out, delay = self.inner.step(now, input, inner, rng)
-        if delay is None or count >= self.n:
-            return (count, inner), out, None
-        return (count + 1, inner), out, delay
+        return (count + 1, inner), out, delay if count < self.n else None
 
     def __repr__(self) -> str:
         return f"{self.inner!r}.times({self.n})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class Within(Schedule[In, Out]):
-    """``inner.within(limit)``: state ``(time of the first step or None, inner state)``."""
+    """
+    ``inner.within(limit)``: state ``(time of the first step or None, inner state)``.
+
+    Decided in whole milliseconds (``whole_ms``), so float error in the times never refuses a
+    wait that ends exactly at the limit.
+    """
 
     inner: Schedule[In, Out]
     limit: float
+    _limit_ms: int = field(init=False, eq=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_limit_ms", whole_ms(self.limit))
 
     def initial(self) -> Any:
         return (None, self.inner.initial())
@@ -218,7 +248,7 @@ class Within(Schedule[In, Out]):
         if start is None:
             start = now
         inner, out, delay = self.inner.step(now, input, inner, rng)
-        if delay is not None and (now - start) + delay > self.limit:
+        if delay is not None and whole_ms((now - start) + delay) > self._limit_ms:
             delay = None
         return (start, inner), out, delay
 
@@ -226,7 +256,7 @@ class Within(Schedule[In, Out]):
         return f"{self.inner!r}.within({format_seconds(self.limit)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class InputCheck(Schedule[In, Out]):
     """``inner.while_input(p)`` (keep=True) or ``inner.until_input(p)`` (keep=False)."""
 
@@ -250,7 +280,7 @@ class InputCheck(Schedule[In, Out]):
         return f"{self.inner!r}.{name}({describe(self.p)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class OutputCheck(Schedule[In, Out]):
     """``inner.while_output(p)`` (keep=True) or ``inner.until_output(p)`` (keep=False)."""
 
@@ -274,7 +304,7 @@ class OutputCheck(Schedule[In, Out]):
         return f"{self.inner!r}.{name}({describe(self.p)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class Union(Schedule[In, tuple[O1_co, O2_co]], Generic[In, O1_co, O2_co]):
     """``left.union(right)``: state ``(left state, right state)``."""
 
@@ -298,7 +328,7 @@ class Union(Schedule[In, tuple[O1_co, O2_co]], Generic[In, O1_co, O2_co]):
         return f"{self.left!r}.union({self.right!r})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class Intersect(Schedule[In, tuple[O1_co, O2_co]], Generic[In, O1_co, O2_co]):
     """``left.intersect(right)``: state ``(left state, right state)``."""
 
@@ -324,7 +354,7 @@ class Intersect(Schedule[In, tuple[O1_co, O2_co]], Generic[In, O1_co, O2_co]):
         return f"{self.left!r}.intersect({self.right!r})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class AndThen(Schedule[In, O1_co | O2_co], Generic[In, O1_co, O2_co]):
     """``first.and_then(second)``: state ``(0 or 1 = which runs, first state, second state)``."""
 
@@ -350,7 +380,7 @@ class AndThen(Schedule[In, O1_co | O2_co], Generic[In, O1_co, O2_co]):
         return f"{self.first!r}.and_then({self.second!r})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class Map(Schedule[In, O2_co], Generic[In, O1_co, O2_co]):
     """``inner.map(f)``."""
 
@@ -370,7 +400,7 @@ class Map(Schedule[In, O2_co], Generic[In, O1_co, O2_co]):
         return f"{self.inner!r}.map({describe(self.f)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class TapInput(Schedule[In, Out]):
     """``inner.tap_input(f)``."""
 
@@ -390,7 +420,7 @@ class TapInput(Schedule[In, Out]):
         return f"{self.inner!r}.tap_input({describe(self.f)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class TapOutput(Schedule[In, Out]):
     """``inner.tap_output(f)``."""
 
@@ -411,12 +441,16 @@ class TapOutput(Schedule[In, Out]):
         return f"{self.inner!r}.tap_output({describe(self.f)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class ResetAfter(Schedule[In, Out]):
     """``inner.reset_after(duration)``: state ``(start of the current run or None, inner)``."""
 
     inner: Schedule[In, Out]
     duration: float
+    _duration_ms: int = field(init=False, eq=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_duration_ms", whole_ms(self.duration))
 
     def initial(self) -> Any:
         return (None, self.inner.initial())
@@ -427,7 +461,7 @@ class ResetAfter(Schedule[In, Out]):
         start, inner = state
         if start is None:
             start = now
-        elif now - start >= self.duration:
+        elif whole_ms(now - start) >= self._duration_ms:  # in whole ms, as Within decides
             start, inner = now, self.inner.initial()
         inner, out, delay = self.inner.step(now, input, inner, rng)
         return (start, inner), out, delay
@@ -437,6 +471,7 @@ class ResetAfter(Schedule[In, Out]):
 
 
 __all__ = [
+    "Adapted",
     "AddDelay",
     "AddDelayFn",
     "AndThen",

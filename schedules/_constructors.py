@@ -8,9 +8,8 @@ import math
 import sys
 from typing import Any
 
-import attrs
-
 from schedules._durations import MAX_DELAY, DurationLike, format_seconds, to_seconds
+from schedules._frozen import field, frozen
 from schedules._schedule import RandomLike, Schedule, check_count, check_factor
 
 __all__ = [
@@ -29,7 +28,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Forever(Schedule[object, int]):
     def initial(self) -> Any:
         return 0
@@ -43,7 +42,7 @@ class _Forever(Schedule[object, int]):
         return "forever()"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Recurs(Schedule[object, int]):
     n: int
 
@@ -53,15 +52,15 @@ class _Recurs(Schedule[object, int]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, int, float | None]:
-        if state >= self.n:
-            return state, state, None
-        return state + 1, state, 0.0
+        # The count goes on after the stop, as Effect's `whileOutput(forever, n => n < times)`
+        # does: in a union whose other side continues, the output keeps counting the steps.
+        return state + 1, state, 0.0 if state < self.n else None
 
     def __repr__(self) -> str:
         return f"recurs({self.n})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Spaced(Schedule[object, int]):
     interval: float
 
@@ -78,7 +77,7 @@ class _Spaced(Schedule[object, int]):
         return f"spaced({format_seconds(self.interval)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Fixed(Schedule[object, int]):
     """State ``(count, planned start of the attempt that just ran, or None)``.
 
@@ -115,14 +114,14 @@ class _Fixed(Schedule[object, int]):
         return f"fixed({format_seconds(self.interval)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Exponential(Schedule[object, float]):
     base: float
     factor: float
     # First step index whose delay surely reaches MAX_DELAY, so huge indexes never call pow.
-    _saturated_at: int = attrs.field(init=False, eq=False, hash=False)
+    _saturated_at: int = field(init=False, eq=False)
 
-    def __attrs_post_init__(self) -> None:
+    def __post_init__(self) -> None:
         if self.base > 0.0 and self.factor > 1.0:
             steps = (math.log(MAX_DELAY) - math.log(self.base)) / math.log(self.factor)
             limit = max(0, math.ceil(steps) + 1)
@@ -153,7 +152,7 @@ class _Exponential(Schedule[object, float]):
         return f"exponential({base}, factor={format_seconds(self.factor)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Fibonacci(Schedule[object, float]):
     """State ``(this delay, next delay)``, each saturating at ``MAX_DELAY``."""
 
@@ -174,7 +173,7 @@ class _Fibonacci(Schedule[object, float]):
         return f"fibonacci({format_seconds(self.one)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Linear(Schedule[object, float]):
     base: float
 
@@ -192,7 +191,7 @@ class _Linear(Schedule[object, float]):
         return f"linear({format_seconds(self.base)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _FromDelays(Schedule[object, float]):
     delays_: tuple[float, ...]
 
@@ -213,7 +212,7 @@ class _FromDelays(Schedule[object, float]):
         return f"from_delays({', '.join(format_seconds(d) for d in self.delays_)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Decorrelated(Schedule[object, float]):
     """State: the previous delay (``base`` before the first step)."""
 
@@ -236,7 +235,7 @@ class _Decorrelated(Schedule[object, float]):
         return f"decorrelated({format_seconds(self.base)}, {format_seconds(self.cap)})"
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _Elapsed(Schedule[object, float]):
     """State: the time of the first step, or ``None`` before it."""
 
@@ -270,7 +269,8 @@ def recurs(n: int) -> Schedule[object, int]:
     Recur *n* times with no delay, then stop; ``recurs(0)`` stops at once. Outputs count from 0.
 
     *n* counts recurrences (retries), not the first attempt: ``recurs(2)`` allows 3 attempts.
-    The step that stops outputs *n*.
+    The step that stops outputs *n*; stepped again (inside a union whose other side goes on),
+    it keeps stopping and its output keeps counting, as Effect's does.
 
     Args:
         n: How many recurrences, >= 0.
@@ -346,14 +346,11 @@ def fixed(interval: DurationLike) -> Schedule[object, int]:
     Example:
         Attempts of 0.3 s start at 0, 1.3, 2.3, 3.3; attempts of 1.5 s at 0, 2.5, 4.0, 5.5:
 
-        >>> def starts(schedule, took, n):
-        ...     state, start, result = schedule.initial(), 0.0, [0.0]
-        ...     for _ in range(n):
-        ...         state, _, delay = schedule.step(start + took, None, state, None)
-        ...         start = round(start + took + delay, 9)
-        ...         result.append(start)
-        ...     return result
-        >>> starts(fixed(1), 0.3, 3), starts(fixed(1), 1.5, 3)
+        >>> from schedules import simulate
+        >>> def starts(took):
+        ...     steps = simulate(fixed(1), [None] * 4, attempt_time=took)
+        ...     return [round(step.started, 9) for step in steps]
+        >>> starts(0.3), starts(1.5)
         ([0.0, 1.3, 2.3, 3.3], [0.0, 2.5, 4.0, 5.5])
     """
     return _Fixed(to_seconds(interval, name="interval"))

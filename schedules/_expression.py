@@ -11,7 +11,8 @@ names the construct and where it is.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, TypeGuard
 
@@ -32,7 +33,15 @@ from schedules import (
     stop,
 )
 
-__all__ = ["CONSTRUCTORS", "METHODS", "ExpressionError", "parse_schedule"]
+__all__ = [
+    "CONSTRUCTORS",
+    "EXTENSION_GROUP",
+    "METHODS",
+    "ExpressionError",
+    "extensions",
+    "parse_counted",
+    "parse_schedule",
+]
 
 AnySchedule: TypeAlias = Schedule[Any, Any]
 Value: TypeAlias = "AnySchedule | bool | int | float | str | None"
@@ -75,6 +84,8 @@ _SCHEDULE_ARGUMENT: Final = frozenset({"and_then", "intersect", "union"})
 
 MAX_LENGTH: Final = 10_000
 """Longest expression accepted, in characters (bounds the parser's work on hostile input)."""
+
+_POINTER_WIDTH: Final = 76
 
 _OPERATORS: Final[Mapping[type[ast.AST], str]] = MappingProxyType(
     {
@@ -131,23 +142,79 @@ class ExpressionError(ValueError):
         column: 1-based column (in characters) of the offending construct.
     """
 
-    def __init__(self, message: str, text: str, line: int = 1, column: int = 1) -> None:
+    def __init__(
+        self, message: str, text: str, line: int = 1, column: int = 1, *, pointer: bool = True
+    ) -> None:
         super().__init__(f"{message} (line {line}, column {column})")
         self.reason = message
         self.text = text
         self.line = line
         self.column = column
+        #: Whether ``pointer()`` helps: not for an empty expression or a huge literal.
+        self.has_pointer = pointer
 
     def pointer(self) -> str:
-        """The offending source line with a caret under the construct."""
+        """
+        The offending source line with a caret under the construct (``""`` when it would not
+        help); a long line is cut to the part around the caret.
+        """
+        if not self.has_pointer:
+            return ""
         lines = self.text.splitlines() or [""]
         source = lines[min(self.line, len(lines)) - 1]
-        return f"  {source}\n  {' ' * (self.column - 1)}^"
+        caret = self.column - 1
+        if len(source) > _POINTER_WIDTH:
+            first = max(0, min(caret - _POINTER_WIDTH // 2, len(source) - _POINTER_WIDTH))
+            shown = source[first : first + _POINTER_WIDTH]
+            prefix = "..." if first else ""
+            suffix = "..." if first + _POINTER_WIDTH < len(source) else ""
+            source, caret = f"{prefix}{shown}{suffix}", caret - first + len(prefix)
+        return f"  {source}\n  {' ' * caret}^"
+
+
+EXTENSION_GROUP: Final = "schedules.show"
+"""Entry-point group through which installed packages add constructors to expressions."""
+
+
+def extensions() -> Mapping[str, Callable[..., AnySchedule]]:
+    """
+    Constructors that installed packages add, by name: entry points of the group
+    ``schedules.show`` (this distribution adds ``effects.http.respect_retry_after``). Each is
+    imported only when an expression calls it; the built-in names cannot be replaced.
+    """
+    # Imported here: only an expression naming an unknown function pays for the lookup.
+    from importlib.metadata import entry_points  # noqa: PLC0415
+
+    found = {
+        point.name: point
+        for point in entry_points(group=EXTENSION_GROUP)
+        if point.name not in CONSTRUCTORS
+    }
+    return _Lazy(found)
+
+
+class _Lazy(Mapping[str, Callable[..., AnySchedule]]):
+    """Entry points by name, each loaded when looked up."""
+
+    def __init__(self, points: Mapping[str, Any]) -> None:
+        self._points = points
+
+    def __getitem__(self, name: str) -> Callable[..., AnySchedule]:
+        loaded: Callable[..., AnySchedule] = self._points[name].load()
+        return loaded
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._points)
+
+    def __len__(self) -> int:
+        return len(self._points)
 
 
 def parse_schedule(text: str) -> AnySchedule:
     """
     Build the schedule that *text* describes, without evaluating it as Python.
+
+    Whitespace around the expression is ignored.
 
     Args:
         text: An expression such as ``"exponential('250ms').jittered().times(4)"``.
@@ -156,9 +223,9 @@ def parse_schedule(text: str) -> AnySchedule:
         The schedule.
 
     Raises:
-        ExpressionError: If the text is not valid syntax, uses anything outside the allowed
-            constructors, methods, operators and literals, does not build a schedule, or a
-            constructor or method rejects its arguments (the message is theirs).
+        ExpressionError: If the text is empty, not valid syntax, uses anything outside the
+            allowed constructors, methods, operators and literals, does not build a schedule,
+            or a constructor or method rejects its arguments (the message is theirs).
 
     Example:
         >>> parse_schedule("exponential('250ms').times(3)").delays()
@@ -168,13 +235,53 @@ def parse_schedule(text: str) -> AnySchedule:
         ...
         schedules._expression.ExpressionError: unknown function 'open'; ... (line 1, column 1)
     """
+    return parse_counted(text)[0]
+
+
+def parse_counted(text: str) -> tuple[AnySchedule, int]:
+    """``parse_schedule``, also returning how many schedules the expression builds (its size)."""
     if len(text) > MAX_LENGTH:
         raise ExpressionError(
             f"expression is {len(text)} characters long; at most {MAX_LENGTH} are accepted", text
         )
+    body = text.lstrip()
+    if not body.strip():
+        raise ExpressionError(
+            "the expression is empty; give one such as \"exponential('250ms').times(4)\"",
+            text,
+            pointer=False,
+        )
+    # Positions found in `body` are moved back to where they are in `text`.
+    skipped = text[: len(text) - len(body)]
+    lines_skipped = skipped.count("\n")
+    columns_skipped = len(skipped) - (skipped.rfind("\n") + 1)
+
+    def placed(error: ExpressionError) -> ExpressionError:
+        column = error.column + (columns_skipped if error.line == 1 else 0)
+        return ExpressionError(
+            error.reason, text, error.line + lines_skipped, column, pointer=error.has_pointer
+        )
+
+    try:
+        return _parse(body)
+    except ExpressionError as error:
+        raise placed(error) from None
+
+
+def _parse(text: str) -> tuple[AnySchedule, int]:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # A command line carries bytes that are not UTF-8 as lone surrogates: name the spot.
+        line = text.count("\n", 0, error.start) + 1
+        column = error.start - (text.rfind("\n", 0, error.start) + 1) + 1
+        message = "the expression has a byte that is not UTF-8 text"
+        raise ExpressionError(message, text, line, column, pointer=False) from None
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as error:
+        if error.msg.startswith("Exceeds the limit"):
+            raise _too_many_digits(text) from None
         reason = (
             "invalid syntax" if error.msg == "invalid syntax" else f"invalid syntax: {error.msg}"
         )
@@ -188,7 +295,25 @@ def parse_schedule(text: str) -> AnySchedule:
         raise ExpressionError("expression is nested too deeply", text) from None
     if not isinstance(value, Schedule):
         raise walker.error(tree.body, f"the expression builds {_kind(value)}, not a schedule")
-    return value
+    return value, walker.built
+
+
+def _too_many_digits(text: str) -> ExpressionError:
+    """The error for an integer literal longer than Python converts (``int_max_str_digits``)."""
+    limit = sys.get_int_max_str_digits()
+    index, end, digits = 0, len(text), 0
+    while index < end:
+        run_end = index
+        while run_end < end and "0" <= text[run_end] <= "9":
+            run_end += 1
+        if run_end - index > limit:
+            digits = run_end - index
+            break
+        index = run_end + 1
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    message = f"a number has {digits} digits; at most {limit} are accepted"
+    return ExpressionError(message, text, line, column, pointer=False)
 
 
 def _is_schedule(value: object) -> TypeGuard[AnySchedule]:
@@ -207,6 +332,8 @@ class _Walker:
     def __init__(self, text: str) -> None:
         self._text = text
         self._lines = text.splitlines()
+        #: How many schedules the expression built: the work of one of its steps.
+        self.built = 0
 
     def error(
         self, node: ast.AST, message: str, column_offset: int | None = None
@@ -275,7 +402,9 @@ class _Walker:
         if isinstance(function, ast.Name):
             constructor = CONSTRUCTORS.get(function.id)
             if constructor is None:
-                allowed = ", ".join(sorted(CONSTRUCTORS))
+                constructor = self._extension(function)
+            if constructor is None:
+                allowed = ", ".join(sorted({*CONSTRUCTORS, *extensions()}))
                 raise self.error(
                     function, f"unknown function {function.id!r}; allowed functions: {allowed}"
                 )
@@ -302,6 +431,13 @@ class _Walker:
             method: Callable[..., object] = getattr(receiver, name)
             return self._invoke(function, f".{name}()", method, args, kwargs, column_offset=offset)
         raise self.error(function, f"calling {_describe(function)} is not allowed")
+
+    def _extension(self, function: ast.Name) -> Callable[..., AnySchedule] | None:
+        try:
+            return extensions().get(function.id)
+        except Exception as error:  # noqa: BLE001 - a broken plug-in is reported, not raised
+            message = f"the constructor {function.id!r} could not be loaded: {error}"
+            raise self.error(function, message) from None
 
     def _attribute_error(self, node: ast.Attribute, what: str) -> ExpressionError:
         name = node.attr
@@ -345,6 +481,7 @@ class _Walker:
             raise self.error(node, message, column_offset) from None
         if not _is_schedule(result):
             raise self.error(node, f"{label} built {_kind(result)}, not a schedule", column_offset)
+        self.built += 1
         return result
 
 

@@ -8,17 +8,24 @@ they build live in ``_combinators``.
 
 from __future__ import annotations
 
+import itertools
 import math
-import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
-from typing import Any, Final, Generic, Protocol, TypeVar, overload
-
-import attrs
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar, overload, runtime_checkable
 
 from schedules._durations import DurationLike, to_seconds
+from schedules._frozen import frozen
 
-__all__ = ["RandomLike", "Schedule", "SimulatedStep", "StepInfo", "simulate"]
+__all__ = [
+    "RandomLike",
+    "Schedule",
+    "ScheduleLike",
+    "SimulatedStep",
+    "StepInfo",
+    "as_schedule",
+    "simulate",
+]
 
 # The design calls them In and Out; the variance is in the declaration.
 In = TypeVar("In", contravariant=True)  # noqa: PLC0105
@@ -43,7 +50,32 @@ class RandomLike(Protocol):
         ...
 
 
-@attrs.frozen
+@runtime_checkable
+class ScheduleLike(Protocol[In, Out]):
+    """
+    The step contract, for schedules written without subclassing ``Schedule``.
+
+    Anything with these two methods can drive retries (``effects.retry`` accepts it) and be
+    simulated; ``as_schedule`` gives it the combinators. ``isinstance(x, ScheduleLike)`` checks
+    that both methods exist (not their signatures).
+    """
+
+    def initial(self) -> Any:
+        """Return the state before the first step: plain, JSON-able data."""
+        ...
+
+    def step(
+        self,
+        now: float,
+        input: In,  # noqa: A002 - the contract's name for it
+        state: Any,
+        rng: RandomLike,
+    ) -> tuple[Any, Out, float | None]:
+        """Return ``(state, output, delay)``: delay in seconds, or ``None`` to stop."""
+        ...
+
+
+@frozen
 class StepInfo(Generic[I_co, O_co]):
     """
     What a ``modify_delay`` or ``add_delay`` function sees about the step being decided.
@@ -65,17 +97,18 @@ class StepInfo(Generic[I_co, O_co]):
     now: float
 
 
-@attrs.frozen
+@frozen
 class SimulatedStep(Generic[I_co, O_co]):
     """
-    One step of ``simulate``: attempt *attempt* failed at time *now* with *input*.
+    One step of ``simulate``: attempt *attempt* started at *started* and failed at *now*.
 
     Attributes:
         attempt: 1-based number of the attempt that failed.
-        now: Seconds at which it failed (attempts take no time in a simulation).
+        now: Seconds at which it failed: when the schedule was stepped.
         input: The input given to the schedule.
         output: The schedule's output.
         delay: Seconds to wait before the next attempt, or ``None``: the schedule is done.
+        started: Seconds at which the attempt started (``now`` minus its attempt time).
     """
 
     attempt: int
@@ -83,6 +116,7 @@ class SimulatedStep(Generic[I_co, O_co]):
     input: I_co
     output: O_co
     delay: float | None
+    started: float
 
 
 class Schedule(ABC, Generic[In, Out]):
@@ -153,7 +187,7 @@ class Schedule(ABC, Generic[In, Out]):
             >>> state, output, delay
             ((1, 1), 1.0, 1.0)
             >>> policy.step(1.0, None, state, rng)
-            ((1, 2), 2.0, None)
+            ((2, 2), 2.0, None)
         """
 
     # -- delay shaping ---------------------------------------------------------------------------
@@ -276,7 +310,9 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Stop after at most *n* recurrences (retries; the first attempt is not counted).
 
-        ``times(3)`` allows 4 attempts in all; ``times(0)`` stops at the first step.
+        ``times(3)`` allows 4 attempts in all; ``times(0)`` stops at the first step. Its delays
+        are exactly those of ``self & recurs(n)`` in every composition: every step counts, also
+        one where this schedule stops but an enclosing union goes on.
 
         Args:
             n: The most recurrences, >= 0.
@@ -286,9 +322,12 @@ class Schedule(ABC, Generic[In, Out]):
             TypeError: If *n* is not an ``int`` (``bool`` included).
 
         Example:
-            >>> from schedules import spaced
+            >>> from schedules import recurs, spaced
             >>> spaced(1).times(2).delays()
             [1.0, 1.0]
+            >>> bounded, recurring = spaced(1).times(2), spaced(1) & recurs(2)
+            >>> (bounded | spaced(3)).delays(4) == (recurring | spaced(3)).delays(4)
+            True
         """
         return _c.Times(self, check_count(n, "n"))
 
@@ -298,7 +337,9 @@ class Schedule(ABC, Generic[In, Out]):
 
         The first step is the end of the first attempt; time spent in attempts counts. Unlike
         Effect's ``upTo``, the last wait never overshoots *limit*; a wait ending exactly at
-        *limit* is allowed.
+        *limit* is allowed. The comparison is made in whole milliseconds (both sides rounded,
+        halves up), as Effect's millisecond clock makes it, so float error never decides it:
+        ``spaced(0.1).within(0.3)`` waits three times, however large the clock's readings.
 
         Args:
             limit: The time budget: seconds, a ``timedelta`` or a string like ``"1 minute"``.
@@ -529,7 +570,9 @@ class Schedule(ABC, Generic[In, Out]):
 
         The check happens before a step: a step at least *duration* after the first step of the
         current run is taken from ``initial()`` and becomes the first step of a new run. This
-        gives Effect's ``resetAfter`` delays without stepping the stale state first.
+        gives Effect's ``resetAfter`` delays without stepping the stale state first. "At least"
+        is decided in whole milliseconds, as ``within`` decides, so eight steps of
+        ``spaced(0.1)`` reach ``reset_after(0.8)`` whatever float error their sum carries.
 
         Args:
             duration: Seconds, a ``timedelta`` or a string like ``"30s"``.
@@ -556,7 +599,8 @@ class Schedule(ABC, Generic[In, Out]):
         """
         Return the first *n* delays in seconds, every attempt taking no time.
 
-        The first step is at time 0; each next step comes right after the previous delay.
+        The first step is at time 0; each next step comes right after the previous delay
+        (``simulate`` lets attempts take time).
 
         Args:
             n: How many delays at most; ``None`` (the default) means until the schedule stops.
@@ -575,61 +619,66 @@ class Schedule(ABC, Generic[In, Out]):
             [0.25, 0.5, 1.0, 2.0]
         """
         limit = _DELAYS_LIMIT if n is None else check_count(n, "n")
-        rng = random.Random(seed)
-        step = self.step
-        state = self.initial()
-        now = 0.0
-        result: list[float] = []
         # `input` may be None only when the caller passes nothing; schedules of `object` accept it.
         given: Any = input
-        while len(result) < limit:
-            state, _, delay = step(now, given, state, rng)
-            if delay is None:
-                return result
-            result.append(delay)
-            now += delay
-        if n is None:
-            msg = (
-                f"delays() without n: {self!r} did not stop within {_DELAYS_LIMIT} steps; "
-                "pass n or bound the schedule with times()"
-            )
-            raise ValueError(msg)
+        result = [
+            delay
+            for *_, delay in timeline(self, itertools.repeat(given, limit + 1), _seeded(seed))
+            if delay is not None
+        ]
+        if len(result) > limit:
+            if n is None:
+                msg = (
+                    f"delays() without n: {self!r} did not stop within {_DELAYS_LIMIT} steps; "
+                    "pass n or bound the schedule with times()"
+                )
+                raise ValueError(msg)
+            del result[limit:]
         return result
 
 
-def simulate(
-    schedule: Schedule[I2, O2],
-    inputs: Iterable[I2],
+AttemptTime: TypeAlias = "DurationLike | Callable[[int], DurationLike]"
+"""How long each attempt takes: a duration, or a function of the 1-based attempt number."""
+
+
+def _seeded(seed: int | None) -> RandomLike:
+    # Imported here: `random` is needed only to simulate, and `import schedules` stays light.
+    import random  # noqa: PLC0415
+
+    return random.Random(seed)
+
+
+def timeline(
+    schedule: ScheduleLike[Any, Any],
+    inputs: Iterable[Any],
+    rng: RandomLike,
     *,
-    seed: int | None = None,
     start: float = 0.0,
-) -> list[SimulatedStep[I2, O2]]:
+    took: Callable[[int], float] | None = None,
+) -> Iterator[tuple[int, float, float, Any, Any, float | None]]:
     """
-    Step *schedule* once per input, every attempt taking no time, and record each step.
+    The one simulation loop: ``(attempt, started, now, input, output, delay)`` per step.
 
-    Stops after the step that returns ``None`` or when *inputs* runs out.
-
-    Args:
-        schedule: The schedule to run.
-        inputs: One input per failed attempt, in order.
-        seed: Seed for ``random.Random``; the same seed gives the same steps. ``None`` (the
-            default) seeds from the system.
-        start: Time of the first step, in seconds (default 0.0); any finite number.
-
-    Raises:
-        ValueError: If *start* is NaN or infinite.
-        TypeError: If *start* is not a number.
-
-    Example:
-        >>> from schedules import recurs, spaced
-        >>> for s in simulate(spaced(2) & recurs(2), ["a", "b", "c"], start=10.0):
-        ...     print(s.attempt, s.now, s.input, s.output, s.delay)
-        1 10.0 a (0, 0) 2.0
-        2 12.0 b (1, 1) 2.0
-        3 14.0 c (2, 2) None
+    Attempt *k* starts at *started*, takes ``took(k)`` seconds (none when *took* is None) and
+    fails at *now*, when the schedule is stepped; the next starts after the delay. Stops after
+    the step that returns ``None`` or when *inputs* runs out. ``delays``, ``simulate`` and the
+    ``show`` command all run this, so they cannot disagree.
     """
+    state = schedule.initial()
+    step = schedule.step
+    started = start
+    for attempt, value in enumerate(inputs, start=1):
+        now = started if took is None else started + took(attempt)
+        state, output, delay = step(now, value, state, rng)
+        yield attempt, started, now, value, output, delay
+        if delay is None:
+            return
+        started = now + delay
+
+
+def _finite_start(start: object) -> float:
     # Checked at run time too: `start` often comes from untyped callers (a CLI, a config file).
-    if isinstance(start, bool) or not isinstance(start, int | float):  # pyright: ignore[reportUnnecessaryIsInstance]
+    if isinstance(start, bool) or not isinstance(start, int | float):
         msg = f"start must be a number of seconds, got {start!r}"
         raise TypeError(msg)
     try:
@@ -639,16 +688,114 @@ def simulate(
     if not math.isfinite(now):
         msg = f"start must be a finite number of seconds, got {start!r}"
         raise ValueError(msg)
-    rng = random.Random(seed)
-    state = schedule.initial()
-    steps: list[SimulatedStep[I2, O2]] = []
-    for attempt, value in enumerate(inputs, start=1):
-        state, output, delay = schedule.step(now, value, state, rng)
-        steps.append(SimulatedStep(attempt, now, value, output, delay))
-        if delay is None:
-            break
-        now += delay
-    return steps
+    return now
+
+
+def _attempt_times(attempt_time: AttemptTime) -> Callable[[int], float] | None:
+    if callable(attempt_time):
+        function = attempt_time
+
+        def took(attempt: int) -> float:
+            return to_seconds(function(attempt), name=f"attempt_time({attempt})")
+
+        return took
+    seconds = to_seconds(attempt_time, name="attempt_time")
+    return None if seconds == 0.0 else lambda _: seconds
+
+
+def simulate(
+    schedule: ScheduleLike[I2, O2],
+    inputs: Iterable[I2],
+    *,
+    seed: int | None = None,
+    start: float = 0.0,
+    attempt_time: AttemptTime = 0.0,
+    rng: RandomLike | None = None,
+) -> list[SimulatedStep[I2, O2]]:
+    """
+    Run *schedule* over a timeline of failed attempts, one per input, and record each step.
+
+    Attempt 1 starts at *start*; each attempt takes *attempt_time* and then fails with its
+    input, which is when the schedule is stepped (``now``); the next attempt starts after the
+    delay. Stops after the step that returns ``None`` or when *inputs* runs out.
+
+    Args:
+        schedule: The schedule to run: a ``Schedule`` or anything with its step contract.
+        inputs: One input per failed attempt, in order.
+        seed: Seed for ``random.Random``; the same seed gives the same steps. ``None`` (the
+            default) seeds from the system.
+        start: When the first attempt starts, in seconds (default 0.0); any finite number,
+            such as a ``time.monotonic()`` reading.
+        attempt_time: How long each attempt takes: a duration (seconds, a ``timedelta`` or a
+            string like ``"300ms"``; default 0: attempts take no time) or a function of the
+            1-based attempt number returning one.
+        rng: A random source (``random() -> float`` in ``[0, 1)``) to use instead of a
+            seeded ``random.Random``; give *seed* or *rng*, not both.
+
+    Raises:
+        ValueError: If *start* is NaN or infinite, an attempt time is not a valid duration,
+            or both *seed* and *rng* are given.
+        TypeError: If *start* is not a number.
+
+    Example:
+        >>> from schedules import fixed, recurs, spaced
+        >>> for s in simulate(spaced(2) & recurs(2), ["a", "b", "c"], start=10.0):
+        ...     print(s.attempt, s.now, s.input, s.output, s.delay)
+        1 10.0 a (0, 0) 2.0
+        2 12.0 b (1, 1) 2.0
+        3 14.0 c (2, 2) None
+
+        Attempts of 0.3 s under ``fixed(1)`` start on the grid; attempts of 1.5 s overrun it:
+
+        >>> [s.started for s in simulate(fixed(1), [None] * 4, attempt_time=0.3)]
+        [0.0, 1.3, 2.3, 3.3]
+        >>> [s.started for s in simulate(fixed(1), [None] * 4, attempt_time="1.5s")]
+        [0.0, 2.5, 4.0, 5.5]
+    """
+    now = _finite_start(start)
+    if rng is not None and seed is not None:
+        msg = f"simulate() takes seed or rng, not both (got seed={seed!r} and rng={rng!r})"
+        raise ValueError(msg)
+    source = _seeded(seed) if rng is None else rng
+    return [
+        SimulatedStep(attempt, now_, value, output, delay, started)
+        for attempt, started, now_, value, output, delay in timeline(
+            schedule, inputs, source, start=now, took=_attempt_times(attempt_time)
+        )
+    ]
+
+
+def as_schedule(schedule: ScheduleLike[I2, O2]) -> Schedule[I2, O2]:
+    """
+    *schedule* as a ``Schedule``, so the combinators apply to a hand-written step contract.
+
+    A ``Schedule`` is returned as it is; anything else with ``initial()`` and ``step()`` is
+    wrapped in a schedule with the same states, outputs, delays and ``repr``.
+
+    Raises:
+        TypeError: If *schedule* has no ``initial`` or ``step`` method.
+
+    Example:
+        >>> class EveryTwoSeconds:
+        ...     def initial(self):
+        ...         return 0
+        ...     def step(self, now, input, state, rng):
+        ...         return state + 1, state, 2.0
+        ...     def __repr__(self):
+        ...         return "EveryTwoSeconds()"
+        >>> policy = as_schedule(EveryTwoSeconds()).times(3)
+        >>> policy, policy.delays()
+        (EveryTwoSeconds().times(3), [2.0, 2.0, 2.0])
+    """
+    if isinstance(schedule, Schedule):
+        return schedule
+    if not isinstance(schedule, ScheduleLike):  # pyright: ignore[reportUnnecessaryIsInstance]
+        msg = (
+            "a schedule must be a schedules.Schedule or have initial() and "
+            f"step(now, input, state, rng) methods, got {schedule!r}"
+        )
+        raise TypeError(msg)
+    return _c.Adapted(schedule)
 
 
 def check_factor(value: object, name: str, *, positive: bool = False) -> float:

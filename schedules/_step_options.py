@@ -7,9 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any, Final, Literal
 
-import attrs
-
 from schedules._durations import MAX_DELAY, format_seconds
+from schedules._frozen import field, frozen
 from schedules._schedule import RandomLike, Schedule, check_count
 
 __all__ = ["from_step_options"]
@@ -20,7 +19,7 @@ _SATURATION_DOUBLINGS: Final = 40
 _SATURATED_MS: Final = 2.0**_SATURATION_DOUBLINGS
 
 
-@attrs.frozen(repr=False)
+@frozen(repr=False)
 class _StepOptions(Schedule[object, float]):
     """State: how many attempts have failed so far."""
 
@@ -30,9 +29,9 @@ class _StepOptions(Schedule[object, float]):
     backoff_max_ms: float | None
     jitter: bool
     # Doublings after which the exponential delay is surely >= _SATURATED_MS.
-    _saturated_at: int = attrs.field(init=False, eq=False, hash=False)
+    _saturated_at: int = field(init=False, eq=False)
 
-    def __attrs_post_init__(self) -> None:
+    def __post_init__(self) -> None:
         limit = 0
         if self.backoff_ms > 0.0:
             limit = max(0, math.ceil(_SATURATION_DOUBLINGS - math.log2(self.backoff_ms)))

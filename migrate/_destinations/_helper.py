@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from effects import AsyncEffect, Effect
+from effects._callables import is_async_callable
 from migrate._errors import DestinationError
 from migrate._pipeline import current_scope
 
@@ -136,7 +137,7 @@ def _wrap(
                 label, operation, key=None if key_of is None else key_of(*args, **kwargs)
             )
 
-    if inspect.iscoroutinefunction(fn):
+    if is_async_callable(fn):
         async_fn: Callable[..., Awaitable[Any]] = fn
 
         @functools.wraps(fn)

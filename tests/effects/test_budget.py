@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
+from decimal import Decimal
 from typing import NoReturn
 
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from effects import AsyncEffect, RetryBudget, RetryEvent, retry, use_clock
 from effects.testing import VirtualClock
@@ -126,11 +129,60 @@ def test_clock_going_backwards_counts_into_the_newest_bucket() -> None:
 
 
 @pytest.mark.parametrize("now", [math.nan, math.inf, -math.inf])
-def test_broken_clock_values_do_not_raise(now: float) -> None:
-    """NaN or infinite now is counted in the current bucket instead of raising."""
+def test_broken_clock_values_are_a_clear_error(now: float) -> None:
+    """NaN or infinite now is refused naming it, and counts nothing."""
     budget = RetryBudget(ratio=0.0, min_per_second=1.0, window=1.0)
-    assert budget.try_retry(now=now) is True
-    assert budget.try_retry(now=0.0) is False
+    for method in (budget.try_retry, budget.record_attempt, budget.available):
+        with pytest.raises(ValueError, match=f"now must be finite.*{now!r}"):
+            method(now)
+    assert budget.try_retry(now=0.0) is True
+
+
+@pytest.mark.parametrize(
+    ("ratio", "attempts", "granted"),
+    [(0.57, 100, 57), (0.1, 30, 3), (0.29, 100, 29), (0.7, 10, 7), (1 / 3, 3, 0), (0.3, 10, 3)],
+)
+def test_grants_are_floor_of_ratio_times_attempts_exactly(
+    ratio: float, attempts: int, granted: int
+) -> None:
+    """ratio 0.57 over 100 first attempts grants 57 (not 56, as 0.57 * 100 in floats would)."""
+    budget = RetryBudget(ratio=ratio, min_per_second=0.0, window=10.0)
+    for _ in range(attempts):
+        budget.record_attempt(now=0.0)
+    assert (granted, granted) == (
+        budget.available(now=0.0),
+        sum(budget.try_retry(now=0.0) for _ in range(attempts + 5)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("min_per_second", "window", "reserve"), [(0.7, 10.0, 7), (0.3, 3.0, 0), (10.0, 10.0, 100)]
+)
+def test_the_reserve_is_floor_of_min_per_second_times_window(
+    min_per_second: float, window: float, reserve: int
+) -> None:
+    """min_per_second 0.7 over a 10 s window reserves 7 retries (0.7 * 10 is 7.000000000000001)."""
+    budget = RetryBudget(ratio=0.0, min_per_second=min_per_second, window=window)
+    assert reserve == sum(budget.try_retry(now=0.0) for _ in range(reserve + 5))
+
+
+@given(
+    st.decimals(min_value=0, max_value=5, places=3),
+    st.integers(0, 2_000),
+    st.decimals(min_value=0, max_value=20, places=2),
+    st.sampled_from([1, 2.5, 10, 60]),
+)
+def test_grants_follow_the_exact_rule(
+    ratio: Decimal, attempts: int, per_second: Decimal, window: float
+) -> None:
+    """For decimal arguments, grants are floor(ratio*attempts) + floor(min_per_second*window)."""
+    budget = RetryBudget(ratio=float(ratio), min_per_second=float(per_second), window=window)
+    for _ in range(attempts):
+        budget.record_attempt(now=0.0)
+    rule = math.floor(Decimal(repr(float(ratio))) * attempts) + math.floor(
+        Decimal(repr(float(per_second))) * Decimal(repr(float(window)))
+    )
+    assert rule == budget.available(now=0.0)
 
 
 def test_threads_hammering_never_exceed_the_bound() -> None:

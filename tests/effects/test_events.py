@@ -151,9 +151,14 @@ def test_log_retries_logs_through_stdlib(
     assert [
         (
             logging.INFO,
-            "attempt 1 failed with FlakyError(1); retrying in 2.000 s (0.000 s elapsed)",
+            "failing_effect.<locals>.thunk: attempt 1 failed with FlakyError(1);"
+            " retrying in 2.000 s (0.000 s elapsed)",
         ),
-        (logging.INFO, "attempt 2 failed with FlakyError(2); giving up (2.000 s elapsed)"),
+        (
+            logging.INFO,
+            "failing_effect.<locals>.thunk: attempt 2 failed with FlakyError(2);"
+            " giving up (2.000 s elapsed)",
+        ),
     ] == messages
 
 
@@ -261,3 +266,56 @@ def test_hook_registration_is_thread_safe() -> None:
         sys.setswitchinterval(interval)
     assert [True] * 8 == seen_all
     assert before == hooks()
+
+
+class Client:
+    """Owns a retried method, to show qualified names."""
+
+    @retry(times=1, on=FlakyError)
+    def get(self) -> None:
+        """Always fails."""
+        raise FlakyError(0)
+
+
+def load_user() -> str:
+    """A named function for effect names."""
+    raise FlakyError(1)
+
+
+def failing_block() -> None:
+    """An attempts() block that always fails."""
+    for attempt in retry(times=1, on=FlakyError).attempts():
+        with attempt:
+            raise FlakyError(2)
+
+
+def test_events_name_what_is_retried(virtual_clock: VirtualClock) -> None:
+    """Events carry the function's qualified name, the effect's name, or name= when given."""
+    seen: list[str] = []
+    remove = add_hook(lambda event: seen.append(event.name))
+    try:
+        with pytest.raises(FlakyError):
+            Client().get()
+        Effect.attempt(load_user, catch=FlakyError).map(str.upper).retry(times=1).run()
+        Effect.attempt(load_user, catch=FlakyError).retry(times=1, name="users.load").run()
+        with pytest.raises(FlakyError):
+            failing_block()
+    finally:
+        remove()
+    assert ["Client.get"] * 3 + ["load_user"] * 3 + ["users.load"] * 3 + ["attempts()"] * 3 == seen
+
+
+def test_log_lines_start_with_the_name(
+    caplog: pytest.LogCaptureFixture, virtual_clock: VirtualClock
+) -> None:
+    """Each log line names what is retried, then attempt, error, delay and elapsed time."""
+    stop = log_retries()
+    try:
+        with caplog.at_level(logging.WARNING, logger="effects"):
+            Effect.attempt(load_user, catch=FlakyError).retry(spaced(1), times=1).run()
+    finally:
+        stop()
+    assert [
+        "load_user: attempt 1 failed with FlakyError(1); retrying in 1.000 s (0.000 s elapsed)",
+        "load_user: attempt 2 failed with FlakyError(1); giving up (1.000 s elapsed)",
+    ] == [record.getMessage() for record in caplog.records]

@@ -42,13 +42,16 @@ def message_with(value: str) -> http.client.HTTPMessage:
         ("120", 120.0),
         ("  7\t", 7.0),
         ("007", 7.0),
+        ("0000000000005", 5.0),
+        ("0" * 5000 + "42", 42.0),
+        ("0000000000000", 0.0),
         ("2147483648", 2147483648.0),
         ("99999999999", 2147483648.0),
         ("9" * 5000, 2147483648.0),
     ],
 )
 def test_delta_seconds(value: str, expected: float) -> None:
-    """A non-negative integer is seconds; huge values saturate at 2**31 (RFC 9111 1.2.2)."""
+    """A non-negative integer is seconds, leading zeros and all; huge ones are 2**31 s."""
     assert expected == retry_after({"Retry-After": value}, now=0.0)
 
 
@@ -104,7 +107,11 @@ def test_rfc850_two_digit_year_more_than_50_years_ahead_is_in_the_past() -> None
         "Sun, 06 Nov 1994 08:49:37 CET",
         "06 Nov 1994 08:49:37 GMT",
         "1, 2",
+        "x" * 1_000_000,
+        "Sun, 06 Nov 1994 08:49:37 GMT" + " " * 200 + "x",
+        "7" * 5000 + "s",
     ],
+    ids=lambda value: repr(value[:40]),
 )
 def test_garbage_is_none(value: str) -> None:
     """Negative, fractional, non-ASCII or malformed values are unparseable: None."""
@@ -429,3 +436,9 @@ def test_api_request_error_survives_pickle() -> None:
     error = ApiRequestError(429, transient=True, retry_after=2.5, message="slow down")
     copy = pickle.loads(pickle.dumps(error))
     assert repr(error) == repr(copy)
+
+
+def test_respect_retry_after_needs_a_schedule() -> None:
+    """A value without the step contract is a TypeError at once, not a failure when stepping."""
+    with pytest.raises(TypeError, match=r"initial\(\) and step"):
+        respect_retry_after(1)  # type: ignore[arg-type]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 from typing import Any
 
-from schedules import Schedule
+from schedules import Schedule, simulate
 
 
 class ConstantRandom:
@@ -34,6 +35,23 @@ class SequenceRandom:
         return value
 
 
+class JsonState(Schedule[Any, Any]):
+    """Wraps a schedule, sending its state through JSON (``dumps``, ``loads``) before each step."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Schedule[Any, Any]) -> None:
+        self.inner = inner
+
+    def initial(self) -> Any:
+        """The wrapped schedule's initial state."""
+        return self.inner.initial()
+
+    def step(self, now: float, input: Any, state: Any, rng: Any) -> tuple[Any, Any, float | None]:  # noqa: A002
+        """Step the wrapped schedule with its state decoded from JSON."""
+        return self.inner.step(now, input, json.loads(json.dumps(state, allow_nan=False)), rng)
+
+
 def run(
     schedule: Schedule[Any, Any],
     n: int,
@@ -44,25 +62,20 @@ def run(
     input: object = None,  # noqa: A002
     json_state: bool = False,
 ) -> list[tuple[Any, float | None, float]]:
-    """Step *schedule* up to *n* times; return ``(output, delay, now)`` per step.
+    """Step *schedule* up to *n* times with ``simulate``; return ``(output, delay, now)`` per step.
 
     Attempt *k + 1* takes ``durations[k]`` seconds (0 once they run out). With *json_state*,
     the state goes through ``json.dumps``/``json.loads`` between every two steps.
     """
     took = list(durations)
-    state = schedule.initial()
-    now = start
-    steps: list[tuple[Any, float | None, float]] = []
-    for k in range(n):
-        now += took[k] if k < len(took) else 0.0
-        if json_state:
-            state = json.loads(json.dumps(state, allow_nan=False))
-        state, output, delay = schedule.step(now, input, state, rng)
-        steps.append((output, delay, now))
-        if delay is None:
-            break
-        now += delay
-    return steps
+    steps = simulate(
+        JsonState(schedule) if json_state else schedule,
+        itertools.repeat(input, n),
+        rng=rng if rng is not None else ConstantRandom(0.5),
+        start=start,
+        attempt_time=lambda attempt: took[attempt - 1] if attempt <= len(took) else 0.0,
+    )
+    return [(step.output, step.delay, step.now) for step in steps]
 
 
 def delays_of(steps: list[tuple[Any, float | None, float]]) -> list[float | None]:

@@ -99,3 +99,66 @@ def test_huge_integers_are_infinite_not_an_overflow() -> None:
     """An int beyond float range raises ValueError naming it, never OverflowError."""
     with pytest.raises(ValueError, match="interval"):
         spaced(10**400)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1h30m", 5400.0),
+        ("2m 30s", 150.0),
+        ("1 hour 30 minutes", 5400.0),
+        ("1d 2h 3m 4s 5ms", 93784.005),
+        ("1s500ms", 1.5),
+        ("1.5h 1m", 5460.0),
+        ("  2m\t30s  ", 150.0),
+    ],
+)
+def test_compound_durations_add_their_terms(text: str, expected: float) -> None:
+    """Terms from the largest unit to the smallest add up, rounded once."""
+    assert expected == to_seconds(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("30m1h", "largest to the smallest"),
+        ("1s1s", "largest to the smallest"),
+        ("1h30", "needs a unit"),
+        ("1h -30m", "negative"),
+        ("1 2s", "needs a unit"),
+    ],
+)
+def test_compound_durations_in_the_wrong_shape_are_refused(text: str, reason: str) -> None:
+    """Units out of order or repeated, a number without a unit, a negative term: all refused."""
+    with pytest.raises(ValueError, match=reason):
+        to_seconds(text, name="timeout")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("250\u00a0ms", 0.25),  # no-break space, as number formatting often writes it
+        ("1\u2009h\u202f30m", 5400.0),  # thin space, narrow no-break space
+        ("\u30002s\u3000", 2.0),  # ideographic space
+        ("500\u00b5s", 0.0005),  # micro sign
+        ("500\u03bcs", 0.0005),  # Greek small letter mu
+    ],
+)
+def test_unicode_spaces_and_micro_signs_are_accepted(text: str, expected: float) -> None:
+    """Any Unicode whitespace separates; both micro characters spell microseconds."""
+    assert expected == to_seconds(text)
+
+
+@pytest.mark.parametrize("text", ["\u0663s", "\uff13s", "1\u0660s", "\u00b2s"])
+def test_only_ascii_digits_are_numbers(text: str) -> None:
+    """Arabic-Indic, fullwidth or superscript digits are refused, never read as numbers."""
+    with pytest.raises(ValueError, match="interval"):
+        spaced(text)
+
+
+def test_huge_malformed_strings_are_refused_with_a_short_message() -> None:
+    """A million-character bad duration is refused in one pass, its message cut short."""
+    for text in ("1" * 1_000_000 + "x", " " * 1_000_000, "1s" * 500_000, "9" * 1_000_000 + "s"):
+        with pytest.raises(ValueError, match="characters") as caught:
+            to_seconds(text, name="limit")
+        assert len(str(caught.value)) < 300

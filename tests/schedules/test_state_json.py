@@ -89,25 +89,34 @@ BUILT_INS: list[AnySchedule] = [
 ]
 
 
+class _JsonAt(Schedule[Any, Any]):
+    """Wraps a schedule, sending its state through JSON before step number *split* (from 0)."""
+
+    __slots__ = ("inner", "split")
+
+    def __init__(self, inner: AnySchedule, split: int) -> None:
+        self.inner = inner
+        self.split = split
+
+    def initial(self) -> Any:
+        """A step counter beside the wrapped schedule's initial state."""
+        return (0, self.inner.initial())
+
+    def step(self, now: float, input: Any, state: Any, rng: Any) -> tuple[Any, Any, float | None]:  # noqa: A002
+        """Step the wrapped schedule, its state decoded from JSON at step *split*."""
+        k, inner = state
+        if k == self.split:
+            inner = json.loads(json.dumps(inner, allow_nan=False))
+        inner, output, delay = self.inner.step(now, input, inner, rng)
+        return (k + 1, inner), output, delay
+
+
 def resumed(
     schedule: AnySchedule, split: int, n: int, seed: int, took: list[float]
 ) -> tuple[list[tuple[Any, float | None, float]], list[tuple[Any, float | None, float]]]:
     """Run *n* steps straight, and again with the state sent through JSON after *split* steps."""
     straight = run(schedule, n, random.Random(seed), durations=took)
-    rng = random.Random(seed)
-    state = schedule.initial()
-    now = 0.0
-    steps: list[tuple[Any, float | None, float]] = []
-    for k in range(n):
-        now += took[k] if k < len(took) else 0.0
-        if k == split:
-            state = json.loads(json.dumps(state, allow_nan=False))
-        state, output, delay = schedule.step(now, None, state, rng)
-        steps.append((output, delay, now))
-        if delay is None:
-            break
-        now += delay
-    return straight, steps
+    return straight, run(_JsonAt(schedule, split), n, random.Random(seed), durations=took)
 
 
 def as_lists(value: object) -> object:
