@@ -406,14 +406,27 @@ class SqliteStore:
             raise StoreError(msg) from error
         try:
             yield db
+        except sqlite3.Error as error:
+            # SQLite may have rolled back already (SQLITE_FULL, an I/O error): then there is
+            # nothing to roll back, and a failing ROLLBACK must not hide the cause.
+            self._rollback(db)
+            msg = f"store {self.url}: write failed: {error}"
+            raise StoreError(msg) from error
         except BaseException:
-            db.execute("ROLLBACK")
+            self._rollback(db)
             raise
+        self._commit(db)
+
+    @staticmethod
+    def _rollback(db: sqlite3.Connection) -> None:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+
+    def _commit(self, db: sqlite3.Connection) -> None:
         try:
             db.execute("COMMIT")
         except sqlite3.Error as error:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            self._rollback(db)
             msg = f"store {self.url}: commit failed: {error}"
             raise StoreError(msg) from error
 
@@ -730,16 +743,19 @@ class SqliteStore:
             if inserted != 1:
                 raise StaleTurnError(f"run {run_id}: the lease was taken over")
         except sqlite3.IntegrityError:
-            db.execute("ROLLBACK")
+            self._rollback(db)
             raise StaleTurnError(f"run {run_id}: checkpoint {seq} was written meanwhile") from None
+        except sqlite3.Error as error:
+            self._rollback(db)
+            msg = f"store {self.url}: write failed: {error}"
+            raise StoreError(msg) from error
         except BaseException:
-            db.execute("ROLLBACK")
+            self._rollback(db)
             raise
         try:
             db.execute("COMMIT")
         except sqlite3.Error as error:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            self._rollback(db)
             msg = f"store {self.url}: commit failed: {error}"
             raise StoreError(msg) from error
 
