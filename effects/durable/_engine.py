@@ -34,7 +34,7 @@ from effects.durable._store import (
 )
 from effects.durable._time import WallClock, epoch_ms
 from effects.durable._turn import StepWaiter, Turn
-from effects.durable.errors import StepError, UnknownRunError
+from effects.durable.errors import StepError, StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
 __all__ = ["Engine", "Queue", "merge_events", "open_store"]
@@ -733,15 +733,24 @@ class Engine:
             while not self._stopping:
                 wake.clear()
                 now = self._now()
-                if now - last_recovery >= poll:
-                    await self._recover()
-                    last_recovery = now
-                free = concurrency - len(self._inflight)
-                claimed = await self._claim(free) if free > 0 else 0
-                if claimed and len(self._inflight) < concurrency:
-                    continue
                 timeout = poll / 1000
-                due = await self._store.next_due(now)
+                try:
+                    if now - last_recovery >= poll:
+                        await self._recover()
+                        last_recovery = now
+                    free = concurrency - len(self._inflight)
+                    claimed = await self._claim(free) if free > 0 else 0
+                    if claimed and len(self._inflight) < concurrency:
+                        continue
+                    due = await self._store.next_due(now)
+                except StoreError as error:
+                    # A full disk or a lost connection may pass: try again at the next poll.
+                    _log.error(
+                        "the worker loop could not use the store (next try in %d ms): %s",
+                        poll,
+                        error,
+                    )
+                    due = None
                 if due is not None:
                     timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
                 if self._stopping:

@@ -10,17 +10,252 @@ then fails with the same ``SQLITE_FULL``), and the test says so in its output;
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
+import os
 import sqlite3
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 
-from effects.durable import SqliteStore, StoreError
+from effects.durable import (
+    Checkpoint,
+    Engine,
+    SqliteStore,
+    StoreError,
+    WorkflowContext,
+    step,
+    workflow,
+)
 from effects.durable._store import NewRun
+from tests.durable.crash_support.harness import FINISHED, trail_problems, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
+# The engine's leases: a turn that could not write (nor release its lease) is recovered after it.
+LEASE_MS = 500
 FULL = "database or disk is full"
+
+
+@attrs.define
+class Disk:
+    """
+    A folder whose space runs out on ``fill()`` and comes back on ``free()``: a tmpfs mounted
+    there, or (``mounted`` false) ``PRAGMA max_page_count`` on a store connection.
+    """
+
+    folder: Path
+    mounted: bool
+    why_emulated: str = ""
+
+    def describe(self) -> str:
+        """What kind of full disk this is (printed by each test)."""
+        return "a 2 MiB tmpfs" if self.mounted else f"emulated ({self.why_emulated})"
+
+    def fill(self, db: sqlite3.Connection, *, leave: int = 0) -> None:
+        """Use up the free space but about *leave* bytes (or cap the store at its pages)."""
+        if not self.mounted:
+            (pages,) = db.execute("PRAGMA page_count").fetchone()
+            db.execute(f"PRAGMA max_page_count = {pages + leave // 4096}")
+            return
+        filler = self.folder / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            for chunk in (1 << 16, 1 << 12, 1 << 9):
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"\0" * chunk)
+            error = None
+            try:
+                os.write(fd, b"\0" * 4096)
+            except OSError as raised:
+                error = raised
+            assert error is not None
+            assert errno.ENOSPC == error.errno
+            if leave:
+                os.ftruncate(fd, os.fstat(fd).st_size - leave)
+        finally:
+            os.close(fd)
+
+    def free(self, db: sqlite3.Connection) -> None:
+        """Give the space back."""
+        if not self.mounted:
+            db.execute("PRAGMA max_page_count = 4294967294")
+            return
+        (self.folder / "filler").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Disk]:
+    """A 2 MiB tmpfs on a fresh folder, unmounted afterwards; an emulation where mount fails."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if os.environ.get("DURABLE_EMULATE_FULL_DISK"):
+        yield Disk(folder, mounted=False, why_emulated="DURABLE_EMULATE_FULL_DISK is set")
+        return
+    try:
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError as error:
+        yield Disk(folder, mounted=False, why_emulated=f"no mount command: {error}")
+        return
+    if mounted.returncode != 0:
+        reason = mounted.stderr.strip() or f"mount exited with {mounted.returncode}"
+        yield Disk(folder, mounted=False, why_emulated=f"mount not permitted: {reason}")
+        return
+    try:
+        yield Disk(folder, mounted=True)
+    finally:
+        if subprocess.run(["umount", str(folder)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _connection(engine: Engine) -> sqlite3.Connection:
+    """The engine's own SQLite connection (where the emulation caps the pages)."""
+    db: sqlite3.Connection = engine.store._conn  # type: ignore[attr-defined]
+    return db
+
+
+def _integrity(path: Path) -> str:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        (verdict,) = db.execute("PRAGMA integrity_check").fetchone()
+    return str(verdict)
+
+
+def _completed(checkpoints: list[Checkpoint]) -> dict[int, tuple[str, Any, int]]:
+    """What is committed as done: seq -> (name, output, attempts) of the completed checkpoints."""
+    return {
+        cp.seq: (cp.name, cp.output, cp.attempts) for cp in checkpoints if cp.status == "completed"
+    }
+
+
+def _full_disk_records(caplog: pytest.LogCaptureFixture, about: str = "") -> list[str]:
+    """What the engine logged about writes that failed for want of space (containing *about*)."""
+    found: list[str] = []
+    for record in caplog.records:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" | {type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        if FULL in text and about in text:
+            found.append(text)
+    return found
+
+
+@asynccontextmanager
+async def _working(engine: Engine) -> AsyncIterator[asyncio.Task[None]]:
+    """The engine's worker loop, running for the block (stopped, drained, at its end)."""
+    work = asyncio.get_running_loop().create_task(engine.work(poll_ms=20))
+    try:
+        yield work
+    finally:
+        engine.stop()
+        await asyncio.gather(work, return_exceptions=True)
+
+
+async def _finish(engine: Engine, work: asyncio.Task[None], run_id: str) -> None:
+    async def finished() -> bool:
+        assert not work.done(), f"the worker loop ended: {work}"
+        return (await engine.get_run(run_id)).status in FINISHED
+
+    await wait_until_async(finished, timeout=60, what=f"run {run_id} to finish")
+
+
+# -- a run of many writes, the disk filling under it --------------------------------------------
+
+STEPS = 24
+#: Every this many local steps, a dispatched one.
+DISPATCH_EVERY = 6
+
+
+@step("disk:scale", retries=10, backoff="fixed", backoff_ms=20)
+async def scale(i: int) -> int:
+    """Ten times its input."""
+    return 10 * i
+
+
+@workflow("disk:writes")
+async def writes(ctx: WorkflowContext, count: int) -> dict[str, Any]:
+    """Local steps with outputs of half a KB, and every few of them a dispatched step."""
+    texts: list[str] = []
+    scaled: list[int] = []
+    for i in range(count):
+
+        async def work(i: int = i) -> str:
+            await asyncio.sleep(0.01)
+            return f"{i:04d}" + "x" * 500
+
+        texts.append(await ctx.local_step(f"write-{i}", work))
+        if i % DISPATCH_EVERY == DISPATCH_EVERY - 1:
+            scaled.append(await ctx.step(scale, i))
+    return {"lengths": sum(map(len, texts)), "scaled": scaled}
+
+
+def _writes_output(count: int) -> dict[str, Any]:
+    return {
+        "lengths": count * 504,
+        "scaled": [10 * i for i in range(count) if i % DISPATCH_EVERY == DISPATCH_EVERY - 1],
+    }
+
+
+async def test_a_full_disk_fails_writes_clearly_and_the_run_finishes_once_freed(
+    disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The disk fills mid-run: StoreError naming store and cause; once freed, the run finishes."""
+    print("full disk:", disk.describe())
+    caplog.set_level("WARNING", logger="effects.durable")
+    path = disk.folder / "durable.db"
+    url = f"sqlite:///{path}"
+    async with (
+        Engine(url, workflows=[writes], steps=[scale], lease_ms=LEASE_MS) as engine,
+        _working(engine) as work,
+    ):
+        db = _connection(engine)
+        await engine.start(writes, STEPS, run_id="writes")
+
+        async def some_written() -> bool:
+            return len(await engine.checkpoints("writes")) >= STEPS // 3
+
+        await wait_until_async(some_written, timeout=60, what="the first checkpoints")
+        disk.fill(db)
+        before = await engine.checkpoints("writes")
+        with pytest.raises(StoreError) as refused:
+            # An input of many pages: no free page or byte is left for it either way.
+            await engine.start("disk:writes", "z" * 100_000, run_id="refused")
+        # Full for longer than the run's lease, so the worker loop's recovery meets it too.
+        about = "worker loop" if disk.mounted else ""
+
+        async def failures_logged() -> bool:
+            assert not work.done(), f"the worker loop ended: {work}"
+            return bool(_full_disk_records(caplog, about))
+
+        await wait_until_async(failures_logged, timeout=60, what="writes failing on the full disk")
+        during = await engine.checkpoints("writes")
+        run = await engine.get_run("writes")
+        integrity = _integrity(path)
+        disk.free(db)
+        await _finish(engine, work, "writes")
+        problems = await trail_problems(engine, {"writes": _writes_output(STEPS)})
+        after = await engine.checkpoints("writes")
+        refused_run = await engine.store.get_run("refused")
+    message = str(refused.value)
+    assert (True, True) == (url in message, FULL in message), message
+    # While full: everything committed before is still there, unchanged, and the file is sound.
+    assert _completed(before).items() <= _completed(during).items()
+    assert ("ok", False) == (integrity, run.status in FINISHED)
+    # Once freed: the run finished right, each step completed once, nothing committed rewritten.
+    assert [] == problems
+    assert _completed(during).items() <= _completed(after).items()
+    assert ("ok", None) == (_integrity(path), refused_run)
 
 
 # -- the store alone: a statement that runs out of pages ------------------------------------------
