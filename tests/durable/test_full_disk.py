@@ -33,8 +33,10 @@ from effects.durable import (
     step,
     workflow,
 )
+from effects.durable._pytest_plugin import DurableEngineFactory
 from effects.durable._store import NewRun
 from tests.durable.crash_support.harness import FINISHED, trail_problems, wait_until_async
+from tests.durable.support import relative
 
 pytestmark = pytest.mark.anyio
 
@@ -256,6 +258,112 @@ async def test_a_full_disk_fails_writes_clearly_and_the_run_finishes_once_freed(
     assert [] == problems
     assert _completed(during).items() <= _completed(after).items()
     assert ("ok", None) == (_integrity(path), refused_run)
+
+
+# -- one write larger than the space left -------------------------------------------------------
+
+BIG = 256 * 1024
+
+
+@workflow("disk:big")
+async def big(ctx: WorkflowContext, swallow: bool) -> dict[str, Any]:
+    """
+    A small local step, then one whose output is larger than the space the test leaves; with
+    *swallow*, the workflow catches whatever that step raises and returns it.
+    """
+    small = await ctx.local_step("small", lambda: "small")
+    try:
+        large = await ctx.local_step("large", lambda: "y" * BIG)
+    except Exception as error:
+        if not swallow:
+            raise
+        return {"small": small, "caught": f"{type(error).__name__}: {error}"}
+    return {"small": small, "large": len(large)}
+
+
+@pytest.mark.parametrize("swallow", [False, True], ids=["uncaught", "swallowed"])
+async def test_a_write_larger_than_the_space_left_fails_the_turn_not_the_run(
+    disk: Disk, caplog: pytest.LogCaptureFixture, swallow: bool
+) -> None:
+    """A commit that does not fit (small ones do) is retried, caught or not; the run goes on."""
+    print("full disk:", disk.describe())
+    caplog.set_level("WARNING", logger="effects.durable")
+    path = disk.folder / "durable.db"
+    async with Engine(f"sqlite:///{path}", workflows=[big], lease_ms=LEASE_MS) as engine:
+        db = _connection(engine)
+        # Room for small commits (a run's end is one), none for the large step's output.
+        disk.fill(db, leave=48 * 1024)
+        await engine.start(big, swallow, run_id="big")
+        async with _working(engine) as work:
+
+            async def failed_or_finished() -> bool:
+                assert not work.done(), f"the worker loop ended: {work}"
+                finished = (await engine.get_run("big")).status in FINISHED
+                return finished or bool(_full_disk_records(caplog))
+
+            await wait_until_async(failed_or_finished, timeout=60, what="the large write to fail")
+            while_full = await engine.get_run("big")
+            checkpoints = await engine.checkpoints("big")
+            disk.free(db)
+            await _finish(engine, work, "big")
+            run = await engine.get_run("big")
+    assert while_full.status not in FINISHED, while_full
+    assert [("small", "completed")] == [(cp.name, cp.status) for cp in checkpoints]
+    assert ("completed", {"small": "small", "large": BIG}) == (run.status, run.output)
+    assert "ok" == _integrity(path)
+
+
+# -- the engine alone: one failed write, on the virtual clock -------------------------------------
+
+
+class FailingOnce:
+    """A ``SqliteStore`` whose first commit of a local step's outcome fails as a full disk does."""
+
+    def __init__(self, url: str) -> None:
+        self._inner = SqliteStore(url)
+        self.failed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def record_local_step(self, *args: Any, **kwargs: Any) -> None:
+        """Fail the first call with the store's own error; then record."""
+        if not self.failed:
+            self.failed += 1
+            msg = f"store {self._inner.url}: commit failed: {FULL}"
+            raise StoreError(msg)
+        await self._inner.record_local_step(*args, **kwargs)
+
+
+async def test_a_turn_whose_write_failed_is_replayed_a_second_later_uncounted(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """A turn whose write failed is abandoned: the run waits 1 s (not a lease), uncounted."""
+    calls: list[int] = []
+
+    @workflow("disk:once")
+    async def once(ctx: WorkflowContext, _: None) -> str:
+        calls.append(1)
+        try:
+            return await ctx.local_step("only", lambda: "recorded")
+        except StoreError:
+            return "swallowed"
+
+    store = FailingOnce(durable_engine.url)
+    engine = Engine(store, workflows=[once], clock=durable_engine.clock, lease_ms=60_000)
+    async with engine:
+        run_id = await engine.start(once, None)
+        await engine.run_until_idle()
+        parked = await engine.get_run(run_id)
+        await engine.run_until_idle(advance_time=True)
+        run = await engine.get_run(run_id)
+    assert ("suspended", [1000], 0) == (
+        parked.status,
+        relative([parked.wake_at]),
+        parked.recovery_attempts,
+    )
+    assert ("completed", "recorded", 0) == (run.status, run.output, run.recovery_attempts)
+    assert [1, 1] == calls
 
 
 # -- the store alone: a statement that runs out of pages ------------------------------------------
