@@ -407,11 +407,7 @@ class SqliteStore:
         try:
             yield db
         except sqlite3.Error as error:
-            # SQLite may have rolled back already (SQLITE_FULL, an I/O error): then there is
-            # nothing to roll back, and a failing ROLLBACK must not hide the cause.
-            self._rollback(db)
-            msg = f"store {self.url}: write failed: {error}"
-            raise StoreError(msg) from error
+            raise self._failed(db, "write", error) from error
         except BaseException:
             self._rollback(db)
             raise
@@ -419,16 +415,21 @@ class SqliteStore:
 
     @staticmethod
     def _rollback(db: sqlite3.Connection) -> None:
+        # SQLite may have rolled back already (SQLITE_FULL, an I/O error): then there is nothing
+        # to roll back, and a failing ROLLBACK must not hide the cause.
         if db.in_transaction:
             db.execute("ROLLBACK")
+
+    def _failed(self, db: sqlite3.Connection, what: str, error: sqlite3.Error) -> StoreError:
+        """Roll back what is left of a failed write; the error naming the store and the cause."""
+        self._rollback(db)
+        return StoreError(f"store {self.url}: {what} failed: {error}")
 
     def _commit(self, db: sqlite3.Connection) -> None:
         try:
             db.execute("COMMIT")
         except sqlite3.Error as error:
-            self._rollback(db)
-            msg = f"store {self.url}: commit failed: {error}"
-            raise StoreError(msg) from error
+            raise self._failed(db, "commit", error) from error
 
     @staticmethod
     def _insert_events(db: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
@@ -746,18 +747,11 @@ class SqliteStore:
             self._rollback(db)
             raise StaleTurnError(f"run {run_id}: checkpoint {seq} was written meanwhile") from None
         except sqlite3.Error as error:
-            self._rollback(db)
-            msg = f"store {self.url}: write failed: {error}"
-            raise StoreError(msg) from error
+            raise self._failed(db, "write", error) from error
         except BaseException:
             self._rollback(db)
             raise
-        try:
-            db.execute("COMMIT")
-        except sqlite3.Error as error:
-            self._rollback(db)
-            msg = f"store {self.url}: commit failed: {error}"
-            raise StoreError(msg) from error
+        self._commit(db)
 
     @staticmethod
     def _advance(db: sqlite3.Connection, commit: TurnCommit) -> bool:
