@@ -2,8 +2,8 @@
 Project runner: ``python3 dev.py test`` or ``python3 dev.py demo``.
 
 Each command makes (or refreshes) an isolated virtual environment in ``.venv``, installs the
-project from ``pyproject.toml`` with its ``dev`` extra, then runs. Only Python 3.11+ and pip are
-needed. The environment is rebuilt when ``pyproject.toml`` changes.
+project from ``pyproject.toml`` with its ``dev``, ``plot`` and ``bench`` extras, then runs. Only
+Python 3.11+ and pip are needed. The environment is rebuilt when ``pyproject.toml`` changes.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def ensure_env() -> None:
     if not PY.exists():
         venv.EnvBuilder(with_pip=True).create(VENV)
     pip: list[str | Path] = [PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    if _run(*pip, "-e", ".[dev,plot]") != 0:
+    if _run(*pip, "-e", ".[dev,plot,bench]") != 0:
         sys.exit("dev.py: installing the project into .venv failed")
     STAMP.write_text(wanted)
 
@@ -48,14 +48,21 @@ def ensure_env() -> None:
 def test() -> int:
     """Run the whole suite: pytest, ruff, mypy --strict, pyright (strict), typing cases."""
     env_bin = BIN
+    # Each example is a program of its own (each has a demo.py): mypy checks them one by one.
+    examples: list[list[str | Path]] = [
+        [PY, "-m", "mypy", p.relative_to(ROOT)]
+        for p in sorted((ROOT / "examples").iterdir())
+        if p.is_dir() and not p.name.startswith(("_", "."))
+    ]
     steps: list[list[str | Path]] = [
         [PY, "-m", "pytest", "-q"],
         [env_bin / "ruff", "check", "."],
         [env_bin / "ruff", "format", "--check", "."],
-        [PY, "-m", "mypy", *PACKAGES, "tests/typing", "benchmarks", "examples", "dev.py"],
+        [PY, "-m", "mypy", *PACKAGES, "tests/typing", "benchmarks", "dev.py"],
+        *examples,
         [env_bin / "pyright"],
     ]
-    failed = [" ".join(map(str, step[1:3])) for step in steps if _run(*step) != 0]
+    failed = [" ".join(map(str, step[1:4])) for step in steps if _run(*step) != 0]
     if failed:
         print("FAILED:", ", ".join(failed), flush=True)
         return 1

@@ -9,6 +9,8 @@ import pytest
 
 PACKAGES = [
     "effects",
+    "effects.durable",
+    "effects.durable.errors",
     "effects.http",
     "effects.testing",
     "migrate",

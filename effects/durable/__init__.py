@@ -36,7 +36,7 @@ from effects.durable._engine import Engine, Queue
 from effects.durable._policy import StepOptions
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, current_step
-from effects.durable._store import Store
+from effects.durable._store import StaleTurnError, Store
 from effects.durable._store_sqlite import SqliteStore
 from effects.durable.errors import (
     DurableError,
@@ -62,6 +62,7 @@ __all__ = [
     "RemoteStepTimeout",
     "Run",
     "SqliteStore",
+    "StaleTurnError",
     "StepContext",
     "StepDef",
     "StepError",

@@ -148,6 +148,26 @@ class WorkflowContext:
 
     # -- local steps ------------------------------------------------------------------------------
 
+    @overload
+    async def local_step(
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[T]],
+        /,
+        *,
+        codec: Codec | None = None,
+        **policy: Unpack[StepOptions],
+    ) -> T: ...
+    @overload
+    async def local_step(
+        self,
+        name: str,
+        fn: Callable[[], T],
+        /,
+        *,
+        codec: Codec | None = None,
+        **policy: Unpack[StepOptions],
+    ) -> T: ...
     async def local_step(
         self,
         name: str,

@@ -29,6 +29,11 @@ def check_name(value: object, what: str) -> str:
     if not value or value.strip() != value:
         msg = f"{what} must be a non-empty name without surrounding spaces, got {value!r}"
         raise ValueError(msg)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        msg = f"{what} must be valid Unicode text (no lone surrogates), got {value!r}"
+        raise ValueError(msg) from None
     return value
 
 

@@ -374,7 +374,8 @@ class Engine:
             return
         timeout = (deadline - now) / 1000
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see work()
+                await event.wait()
 
     def _parked_count(self) -> int:
         return sum(1 for _, event in self._parked.values() if not event.is_set())
@@ -759,8 +760,11 @@ class Engine:
                     timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
                 if self._stopping:
                     break
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that lands as the wake-up does, and work() would then not stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await wake.wait()
             await self._drain_for_stop()
         except BaseException:
             await self._cancel_inflight()

@@ -11,13 +11,14 @@ process never interleave within a transaction.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import secrets
 import sqlite3
-from collections.abc import Generator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
@@ -36,6 +37,23 @@ from effects.durable._store import (
 from effects.durable.errors import StepError, StoreError
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "parse_sqlite_url"]
+
+_T = TypeVar("_T")
+# A write blocks the event loop on another process's lock at most this long (s), then yields
+# and tries again after a pause that doubles from the first to the longest.
+_BLOCKING_WAIT_S: Final = 0.02
+_FIRST_PAUSE_S: Final = 0.001
+_LONGEST_PAUSE_S: Final = 0.05
+
+
+class _Busy(Exception):  # noqa: N818 - a signal inside the store, never raised out of it
+    """Another process holds the write lock."""
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
 
 SCHEMA_NAME: Final = "effects.durable"
 SCHEMA_VERSION: Final = 2
@@ -297,6 +315,12 @@ class SqliteStore:
         self.url = url
         self._path, self._options = parse_sqlite_url(url)
         self._db: sqlite3.Connection | None = None
+        self._grouped = self._options["synchronous"] in ("FULL", "EXTRA")
+        self._busy_timeout_s = int(self._options["busy_timeout_ms"]) / 1000
+        self._retry: asyncio.TimerHandle | None = None
+        self._busy_waited = 0.0
+        self._pause = _FIRST_PAUSE_S
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.url!r})"
@@ -316,14 +340,26 @@ class SqliteStore:
             db = sqlite3.connect(
                 self._path,
                 isolation_level=None,
-                timeout=int(self._options["busy_timeout_ms"]) / 1000,
+                # Blocks the event loop briefly at most; longer waits yield (see _transact).
+                timeout=min(_BLOCKING_WAIT_S, self._busy_timeout_s),
                 check_same_thread=False,
             )
         except sqlite3.Error as error:
             msg = f"cannot open store {self.url}: {error}"
             raise StoreError(msg) from error
+        waited, pause = 0.0, _FIRST_PAUSE_S
         try:
-            self._prepare(db)
+            while True:
+                try:
+                    self._prepare(db)
+                    break
+                except _Busy as busy:
+                    # Another process is creating or upgrading the schema right now.
+                    if waited >= self._busy_timeout_s:
+                        raise self._locked() from busy
+                    await asyncio.sleep(pause)
+                    waited += pause
+                    pause = min(pause * 2, _LONGEST_PAUSE_S)
         except BaseException:
             db.close()
             raise
@@ -338,6 +374,11 @@ class SqliteStore:
             db.execute(f"PRAGMA synchronous={self._options['synchronous']}")
             if version < SCHEMA_VERSION:
                 self._upgrade(db)
+        except sqlite3.OperationalError as error:
+            if _is_busy(error):
+                raise _Busy from error
+            msg = f"store {self.url} is not a usable SQLite database: {error}"
+            raise StoreError(msg) from error
         except sqlite3.DatabaseError as error:
             msg = f"store {self.url} is not a usable SQLite database: {error}"
             raise StoreError(msg) from error
@@ -365,8 +406,8 @@ class SqliteStore:
         return version
 
     def _upgrade(self, db: sqlite3.Connection) -> None:
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             # Read again under the write lock: another process may have upgraded meanwhile.
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
             version = self._check_ours(db, tables)
@@ -380,11 +421,15 @@ class SqliteStore:
             )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
 
     async def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent), after the writes still waiting for a commit."""
+        if self._retry is not None:
+            self._retry.cancel()
+        self._flush()
         db, self._db = self._db, None
         if db is not None:
             db.close()
@@ -396,40 +441,128 @@ class SqliteStore:
             raise RuntimeError(msg)
         return self._db
 
-    @contextmanager
-    def _write(self) -> Generator[sqlite3.Connection]:
+    @contextlib.contextmanager
+    def _read_errors(self) -> Generator[None]:
+        """A read's SQLite failure (a damaged page, an I/O error) as a ``StoreError``."""
+        try:
+            yield
+        except sqlite3.Error as error:
+            msg = f"store {self.url}: a read failed: {error}"
+            raise StoreError(msg) from error
+
+    def _run_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """*work* in one write transaction; ``_Busy`` if another process holds the write lock."""
         db = self._conn
         try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            msg = f"store {self.url}: cannot begin a write: {error}"
-            raise StoreError(msg) from error
-        try:
-            yield db
-        except sqlite3.Error as error:
-            raise self._failed(db, "write", error) from error
-        except BaseException:
-            self._rollback(db)
-            raise
-        self._commit(db)
-
-    @staticmethod
-    def _rollback(db: sqlite3.Connection) -> None:
-        # SQLite may have rolled back already (SQLITE_FULL, an I/O error): then there is nothing
-        # to roll back, and a failing ROLLBACK must not hide the cause.
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-
-    def _failed(self, db: sqlite3.Connection, what: str, error: sqlite3.Error) -> StoreError:
-        """Roll back what is left of a failed write; the error naming the store and the cause."""
-        self._rollback(db)
-        return StoreError(f"store {self.url}: {what} failed: {error}")
-
-    def _commit(self, db: sqlite3.Connection) -> None:
-        try:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if _is_busy(error):
+                    raise _Busy from error
+                raise
+            result = work(db)
             db.execute("COMMIT")
-        except sqlite3.Error as error:
-            raise self._failed(db, "commit", error) from error
+        except BaseException as error:
+            # Also when a signal lands right after BEGIN: the write lock is never left held.
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            if isinstance(error, sqlite3.Error):
+                msg = f"store {self.url}: the write failed: {error}"
+                raise StoreError(msg) from error
+            raise
+        return result
+
+    async def _transact(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """
+        Run *work* in a write transaction.
+
+        While another process holds the write lock the event loop is not blocked (beyond a
+        few ms): the write waits with ``asyncio.sleep`` and tries again, for at most
+        ``busy_timeout_ms``. With ``synchronous`` FULL or EXTRA the writes that coroutines issue
+        in one turn of the event loop share one transaction, each in a savepoint of its own, so
+        one fsync covers them all (group commit); each caller still resumes only once its write
+        is durable, and a write that fails rolls back alone.
+        """
+        if not self._grouped:
+            waited = 0.0
+            pause = _FIRST_PAUSE_S
+            while True:
+                try:
+                    return self._run_now(work)
+                except _Busy as busy:
+                    if waited >= self._busy_timeout_s:
+                        raise self._locked() from busy
+                    await asyncio.sleep(pause)
+                    waited += pause
+                    pause = min(pause * 2, _LONGEST_PAUSE_S)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_T] = loop.create_future()
+        self._pending.append((work, done))
+        if len(self._pending) == 1 and self._retry is None:
+            loop.call_soon(self._flush)
+        return await done
+
+    def _locked(self) -> StoreError:
+        return StoreError(
+            f"store {self.url}: another process held the write lock for longer than"
+            f" busy_timeout_ms={self._options['busy_timeout_ms']}"
+        )
+
+    def _flush(self) -> None:
+        self._retry = None
+        batch, self._pending = self._pending, []
+        if not batch or self._db is None:
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(StoreError(f"store {self.url} is closed"))
+            return
+        outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
+
+        def grouped(db: sqlite3.Connection) -> None:
+            outcomes.clear()
+            for work, done in batch:
+                db.execute("SAVEPOINT grouped")
+                try:
+                    value = work(db)
+                except Exception as error:  # noqa: BLE001 - handed to its caller
+                    db.execute("ROLLBACK TO grouped")
+                    db.execute("RELEASE grouped")
+                    outcomes.append((done, False, error))
+                else:
+                    db.execute("RELEASE grouped")
+                    outcomes.append((done, True, value))
+
+        try:
+            self._run_now(grouped)
+        except _Busy:
+            # Another process writes: try again shortly, with whatever joined meanwhile.
+            self._pending = batch + self._pending
+            self._busy_waited += self._pause
+            if self._busy_waited >= self._busy_timeout_s:
+                self._busy_waited, self._pause = 0.0, _FIRST_PAUSE_S
+                error: BaseException = self._locked()
+                batch, self._pending = self._pending, []
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(error)
+                return
+            self._retry = asyncio.get_running_loop().call_later(self._pause, self._flush)
+            self._pause = min(self._pause * 2, _LONGEST_PAUSE_S)
+            return
+        except Exception as failure:  # noqa: BLE001 - the commit failed: every write with it
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(failure)
+            return
+        self._busy_waited, self._pause = 0.0, _FIRST_PAUSE_S
+        for done, ok, value in outcomes:
+            if done.done():
+                continue
+            if ok:
+                done.set_result(value)
+            else:
+                done.set_exception(value)
 
     @staticmethod
     def _insert_events(db: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
@@ -446,26 +579,31 @@ class SqliteStore:
 
     async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | None:
         """Insert *run* as pending; return the existing run if the id is taken."""
-        with self._write() as db:
-            row = db.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run.run_id,)
-            ).fetchone()
-            if row is not None:
-                return _run(row)
-            db.execute(
-                "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
-                " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
-                (run.run_id, run.workflow, run.version, run.input, run.now, run.now),
-            )
-            self._insert_events(db, run.run_id, events)
+        return await self._transact(lambda db: self._create_run(db, run, events))
+
+    def _create_run(
+        self, db: sqlite3.Connection, run: NewRun, events: Sequence[NewEvent]
+    ) -> Run | None:
+        row = db.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run.run_id,)
+        ).fetchone()
+        if row is not None:
+            return _run(row)
+        db.execute(
+            "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
+            " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+            (run.run_id, run.workflow, run.version, run.input, run.now, run.now),
+        )
+        self._insert_events(db, run.run_id, events)
         return None
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
-        row = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        return None if row is None else _run(row)
+        with self._read_errors():
+            row = self._conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            return None if row is None else _run(row)
 
     async def list_runs(
         self,
@@ -476,30 +614,33 @@ class SqliteStore:
         stale_before: int | None = None,
     ) -> list[Run]:
         """Runs newest first, filtered (see ``Store.list_runs``)."""
-        where: list[str] = []
-        params: list[object] = []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if workflow is not None:
-            where.append("workflow = ?")
-            params.append(workflow)
-        if stale_before is not None:
-            where.append(
-                "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE"
-                " kind = 'remote' AND status IN ('pending', 'running') AND dispatched_at < ?)"
-            )
-            params.append(stale_before)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC, run_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [_run(row) for row in rows]
+        with self._read_errors():
+            where: list[str] = []
+            params: list[object] = []
+            if status is not None:
+                where.append("status = ?")
+                params.append(status)
+            if workflow is not None:
+                where.append("workflow = ?")
+                params.append(workflow)
+            if stale_before is not None:
+                where.append(
+                    "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE"
+                    " kind = 'remote' AND status IN ('pending', 'running') AND dispatched_at < ?)"
+                )
+                params.append(stale_before)
+            clause = f"WHERE {' AND '.join(where)}" if where else ""
+            rows = self._conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs {clause}"
+                " ORDER BY created_at DESC, run_id LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+            return [_run(row) for row in rows]
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints by sequence number."""
-        return self._checkpoints(self._conn, run_id)
+        with self._read_errors():
+            return self._checkpoints(self._conn, run_id)
 
     @staticmethod
     def _checkpoints(db: sqlite3.Connection, run_id: str) -> list[Checkpoint]:
@@ -511,13 +652,14 @@ class SqliteStore:
 
     async def events(self, run_id: str) -> list[Event]:
         """The run's events, oldest first."""
-        rows = self._conn.execute(
-            "SELECT name, level, at, seq, data FROM events WHERE run_id = ? ORDER BY id",
-            (run_id,),
-        ).fetchall()
-        return [
-            Event(name, level, at, seq, json.loads(data)) for name, level, at, seq, data in rows
-        ]
+        with self._read_errors():
+            rows = self._conn.execute(
+                "SELECT name, level, at, seq, data FROM events WHERE run_id = ? ORDER BY id",
+                (run_id,),
+            ).fetchall()
+            return [
+                Event(name, level, at, seq, json.loads(data)) for name, level, at, seq, data in rows
+            ]
 
     # -- turns ------------------------------------------------------------------------------------
 
@@ -531,36 +673,41 @@ class SqliteStore:
         limit: int,
     ) -> list[ClaimedRun]:
         """Take up to *limit* runnable runs of *workflows*, each with a fresh lease token."""
-        if not workflows or limit <= 0:
-            return []
-        pairs = ", ".join("(?, ?)" for _ in workflows)
-        flat = [part for pair in workflows for part in pair]
-        query = (
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
-            " AND (status = 'pending' OR wake_at <= ?)"
-            f" AND (workflow, version) IN (VALUES {pairs})"
-            " ORDER BY updated_at, run_id LIMIT ?"
-        )
-        # A read first: an idle poll takes no write lock (and writes no empty transaction).
-        if not self._conn.execute(query, (now, *flat, 1)).fetchone():
-            return []
-        claimed: list[ClaimedRun] = []
-        with self._write() as db:
-            rows = db.execute(query, (now, *flat, limit)).fetchall()
-            for row in rows:
-                token = f"{owner}:{secrets.token_hex(6)}"
-                db.execute(
-                    "UPDATE runs SET status = 'running', lease_token = ?, lease_until = ?,"
-                    " woken = 0 WHERE run_id = ?",
-                    (token, lease_until, row[0]),
-                )
-                run = attrs.evolve(_run(row), status="running")
-                claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
-        return claimed
+        with self._read_errors():
+            if not workflows or limit <= 0:
+                return []
+            pairs = ", ".join("(?, ?)" for _ in workflows)
+            flat = [part for pair in workflows for part in pair]
+            query = (
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'suspended')"
+                " AND (status = 'pending' OR wake_at <= ?)"
+                f" AND (workflow, version) IN (VALUES {pairs})"
+                " ORDER BY updated_at, run_id LIMIT ?"
+            )
+            # A read first: an idle poll takes no write lock (and writes no empty transaction).
+            if not self._conn.execute(query, (now, *flat, 1)).fetchone():
+                return []
+
+            def work(db: sqlite3.Connection) -> list[ClaimedRun]:
+                claimed: list[ClaimedRun] = []
+                rows = db.execute(query, (now, *flat, limit)).fetchall()
+                for row in rows:
+                    token = f"{owner}:{secrets.token_hex(6)}"
+                    db.execute(
+                        "UPDATE runs SET status = 'running', lease_token = ?, lease_until = ?,"
+                        " woken = 0 WHERE run_id = ?",
+                        (token, lease_until, row[0]),
+                    )
+                    run = attrs.evolve(_run(row), status="running")
+                    claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
+                return claimed
+
+            return await self._transact(work)
 
     async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
         """Extend the lease *token* holds; ``False`` if it no longer holds the run."""
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
                 "UPDATE runs SET lease_until = ? WHERE run_id = ? AND lease_token = ?"
                 " AND status = 'running'",
@@ -568,75 +715,79 @@ class SqliteStore:
             )
             return cursor.rowcount == 1
 
+        return await self._transact(work)
+
     async def commit_turn(self, commit: TurnCommit) -> None:
         """Apply *commit* in one transaction or raise ``StaleTurnError``."""
-        with self._write() as db:
-            if not self._advance(db, commit):
-                raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
-            for write in commit.checkpoints:
-                cp = write.checkpoint
-                values = (
-                    cp.name,
-                    cp.kind,
-                    cp.step_id,
-                    cp.status,
-                    cp.attempts,
-                    cp.wake_at,
-                    write.output,
-                    _error_text(cp.error),
-                    _dumps([e.to_json() for e in cp.errors]) if cp.errors else "[]",
-                    int(cp.final),
-                    write.exception,
-                    None if cp.retry_state is None else _dumps(cp.retry_state),
-                    cp.group,
-                    cp.queue,
-                    cp.dispatched_at,
-                    write.input,
-                    cp.timeout_ms,
-                    cp.lease_ms,
-                    cp.redispatches,
-                    cp.heartbeat_at,
-                    commit.now,
-                )
-                if write.expected_rev is None:
-                    try:
-                        db.execute(
-                            "INSERT INTO checkpoints (name, kind, step_id, status, attempts,"
-                            " wake_at, output, error, errors, final, exception, retry_state, grp,"
-                            " queue, dispatched_at, input, timeout_ms, lease_ms, redispatches,"
-                            " heartbeat_at, updated_at, run_id, seq, created_at)"
-                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                            " ?, ?, ?, ?)",
-                            (*values, commit.run_id, cp.seq, cp.created_at),
-                        )
-                    except sqlite3.IntegrityError:
-                        msg = f"run {commit.run_id}: checkpoint {cp.seq} was written meanwhile"
-                        raise StaleTurnError(msg) from None
-                else:
-                    cursor = db.execute(
-                        "UPDATE checkpoints SET name = ?, kind = ?, step_id = ?, status = ?,"
-                        " attempts = ?, wake_at = ?, output = ?, error = ?, errors = ?, final = ?,"
-                        " exception = ?, retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
-                        " input = ?, timeout_ms = ?, lease_ms = ?, redispatches = ?,"
-                        " heartbeat_at = ?, updated_at = ?, rev = rev + 1"
-                        " WHERE run_id = ? AND seq = ? AND rev = ?",
-                        (*values, commit.run_id, cp.seq, write.expected_rev),
+        await self._transact(lambda db: self._commit_turn(db, commit))
+
+    def _commit_turn(self, db: sqlite3.Connection, commit: TurnCommit) -> None:
+        if not self._advance(db, commit):
+            raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+        for write in commit.checkpoints:
+            cp = write.checkpoint
+            values = (
+                cp.name,
+                cp.kind,
+                cp.step_id,
+                cp.status,
+                cp.attempts,
+                cp.wake_at,
+                write.output,
+                _error_text(cp.error),
+                _dumps([e.to_json() for e in cp.errors]) if cp.errors else "[]",
+                int(cp.final),
+                write.exception,
+                None if cp.retry_state is None else _dumps(cp.retry_state),
+                cp.group,
+                cp.queue,
+                cp.dispatched_at,
+                write.input,
+                cp.timeout_ms,
+                cp.lease_ms,
+                cp.redispatches,
+                cp.heartbeat_at,
+                commit.now,
+            )
+            if write.expected_rev is None:
+                try:
+                    db.execute(
+                        "INSERT INTO checkpoints (name, kind, step_id, status, attempts,"
+                        " wake_at, output, error, errors, final, exception, retry_state, grp,"
+                        " queue, dispatched_at, input, timeout_ms, lease_ms, redispatches,"
+                        " heartbeat_at, updated_at, run_id, seq, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                        " ?, ?, ?, ?)",
+                        (*values, commit.run_id, cp.seq, cp.created_at),
                     )
-                    if cursor.rowcount != 1:
-                        msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
-                        raise StaleTurnError(msg)
-            self._insert_events(db, commit.run_id, commit.events)
-            for task in commit.tasks:
-                # Withdraw older attempts nobody claimed: only the newest may run.
-                withdrawn = db.execute(
-                    "DELETE FROM tasks WHERE run_id = ? AND seq = ? AND status IN"
-                    " ('queued', 'waiting') RETURNING queue",
-                    (task.run_id, task.seq),
-                ).fetchall()
-                self._enqueue(db, task, commit.now)
-                for (queue,) in withdrawn:
-                    if queue is not None:
-                        self._admit_waiting(db, queue, commit.now)
+                except sqlite3.IntegrityError:
+                    msg = f"run {commit.run_id}: checkpoint {cp.seq} was written meanwhile"
+                    raise StaleTurnError(msg) from None
+            else:
+                cursor = db.execute(
+                    "UPDATE checkpoints SET name = ?, kind = ?, step_id = ?, status = ?,"
+                    " attempts = ?, wake_at = ?, output = ?, error = ?, errors = ?, final = ?,"
+                    " exception = ?, retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
+                    " input = ?, timeout_ms = ?, lease_ms = ?, redispatches = ?,"
+                    " heartbeat_at = ?, updated_at = ?, rev = rev + 1"
+                    " WHERE run_id = ? AND seq = ? AND rev = ?",
+                    (*values, commit.run_id, cp.seq, write.expected_rev),
+                )
+                if cursor.rowcount != 1:
+                    msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
+                    raise StaleTurnError(msg)
+        self._insert_events(db, commit.run_id, commit.events)
+        for task in commit.tasks:
+            # Withdraw older attempts nobody claimed: only the newest may run.
+            withdrawn = db.execute(
+                "DELETE FROM tasks WHERE run_id = ? AND seq = ? AND status IN"
+                " ('queued', 'waiting') RETURNING queue",
+                (task.run_id, task.seq),
+            ).fetchall()
+            self._enqueue(db, task, commit.now)
+            for (queue,) in withdrawn:
+                if queue is not None:
+                    self._admit_waiting(db, queue, commit.now)
 
     @staticmethod
     def _enqueue(db: sqlite3.Connection, task: NewTask, now: int) -> None:
@@ -725,33 +876,25 @@ class SqliteStore:
         self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
-        # The hot path of the engine: the transaction written out rather than via _write().
-        db = self._conn
-        try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            msg = f"store {self.url}: cannot begin a write: {error}"
-            raise StoreError(msg) from error
-        try:
-            inserted = db.execute(
-                "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
-                " output, created_at, updated_at)"
-                " SELECT ?1, ?2, ?3, 'local', ?1 || ':' || ?2, 'completed', 1, ?4, ?5, ?6"
-                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND lease_token = ?7"
-                " AND status = 'running')",
-                (run_id, seq, name, output, started, now, token),
-            ).rowcount
+        query = (
+            "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
+            " output, created_at, updated_at)"
+            " SELECT ?1, ?2, ?3, 'local', ?1 || ':' || ?2, 'completed', 1, ?4, ?5, ?6"
+            " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND lease_token = ?7"
+            " AND status = 'running')"
+        )
+        values = (run_id, seq, name, output, started, now, token)
+
+        def insert(db: sqlite3.Connection) -> None:
+            try:
+                inserted = db.execute(query, values).rowcount
+            except sqlite3.IntegrityError:
+                msg = f"run {run_id}: checkpoint {seq} was written meanwhile"
+                raise StaleTurnError(msg) from None
             if inserted != 1:
                 raise StaleTurnError(f"run {run_id}: the lease was taken over")
-        except sqlite3.IntegrityError:
-            self._rollback(db)
-            raise StaleTurnError(f"run {run_id}: checkpoint {seq} was written meanwhile") from None
-        except sqlite3.Error as error:
-            raise self._failed(db, "write", error) from error
-        except BaseException:
-            self._rollback(db)
-            raise
-        self._commit(db)
+
+        await self._transact(insert)
 
     @staticmethod
     def _advance(db: sqlite3.Connection, commit: TurnCommit) -> bool:
@@ -802,50 +945,57 @@ class SqliteStore:
         self, *, groups: Sequence[str], now: int, claim_until: int, worker: str, limit: int
     ) -> list[Task]:
         """Claim up to *limit* queued tasks of *groups* available at *now*."""
-        if not groups or limit <= 0:
-            return []
-        marks = ", ".join("?" for _ in groups)
-        query = (
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
-            f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?"
-        )
-        if not self._conn.execute(query, (*groups, now, 1)).fetchone():
-            return []
-        tasks: list[Task] = []
-        with self._write() as db:
-            rows = db.execute(query, (*groups, now, limit)).fetchall()
-            events: list[tuple[Any, ...]] = []
-            for row in rows:
-                db.execute(
-                    "UPDATE tasks SET status = 'claimed', claimed_by = ?, claim_until = ?"
-                    " WHERE task_id = ?",
-                    (worker, claim_until, row[0]),
-                )
-                # The claim is the worker's pickup beat (and renews a lost-dispatch lease).
-                current = db.execute(
-                    "UPDATE checkpoints SET status = 'running', heartbeat_at = ?1,"
-                    " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?1 + lease_ms END,"
-                    " updated_at = ?1, rev = rev + 1"
-                    " WHERE run_id = ?2 AND seq = ?3 AND status IN ('pending', 'running')"
-                    " AND attempts = ?4 RETURNING progress, timeout_ms, lease_ms",
-                    (now, row[1], row[2], row[7]),
-                ).fetchone()
-                if current is None:
-                    task = _task(row)
-                else:
-                    task = _task(row, _loads(current[0]), current[1], current[2])
-                tasks.append(task)
-                data = {"attempt": task.attempt, "kind": "remote", "worker": worker}
-                if task.redispatched:
-                    data["redispatched"] = True
-                events.append((task.run_id, task.seq, "step.started", "info", now, _dumps(data)))
-            if events:
-                db.executemany(_EVENT_INSERT, events)
-        return tasks
+        with self._read_errors():
+            if not groups or limit <= 0:
+                return []
+            marks = ", ".join("?" for _ in groups)
+            query = (
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
+                f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?"
+            )
+            if not self._conn.execute(query, (*groups, now, 1)).fetchone():
+                return []
+
+            def work(db: sqlite3.Connection) -> list[Task]:
+                tasks: list[Task] = []
+                rows = db.execute(query, (*groups, now, limit)).fetchall()
+                events: list[tuple[Any, ...]] = []
+                for row in rows:
+                    db.execute(
+                        "UPDATE tasks SET status = 'claimed', claimed_by = ?, claim_until = ?"
+                        " WHERE task_id = ?",
+                        (worker, claim_until, row[0]),
+                    )
+                    # The claim is the worker's pickup beat (and renews a lost-dispatch lease).
+                    current = db.execute(
+                        "UPDATE checkpoints SET status = 'running', heartbeat_at = ?1,"
+                        " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?1 + lease_ms END,"
+                        " updated_at = ?1, rev = rev + 1"
+                        " WHERE run_id = ?2 AND seq = ?3 AND status IN ('pending', 'running')"
+                        " AND attempts = ?4 RETURNING progress, timeout_ms, lease_ms",
+                        (now, row[1], row[2], row[7]),
+                    ).fetchone()
+                    if current is None:
+                        task = _task(row)
+                    else:
+                        task = _task(row, _loads(current[0]), current[1], current[2])
+                    tasks.append(task)
+                    data = {"attempt": task.attempt, "kind": "remote", "worker": worker}
+                    if task.redispatched:
+                        data["redispatched"] = True
+                    events.append(
+                        (task.run_id, task.seq, "step.started", "info", now, _dumps(data))
+                    )
+                if events:
+                    db.executemany(_EVENT_INSERT, events)
+                return tasks
+
+            return await self._transact(work)
 
     async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
         """Extend a claim *worker* holds; ``False`` if it no longer holds it."""
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
                 "UPDATE tasks SET claim_until = ? WHERE task_id = ? AND claimed_by = ?"
                 " AND status = 'claimed'",
@@ -853,11 +1003,14 @@ class SqliteStore:
             )
             return cursor.rowcount == 1
 
+        return await self._transact(work)
+
     async def heartbeat(
         self, task: Task, *, now: int, progress: str | None, lease_until: int | None
     ) -> bool:
         """Persist a worker's beat (see ``Store.heartbeat``)."""
-        with self._write() as db:
+
+        def beat(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
                 "UPDATE checkpoints SET heartbeat_at = ?1, progress = COALESCE(?2, progress),"
                 " wake_at = CASE WHEN lease_ms IS NULL OR ?3 IS NULL THEN wake_at ELSE ?3 END,"
@@ -868,18 +1021,22 @@ class SqliteStore:
             )
             return cursor.rowcount == 1
 
+        return await self._transact(beat)
+
     async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         """One checkpoint, read afresh."""
-        row = self._conn.execute(
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?",
-            (run_id, seq),
-        ).fetchone()
-        return None if row is None else _checkpoint(row)
+        with self._read_errors():
+            row = self._conn.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?",
+                (run_id, seq),
+            ).fetchone()
+            return None if row is None else _checkpoint(row)
 
     async def redispatch_pending(self, run_id: str, *, now: int) -> int:
         """Re-enqueue the run's pending dispatched steps with attempt + 1; return how many."""
-        count = 0
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> int:
+            count = 0
             for cp in self._checkpoints(db, run_id):
                 if cp.kind != "remote" or cp.status not in ("pending", "running"):
                     continue
@@ -933,20 +1090,26 @@ class SqliteStore:
                     ),
                 )
                 count += 1
-        return count
+            return count
+
+        return await self._transact(work)
 
     async def release_claim(self, task_id: int, worker: str) -> None:
         """Put a claimed task back in the queue."""
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> None:
             db.execute(
                 "UPDATE tasks SET status = 'queued', claimed_by = NULL, claim_until = NULL"
                 " WHERE task_id = ? AND claimed_by = ? AND status = 'claimed'",
                 (task_id, worker),
             )
 
+        return await self._transact(work)
+
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record an attempt's result (see ``Store.record_result``)."""
-        with self._write() as db:
+
+        def record(db: sqlite3.Connection) -> bool:
             deleted = db.execute(
                 "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ? RETURNING queue",
                 (task.task_id, worker),
@@ -955,6 +1118,8 @@ class SqliteStore:
             return self._apply_outcome(
                 db, run_id=task.run_id, seq=task.seq, attempt=task.attempt, outcome=outcome, now=now
             )
+
+        return await self._transact(record)
 
     def _apply_outcome(
         self,
@@ -1024,119 +1189,131 @@ class SqliteStore:
         self, *, now: int, max_recovery_attempts: int | None, reconcile_ms: int
     ) -> RecoveryReport:
         """Recover expired run leases and expired task claims (see ``Store.recover``)."""
-        db = self._conn
-        # A read first, so a pass with nothing to do takes no write lock.
-        if (
-            db.execute(
-                "SELECT 1 FROM runs WHERE status = 'running' AND lease_until < ? LIMIT 1", (now,)
-            ).fetchone()
-            is None
-            and db.execute(
-                "SELECT 1 FROM tasks WHERE status = 'claimed' AND claim_until < ? LIMIT 1", (now,)
-            ).fetchone()
-            is None
-        ):
-            return RecoveryReport()
-        recovered: list[str] = []
-        dead: list[str] = []
-        lost: list[str] = []
-        with self._write() as db:
-            for run_id, count in db.execute(
-                "SELECT run_id, recovery_attempts FROM runs WHERE status = 'running'"
-                " AND lease_until < ?",
-                (now,),
-            ).fetchall():
-                awaiting = db.execute(
-                    "SELECT 1 FROM checkpoints WHERE run_id = ? AND kind = 'remote'"
-                    " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1",
-                    (run_id,),
+        with self._read_errors():
+            db = self._conn
+            # A read first, so a pass with nothing to do takes no write lock.
+            if (
+                db.execute(
+                    "SELECT 1 FROM runs WHERE status = 'running' AND lease_until < ? LIMIT 1",
+                    (now,),
                 ).fetchone()
-                if awaiting is not None:
-                    # Its dispatcher died awaiting a liveness step: a worker may still report,
-                    # so park the run on the reconcile wake; this is not counted as a recovery.
-                    db.execute(
-                        "UPDATE runs SET status = 'suspended', wake_at = ?, lease_token = NULL,"
-                        " lease_until = NULL, updated_at = ? WHERE run_id = ?",
-                        (now + reconcile_ms, now, run_id),
-                    )
-                    db.execute(
-                        _EVENT_INSERT,
-                        (
-                            run_id,
-                            None,
-                            "run.reconciling",
+                is None
+                and db.execute(
+                    "SELECT 1 FROM tasks WHERE status = 'claimed' AND claim_until < ? LIMIT 1",
+                    (now,),
+                ).fetchone()
+                is None
+            ):
+                return RecoveryReport()
+
+            def work(db: sqlite3.Connection) -> RecoveryReport:
+                recovered: list[str] = []
+                dead: list[str] = []
+                lost: list[str] = []
+                for run_id, count in db.execute(
+                    "SELECT run_id, recovery_attempts FROM runs WHERE status = 'running'"
+                    " AND lease_until < ?",
+                    (now,),
+                ).fetchall():
+                    awaiting = db.execute(
+                        "SELECT 1 FROM checkpoints WHERE run_id = ? AND kind = 'remote'"
+                        " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1",
+                        (run_id,),
+                    ).fetchone()
+                    if awaiting is not None:
+                        # Its dispatcher died awaiting a liveness step: a worker may still report,
+                        # so park the run on the reconcile wake; this is not counted as a recovery.
+                        db.execute(
+                            "UPDATE runs SET status = 'suspended', wake_at = ?, lease_token = NULL,"
+                            " lease_until = NULL, updated_at = ? WHERE run_id = ?",
+                            (now + reconcile_ms, now, run_id),
+                        )
+                        db.execute(
+                            _EVENT_INSERT,
+                            (
+                                run_id,
+                                None,
+                                "run.reconciling",
+                                "warning",
+                                now,
+                                _dumps({"wake_at": now + reconcile_ms}),
+                            ),
+                        )
+                        recovered.append(run_id)
+                        continue
+                    if max_recovery_attempts is not None and count >= max_recovery_attempts:
+                        error = StepError(
+                            message=f"the run's lease expired after {count} recoveries"
+                            f" (max_recovery_attempts={max_recovery_attempts})",
+                            code="max_recovery_attempts",
+                            type="effects.durable.RunDead",
+                            retryable=False,
+                        )
+                        db.execute(
+                            "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
+                            " lease_until = NULL, updated_at = ? WHERE run_id = ?",
+                            (_error_text(error), now, run_id),
+                        )
+                        dead.append(run_id)
+                        name, level, data = "run.dead", "error", {"recovery_attempts": count}
+                    else:
+                        db.execute(
+                            "UPDATE runs SET status = 'pending', lease_token = NULL,"
+                            " lease_until = NULL, recovery_attempts = recovery_attempts + 1,"
+                            " updated_at = ? WHERE run_id = ?",
+                            (now, run_id),
+                        )
+                        recovered.append(run_id)
+                        name, level, data = (
+                            "run.recovered",
                             "warning",
-                            now,
-                            _dumps({"wake_at": now + reconcile_ms}),
-                        ),
+                            {"recovery_attempts": count + 1},
+                        )
+                    db.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
+                for task_id, run_id, seq, step_id, attempt in db.execute(
+                    "SELECT task_id, run_id, seq, step_id, attempt FROM tasks"
+                    " WHERE status = 'claimed' AND claim_until < ?",
+                    (now,),
+                ).fetchall():
+                    deleted = db.execute(
+                        "DELETE FROM tasks WHERE task_id = ? RETURNING queue", (task_id,)
+                    ).fetchall()
+                    self._release_slot(db, deleted, now)
+                    self._apply_outcome(
+                        db,
+                        run_id=run_id,
+                        seq=seq,
+                        attempt=attempt,
+                        outcome=TaskOutcome(error=_WORKER_LOST),
+                        now=now,
                     )
-                    recovered.append(run_id)
-                    continue
-                if max_recovery_attempts is not None and count >= max_recovery_attempts:
-                    error = StepError(
-                        message=f"the run's lease expired after {count} recoveries"
-                        f" (max_recovery_attempts={max_recovery_attempts})",
-                        code="max_recovery_attempts",
-                        type="effects.durable.RunDead",
-                        retryable=False,
-                    )
-                    db.execute(
-                        "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
-                        " lease_until = NULL, updated_at = ? WHERE run_id = ?",
-                        (_error_text(error), now, run_id),
-                    )
-                    dead.append(run_id)
-                    name, level, data = "run.dead", "error", {"recovery_attempts": count}
-                else:
-                    db.execute(
-                        "UPDATE runs SET status = 'pending', lease_token = NULL,"
-                        " lease_until = NULL, recovery_attempts = recovery_attempts + 1,"
-                        " updated_at = ? WHERE run_id = ?",
-                        (now, run_id),
-                    )
-                    recovered.append(run_id)
-                    name, level, data = "run.recovered", "warning", {"recovery_attempts": count + 1}
-                db.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
-            for task_id, run_id, seq, step_id, attempt in db.execute(
-                "SELECT task_id, run_id, seq, step_id, attempt FROM tasks"
-                " WHERE status = 'claimed' AND claim_until < ?",
-                (now,),
-            ).fetchall():
-                deleted = db.execute(
-                    "DELETE FROM tasks WHERE task_id = ? RETURNING queue", (task_id,)
-                ).fetchall()
-                self._release_slot(db, deleted, now)
-                self._apply_outcome(
-                    db,
-                    run_id=run_id,
-                    seq=seq,
-                    attempt=attempt,
-                    outcome=TaskOutcome(error=_WORKER_LOST),
-                    now=now,
-                )
-                lost.append(step_id)
-        return RecoveryReport(recovered, dead, lost)
+                    lost.append(step_id)
+                return RecoveryReport(recovered, dead, lost)
+
+            return await self._transact(work)
 
     async def next_due(self, now: int) -> int | None:
         """The earliest epoch ms after *now* at which a timer, lease or claim comes due."""
-        # A lease or claim held until T expires at T + 1 (recovery takes `until < now`).
-        row = self._conn.execute(
-            "SELECT MIN(t) FROM ("
-            " SELECT MIN(wake_at) AS t FROM runs WHERE status = 'suspended' AND wake_at > ?1"
-            " UNION ALL SELECT MIN(lease_until) + 1 FROM runs WHERE status = 'running'"
-            " AND lease_until >= ?1"
-            " UNION ALL SELECT MIN(available_at) FROM tasks WHERE status = 'queued'"
-            " AND available_at > ?1"
-            " UNION ALL SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'claimed'"
-            " AND claim_until >= ?1)",
-            (now,),
-        ).fetchone()
-        due: int | None = row[0]
-        return due
+        with self._read_errors():
+            # A lease or claim held until T expires at T + 1 (recovery takes `until < now`).
+            row = self._conn.execute(
+                "SELECT MIN(t) FROM ("
+                " SELECT MIN(wake_at) AS t FROM runs WHERE status = 'suspended' AND wake_at > ?1"
+                " UNION ALL SELECT MIN(lease_until) + 1 FROM runs WHERE status = 'running'"
+                " AND lease_until >= ?1"
+                " UNION ALL SELECT MIN(available_at) FROM tasks WHERE status = 'queued'"
+                " AND available_at > ?1"
+                " UNION ALL SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'claimed'"
+                " AND claim_until >= ?1)",
+                (now,),
+            ).fetchone()
+            due: int | None = row[0]
+            return due
 
     async def requeue(self, run_id: str, now: int) -> Run:
         """Reset failed checkpoints to a fresh first attempt and make the run pending."""
-        with self._write() as db:
+
+        def work(db: sqlite3.Connection) -> Run:
             row = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -1170,4 +1347,6 @@ class SqliteStore:
             new = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-        return _run(new)
+            return _run(new)
+
+        return await self._transact(work)

@@ -1,4 +1,5 @@
-"""Fixtures of the effects.durable tests: asyncio only, and the crash tests' engine processes."""
+"""Fixtures of the effects.durable tests: asyncio only, the crash tests' engine processes, and an
+app folder for the CLI tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.durable.cli_support import App, make_app
 from tests.durable.crash_support.harness import Nodes
 
 
@@ -22,3 +24,11 @@ def nodes(tmp_path: Path) -> Iterator[Nodes]:
     spawned = Nodes(tmp_path)
     yield spawned
     spawned.kill_all()
+
+
+@pytest.fixture
+def cli_app(tmp_path: Path) -> Iterator[App]:
+    """An app module and its store folder for the CLI tests; its processes end with the test."""
+    app = make_app(tmp_path)
+    yield app
+    app.reap()

@@ -178,3 +178,36 @@ def test_sqlite_urls_name_relative_and_absolute_paths() -> None:
     )
     assert "/abs/my store.db" == parse_sqlite_url("sqlite:////abs/my%20store.db")[0]
     assert "FULL" == parse_sqlite_url("sqlite:///a.db?synchronous=FULL")[1]["synchronous"]
+
+
+async def test_a_damaged_page_is_a_store_error_on_read(tmp_path: Path) -> None:
+    """A store whose data pages were damaged after it was written: reads raise StoreError."""
+    path = tmp_path / "damaged.db"
+    url = f"sqlite:///{path}"
+    async with Engine(url, workflows=[simple]) as engine:
+        for n in range(300):
+            await engine.start(simple, "x" * 200, run_id=f"run-{n:04d}")
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    data = bytearray(path.read_bytes())
+    page = 4096
+    for offset in range(3 * page, min(len(data), 12 * page)):
+        data[offset] = 0xA5
+    path.write_bytes(bytes(data))
+
+    async def read_everything() -> None:
+        async with Engine(url, workflows=[simple]) as engine:
+            await engine.list_runs(limit=1000)
+            for n in range(300):
+                await engine.get_run(f"run-{n:04d}")
+
+    with pytest.raises(StoreError, match=r"a read failed|not a usable"):
+        await read_everything()
+
+
+async def test_a_run_id_that_is_not_valid_text_is_refused(tmp_path: Path) -> None:
+    """A run id with a lone surrogate is a ValueError naming it, not an encoding crash."""
+    async with Engine(f"sqlite:///{tmp_path / 'ids.db'}", workflows=[simple]) as engine:
+        with pytest.raises(ValueError, match="valid Unicode text"):
+            await engine.start(simple, 1, run_id="bad\udc80id")

@@ -1,0 +1,258 @@
+"""
+Where the time of a durable step goes: store statements, JSON, values, the event loop.
+
+Run: ``.venv/bin/python benchmarks/durable_profile.py [--path local|local-sync|dispatch|retry]
+[--runs N] [--full] [--top N]``
+
+One engine in this process runs the workflows of ``benchmarks/durable_steps.py`` one after
+another (``start`` + ``run_until_idle``): ``local`` is the 10-step workflow of ``async def`` local
+steps (the unit is a step), ``local-sync`` the same with ``def`` steps, ``dispatch`` a workflow
+dispatching one step that the same engine serves (the unit is a round trip, no polling), ``retry``
+that step failing once. Three passes, each on a fresh SQLite file:
+
+1. **timing**: nothing instrumented; microseconds per unit.
+2. **counting**: the store's connection is a ``sqlite3.Connection`` subclass (this script sets
+   ``sqlite3.connect``'s factory) that counts and times every statement, tells empty write
+   transactions (no row changed) from real ones, and runs with ``wal_autocheckpoint=0`` so the
+   WAL's growth is the pages written per unit. These counts do not depend on the machine's load.
+3. **profile**: ``cProfile``, own time per function grouped: SQLite (the C calls), JSON, the
+   store's Python, the engine's Python, attrs values, the event loop, threads, the rest. The
+   profiler inflates Python calls more than C calls, so read the shares as an upper bound on the
+   Python side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from durable_steps import (
+    STEPS_PER_RUN,
+    bump,
+    flaky,
+    one_flaky_step,
+    one_step,
+    store_url,
+    ten_async,
+    ten_sync,
+)
+
+from effects.durable import Engine, WorkflowDef
+
+
+class Profiled(NamedTuple):
+    """A profiled path: its workflow, whether the engine serves the steps, units per run."""
+
+    workflow: WorkflowDef[int, int]
+    serves_steps: bool
+    units: int
+    unit: str
+
+
+PATHS = {
+    "local": Profiled(ten_async, False, STEPS_PER_RUN, "step"),
+    "local-sync": Profiled(ten_sync, False, STEPS_PER_RUN, "step"),
+    "dispatch": Profiled(one_step, True, 1, "round trip"),
+    "retry": Profiled(one_flaky_step, True, 1, "round trip with one retry"),
+}
+
+
+class Tally:
+    """Statement counts and times of every counted connection, by statement."""
+
+    def __init__(self) -> None:
+        self.statements: dict[str, list[float]] = {}
+        self.writes = 0
+        self.empty_writes = 0
+
+    def add(self, sql: str, seconds: float) -> None:
+        """Count one statement that took *seconds*."""
+        key = " ".join(sql.split())[:72]
+        found = self.statements.setdefault(key, [0.0, 0.0])
+        found[0] += 1
+        found[1] += seconds
+
+    def clear(self) -> None:
+        """Forget what was counted (after the warm-up)."""
+        self.statements.clear()
+        self.writes = self.empty_writes = 0
+
+
+def counting_connection(tally: Tally) -> type[sqlite3.Connection]:
+    """A ``sqlite3.Connection`` class that counts into *tally*."""
+
+    class Counting(sqlite3.Connection):
+        changes_at_begin = 0
+
+        def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+            if sql == "BEGIN IMMEDIATE":
+                self.changes_at_begin = self.total_changes
+            elif sql == "COMMIT":
+                tally.writes += 1
+                tally.empty_writes += self.total_changes == self.changes_at_begin
+            start = time.perf_counter()
+            try:
+                return super().execute(sql, parameters)
+            finally:
+                tally.add(sql, time.perf_counter() - start)
+
+        def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+            start = time.perf_counter()
+            try:
+                return super().executemany(sql, parameters)
+            finally:
+                tally.add(f"(many) {sql}", time.perf_counter() - start)
+
+    return Counting
+
+
+@contextmanager
+def counted(tally: Tally) -> Iterator[None]:
+    """Make ``sqlite3.connect`` in the block return counting connections without autocheckpoint."""
+    connect = sqlite3.connect
+    factory = counting_connection(tally)
+
+    def counting_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        kwargs.setdefault("factory", factory)
+        db: sqlite3.Connection = connect(*args, **kwargs)
+        db.execute("PRAGMA wal_autocheckpoint=0")
+        return db
+
+    # The store calls sqlite3.connect at open; swapping the module's function is the one seam.
+    sqlite3.connect = counting_connect  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sqlite3.connect = connect
+
+
+async def run_path(
+    path: Profiled, url: str, runs: int, *, before: Callable[[], None], after: Callable[[], None]
+) -> float:
+    """Run *runs* runs of *path* after a warm-up; *before*/*after* bracket the timed part."""
+    steps = [bump, flaky] if path.serves_steps else []
+    async with Engine(url, workflows=[path.workflow], steps=steps) as engine:
+        for n in range(20):
+            await engine.start(path.workflow, n)
+            await engine.run_until_idle()
+        before()
+        start = time.perf_counter()
+        for n in range(runs):
+            await engine.start(path.workflow, n)
+            await engine.run_until_idle()
+        elapsed = time.perf_counter() - start
+        after()
+    return elapsed
+
+
+def _nothing() -> None:
+    pass
+
+
+_CATEGORIES = (
+    ("SQLite (C)", ("sqlite3.",)),
+    ("JSON", ("json/", "_json", "json.")),
+    ("store (Python)", ("effects/durable/_store",)),
+    ("attrs values", ("<attrs generated", "attr/")),
+    ("engine (Python)", ("effects/durable/", "effects/", "schedules/")),
+    ("event loop", ("asyncio/", "_asyncio", "selectors", "select.")),
+    ("threads", ("threading", "concurrent/", "_thread", "lock")),
+)
+
+
+def categorize(stats: pstats.Stats) -> dict[str, float]:
+    """Own time (seconds) per category of the profiled functions."""
+    spent: dict[str, float] = {}
+    raw: dict[tuple[str, int, str], tuple[Any, ...]] = stats.stats  # type: ignore[attr-defined]
+    for (file, _, name), (_, _, own, _, _) in raw.items():
+        where = f"{file}:{name}"
+        label = next(
+            (label for label, marks in _CATEGORIES if any(mark in where for mark in marks)),
+            "other (stdlib, builtins, benchmark)",
+        )
+        spent[label] = spent.get(label, 0.0) + own
+    return spent
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Profile one path and print the three passes."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--path", choices=sorted(PATHS), default="local")
+    parser.add_argument("--runs", type=int, default=300, help="timed runs per pass (300)")
+    parser.add_argument("--full", action="store_true", help="?synchronous=full (default NORMAL)")
+    parser.add_argument("--top", type=int, default=12, help="statements and functions shown")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.top < 0:
+        parser.error("--runs must be >= 1 and --top >= 0")
+    path = PATHS[args.path]
+    setting = "full" if args.full else "normal"
+    units = args.runs * path.units
+    print(
+        f"durable_profile: {args.path} ({path.workflow.name}), {args.runs} runs,"
+        f" WAL+{setting.upper()}; per {path.unit}"
+    )
+    with tempfile.TemporaryDirectory(prefix="durable-profile-") as tmp:
+        folder = Path(tmp)
+
+        def one_pass(name: str, before: Callable[[], None], after: Callable[[], None]) -> float:
+            url = store_url(folder / name, setting)
+            return asyncio.run(run_path(path, url, args.runs, before=before, after=after))
+
+        elapsed = one_pass("t.db", _nothing, _nothing)
+        print(f"  timing: {elapsed / units * 1e6:,.1f} us per {path.unit}")
+
+        tally = Tally()
+        wal = folder / "c.db-wal"
+        sizes: list[int] = []
+
+        def mark() -> None:
+            sizes.append(wal.stat().st_size)
+
+        def start_counting() -> None:
+            tally.clear()
+            mark()
+
+        with counted(tally):
+            counted_elapsed = one_pass("c.db", start_counting, mark)
+        page = 4096 + 24  # a WAL frame: the page and its header
+        statements = sum(int(count) for count, _ in tally.statements.values())
+        in_sqlite = sum(seconds for _, seconds in tally.statements.values())
+        print(
+            f"  counting: {statements / units:.1f} statements, {tally.writes / units:.2f} write"
+            f" transactions ({tally.empty_writes / units:.2f} of them empty),"
+            f" {(sizes[1] - sizes[0]) / page / units:.1f} WAL pages;"
+            f" {in_sqlite / units * 1e6:,.1f} of {counted_elapsed / units * 1e6:,.1f} us in SQLite"
+        )
+        ranked = sorted(tally.statements.items(), key=lambda item: -item[1][1])
+        for sql, (count, seconds) in ranked[: args.top]:
+            print(f"    {seconds / units * 1e6:7.1f} us {count / units:5.2f}x  {sql}")
+
+        profiler = cProfile.Profile()
+        profiled = one_pass("p.db", profiler.enable, profiler.disable)
+    stats = pstats.Stats(profiler)
+    spent = categorize(stats)
+    total = sum(spent.values())
+    print(f"  profile: {profiled / units * 1e6:,.1f} us per {path.unit} under cProfile")
+    for label, seconds in sorted(spent.items(), key=lambda item: -item[1]):
+        print(f"    {seconds / total:6.1%}  {seconds / units * 1e6:7.1f} us  {label}")
+    print("  functions by own time:")
+    raw: dict[tuple[str, int, str], tuple[Any, ...]] = stats.stats  # type: ignore[attr-defined]
+    ranked_functions = sorted(raw.items(), key=lambda item: -item[1][2])
+    for (file, line, name), (_, calls, own, _, _) in ranked_functions[: args.top]:
+        where = f"{Path(file).name}:{line}({name})" if line else name
+        print(f"    {own / units * 1e6:7.1f} us {calls / units:5.2f}x  {where}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,487 @@
+"""
+The command line: ``python -m effects.durable --app module:engine COMMAND``.
+
+Commands:
+
+- ``work [--concurrency N] [--poll DURATION] [--log-level L]``: the worker loop of the engine,
+  logging the engine's warnings (``--log-level info``: every event) on stderr. SIGTERM or SIGINT
+  (Ctrl-C) drains it: nothing new is claimed, attempts in flight finish and record their
+  results, turns stop and release their leases; then it exits 0. A second signal stops at once
+  (attempts in flight are abandoned and their claims released) and exits 128 + the signal's
+  number.
+- ``runs [--status S] [--workflow W] [--limit N] [--stale DURATION] [--json]``: runs, newest
+  first. ``--stale 10m``: only suspended runs whose oldest pending dispatch is older than that.
+- ``show RUN [--json]``: a run with its checkpoints and its event trail.
+- ``retry RUN``: ``engine.requeue``: a failed, dead or cancelled run's failed steps get a fresh
+  first attempt; completed steps are not run again.
+- ``redispatch RUN``: ``engine.redispatch_pending``: the run's pending dispatched steps are
+  enqueued again (same ``step_id``, ``attempt + 1``); prints how many. For a dispatch that was
+  lost (``runs --stale`` lists candidates); safe on a healthy run.
+
+``--app module:attribute`` names an ``Engine`` (or a function of no arguments returning one); the
+module is imported from the working directory or ``sys.path``. It may come before or after the
+command. ``--json`` prints one JSON document (times in epoch ms, as stored); the tables print
+times as ISO-8601 UTC, and escape every control character of stored text.
+
+Exit codes: 0 done; 2 a usage error, an unknown run id, an unusable ``--app`` or a store that is
+not an engine store (one line on stderr, no traceback); 128 + N when a second signal N stopped
+``work`` without draining; 130 when Ctrl-C interrupted another command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import logging
+import os
+import signal
+import sqlite3
+import sys
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, NoReturn, TypeAlias, get_args
+from urllib.parse import urlsplit, urlunsplit
+
+from effects.durable._app import AppError, load_engine
+from effects.durable._engine import Engine
+from effects.durable._records import RunStatus
+from effects.durable._store_sqlite import SqliteStore, parse_sqlite_url
+from effects.durable._time import epoch_ms
+from effects.durable._views import (
+    checkpoint_json,
+    checkpoints_table,
+    dumps,
+    event_json,
+    events_table,
+    iso,
+    run_json,
+    run_text,
+    runs_table,
+    safe,
+)
+from effects.durable.errors import StoreError, UnknownRunError
+from schedules import to_seconds
+
+__all__ = ["EXIT_OK", "EXIT_USAGE", "CliError", "main"]
+
+EXIT_OK: Final = 0
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
+
+PROG: Final = "python -m effects.durable"
+_LOG_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+_BIGGEST: Final = 2**62  # beyond any count or ms a store can bind
+
+
+class CliError(Exception):
+    """A problem the command reports in one line on stderr, exiting 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors as one line (``CliError``) rather than a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see {self.prog} --help)")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return min(value, _BIGGEST)
+
+
+def _text(text: str) -> str:
+    """An argument the store can hold: UTF-8 text (argv bytes that are not come as surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text)
+        raise argparse.ArgumentTypeError(
+            f"{shown!r} is not valid UTF-8, so no run or workflow can have it"
+        ) from None
+    return text
+
+
+def _duration_ms(text: str) -> int:
+    """A duration as ``schedules.to_seconds`` reads it (``"10m"``, ``"1h"``), or bare seconds."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    try:
+        seconds = to_seconds(text if number is None else number)
+    except (TypeError, ValueError):
+        msg = f"expected a duration such as 90 (seconds), 500ms, 10m or 1h, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    ms = seconds * 1000
+    return round(ms) if ms < _BIGGEST else _BIGGEST  # 1e306 s: longer than any store has been
+
+
+def _interval_ms(text: str) -> int:
+    """A duration of at least a millisecond."""
+    ms = _duration_ms(text)
+    if ms < 1:
+        msg = f"expected a duration of at least 1ms, such as 200ms or 2s, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return ms
+
+
+def _parser() -> _Parser:
+    app_help = "the engine: module:attribute (an Engine, or a function returning one)"
+    parser = _Parser(
+        prog=PROG,
+        description="Run a durable workflow engine's worker; list, inspect and retry its runs.",
+        epilog="Exit codes: 0 done; 2 usage error, unknown run, unusable --app or store; "
+        "128+N work stopped by a second signal N.",
+    )
+    parser.add_argument("--app", metavar="MODULE:ENGINE", help=app_help)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help_: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_, description=help_)
+        # Also accepted after the command: `python -m effects.durable work --app app:engine`.
+        sub.add_argument("--app", metavar="MODULE:ENGINE", default=argparse.SUPPRESS, help=app_help)
+        return sub
+
+    p = command("work", "run the worker loop until SIGTERM or Ctrl-C (which drain it)")
+    p.add_argument(
+        "--concurrency",
+        type=_count,
+        default=32,
+        metavar="N",
+        help="turns and step attempts in flight at once (default 32)",
+    )
+    p.add_argument(
+        "--poll",
+        type=_interval_ms,
+        default=1000,
+        metavar="DURATION",
+        help="longest idle wait between polls of the store, e.g. 500ms (default 1s)",
+    )
+
+    p.add_argument(
+        "--log-level",
+        choices=tuple(_LOG_LEVELS),
+        default="warning",
+        help="the engine's log on stderr: warning (default: recoveries, lost workers, failed "
+        "attempts), info (also every event of a turn), debug, error",
+    )
+
+    p = command("runs", "runs, newest first")
+    p.add_argument("--status", choices=get_args(RunStatus), help="only runs with this status")
+    p.add_argument("--workflow", type=_text, metavar="W", help="only runs of this workflow")
+    p.add_argument("--limit", type=_count, default=20, metavar="N", help="at most N (default 20)")
+    p.add_argument(
+        "--stale",
+        type=_duration_ms,
+        metavar="DURATION",
+        help="only suspended runs whose oldest pending dispatch is older than this, e.g. 10m",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON array")
+
+    p = command("show", "a run, its checkpoints and its event trail")
+    p.add_argument("run_id", type=_text, metavar="RUN")
+    p.add_argument("--json", action="store_true", help='print {"run", "checkpoints", "events"}')
+
+    p = command("retry", "requeue a failed, dead or cancelled run: its failed steps run again")
+    p.add_argument("run_id", type=_text, metavar="RUN")
+
+    p = command("redispatch", "enqueue a run's pending dispatched steps again (attempt + 1)")
+    p.add_argument("run_id", type=_text, metavar="RUN")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """
+    Run the command line with *argv* (default ``sys.argv[1:]``); return the exit code.
+
+    Returns:
+        0 done; 2 a usage error, an unknown run, an unusable ``--app`` or store; 128 + N when
+        a second signal N stopped ``work``; 130 when Ctrl-C interrupted another command.
+    """
+    _tolerant(sys.stdout)
+    _tolerant(sys.stderr)
+    try:
+        args = _parser().parse_args(argv)
+        spec: str | None = args.app
+        if spec is None:
+            raise CliError(f"--app MODULE:ENGINE is required (see {PROG} --help)")
+        run = _COMMANDS[args.command]
+        return asyncio.run(run(spec, args))
+    except SystemExit as exit_:  # --help
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    except (CliError, AppError, StoreError, UnknownRunError) as error:
+        _say(f"error: {error}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`... runs | head`): end quietly, and keep Python from
+        # complaining again when it flushes stdout at exit.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _tolerant(stream: object) -> None:
+    # Text the terminal's encoding cannot show is escaped, never an error.
+    if isinstance(stream, io.TextIOWrapper):
+        stream.reconfigure(errors="backslashreplace")
+
+
+def _say(message: str) -> None:
+    """One line on stderr, escaped."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"{PROG}: {safe(message)}", file=sys.stderr, flush=True)
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(f"{text}\n")
+    sys.stdout.flush()
+
+
+def _check_store_exists(engine: Engine) -> None:
+    """A read command must not create an empty store where a typo or a wrong folder points."""
+    store = engine.store
+    if not isinstance(store, SqliteStore):
+        return
+    path, _ = parse_sqlite_url(store.url)
+    if path != ":memory:" and not Path(path).exists():
+        msg = (
+            f"no store at {Path(path).resolve()} ({store.url}): nothing has run there yet, or the "
+            "command runs from another folder than the workers"
+        )
+        raise CliError(msg)
+
+
+@contextlib.asynccontextmanager
+async def _opened(spec: str) -> AsyncGenerator[Engine]:
+    engine = load_engine(spec)
+    _check_store_exists(engine)
+    with _store_errors(engine):
+        async with engine:
+            yield engine
+
+
+@contextlib.contextmanager
+def _store_errors(engine: Engine) -> Generator[None]:
+    """A damaged SQLite page found by a read is the store's error too, not a traceback."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        msg = f"store {_redacted(engine.store.url)} is not usable: {error}"
+        raise StoreError(msg) from error
+
+
+# -- runs, show, retry -------------------------------------------------------------------------
+
+
+async def _cmd_runs(spec: str, args: argparse.Namespace) -> int:
+    async with _opened(spec) as engine:
+        runs = await engine.list_runs(
+            status=args.status, workflow=args.workflow, limit=args.limit, stale_ms=args.stale
+        )
+    _out(dumps([run_json(r) for r in runs]) if args.json else runs_table(runs))
+    return EXIT_OK
+
+
+async def _cmd_show(spec: str, args: argparse.Namespace) -> int:
+    run_id: str = args.run_id
+    async with _opened(spec) as engine:
+        # The stored JSON as it is (a workflow's codec may decode it to values JSON lacks).
+        run = await engine.store.get_run(run_id)
+        if run is None:
+            raise UnknownRunError(run_id)
+        checkpoints = await engine.checkpoints(run_id)
+        events = await engine.events(run_id)
+        now = epoch_ms(engine.clock)
+    if args.json:
+        document = {
+            "run": run_json(run),
+            "checkpoints": [checkpoint_json(c) for c in checkpoints],
+            "events": [event_json(e) for e in events],
+        }
+        _out(dumps(document))
+        return EXIT_OK
+    _out(
+        "\n\n".join(
+            [
+                run_text(run, now_ms=now),
+                f"checkpoints\n{checkpoints_table(checkpoints)}",
+                f"events\n{events_table(events)}",
+            ]
+        )
+    )
+    return EXIT_OK
+
+
+async def _cmd_retry(spec: str, args: argparse.Namespace) -> int:
+    run_id: str = args.run_id
+    async with _opened(spec) as engine:
+        failed = [c for c in await engine.checkpoints(run_id) if c.status == "failed"]
+        before = await engine.get_run(run_id)
+        try:
+            run = await engine.requeue(run_id)
+        except UnknownRunError:
+            raise
+        except ValueError as error:  # not failed, dead or cancelled
+            raise CliError(str(error)) from None
+    steps = ", ".join(f"{c.seq} {c.name}" for c in failed) or "none"
+    _out(
+        safe(
+            f"run {run.run_id} was {before.status}, is {run.status} again; failed steps reset to a "
+            f"first attempt: {steps}; a worker of workflow {run.workflow!r} will run it"
+        )
+    )
+    return EXIT_OK
+
+
+# -- work --------------------------------------------------------------------------------------
+
+
+class _Stopper:
+    """The signal handling of ``work``: the first signal drains, a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self.signals: list[int] = []
+        self.task: asyncio.Task[None] | None = None
+
+    def _act(self, signum: int, count: int) -> None:
+        name = signal.Signals(signum).name
+        if count == 1:
+            _say(
+                f"{name}: draining: attempts in flight finish, leases are released "
+                f"(send {name} again to stop at once)"
+            )
+            if self.engine is not None:
+                self.engine.stop()
+        elif self.task is not None and not self.task.done():
+            _say(f"{name} again: stopping at once; attempts in flight are abandoned")
+            self.task.cancel()
+
+    @contextlib.contextmanager
+    def installed(self) -> Generator[None]:
+        """Handle SIGTERM and SIGINT (Python-level handlers: seen at once, even mid-import)."""
+        loop = asyncio.get_running_loop()
+
+        def handler(signum: int, frame: object) -> None:
+            self.signals.append(signum)
+            loop.call_soon_threadsafe(self._act, signum, len(self.signals))
+
+        previous: dict[int, Any] = {}
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                previous[signum] = signal.signal(signum, handler)
+            yield
+        finally:
+            for number, before in previous.items():
+                signal.signal(number, before)
+
+
+_ExcInfo: TypeAlias = (
+    tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+)
+
+
+class _EscapingFormatter(logging.Formatter):
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return iso(round(record.created * 1000))
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        return safe(super().formatMessage(record))
+
+    def formatException(self, ei: _ExcInfo) -> str:  # noqa: N802 - logging's name
+        # Line by line: a traceback keeps its lines, the text inside them is escaped.
+        return "\n".join(safe(line) for line in super().formatException(ei).split("\n"))
+
+
+@contextlib.contextmanager
+def _engine_log(level: int) -> Generator[None]:
+    """The engine's log at *level* and above on stderr while ``work`` runs."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_EscapingFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("effects.durable")
+    before = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+async def _cmd_work(spec: str, args: argparse.Namespace) -> int:
+    stopper = _Stopper()
+    # Signals are handled from before the app is imported: a stop asked for during a slow import
+    # or while the store opens ends the worker cleanly before it claims anything.
+    with stopper.installed():
+        engine = stopper.engine = load_engine(spec)
+        with _engine_log(_LOG_LEVELS[args.log_level]), _store_errors(engine):
+            async with engine:
+                if stopper.signals:
+                    _say("stopped before starting work")
+                    return EXIT_OK
+                _say(
+                    f"worker {engine.id} (pid {os.getpid()}) on {_redacted(engine.store.url)}; "
+                    "SIGTERM or Ctrl-C drains it"
+                )
+                stopper.task = asyncio.ensure_future(
+                    engine.work(poll_ms=args.poll, concurrency=args.concurrency)
+                )
+                try:
+                    await stopper.task
+                except asyncio.CancelledError:
+                    if len(stopper.signals) < 2:
+                        raise
+                    _say("stopped without draining")
+                    return 128 + stopper.signals[-1]
+    _say("drained; stopped" if stopper.signals else "stopped")
+    return EXIT_OK
+
+
+async def _cmd_redispatch(spec: str, args: argparse.Namespace) -> int:
+    run_id: str = args.run_id
+    async with _opened(spec) as engine:
+        count = await engine.redispatch_pending(run_id)
+        pending = [
+            f"{c.seq} {c.name} (attempt {c.attempts})"
+            for c in await engine.checkpoints(run_id)
+            if c.kind == "remote" and c.status in ("pending", "running")
+        ]
+    if count:
+        _out(safe(f"run {run_id}: {count} pending step(s) enqueued again: {', '.join(pending)}"))
+    else:
+        _out(safe(f"run {run_id}: no pending dispatched step; nothing enqueued"))
+    return EXIT_OK
+
+
+_COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any, Any, int]]]] = {
+    "work": _cmd_work,
+    "runs": _cmd_runs,
+    "show": _cmd_show,
+    "retry": _cmd_retry,
+    "redispatch": _cmd_redispatch,
+}
