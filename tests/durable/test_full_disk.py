@@ -209,14 +209,15 @@ def _writes_output(count: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("synchronous", ["normal", "full"])
 async def test_a_full_disk_fails_writes_clearly_and_the_run_finishes_once_freed(
-    disk: Disk, caplog: pytest.LogCaptureFixture
+    disk: Disk, caplog: pytest.LogCaptureFixture, synchronous: str
 ) -> None:
     """The disk fills mid-run: StoreError naming store and cause; once freed, the run finishes."""
     print("full disk:", disk.describe())
     caplog.set_level("WARNING", logger="effects.durable")
     path = disk.folder / "durable.db"
-    url = f"sqlite:///{path}"
+    url = f"sqlite:///{path}?synchronous={synchronous}"
     async with (
         Engine(url, workflows=[writes], steps=[scale], lease_ms=LEASE_MS) as engine,
         _working(engine) as work,
@@ -366,12 +367,15 @@ async def test_a_turn_whose_write_failed_is_replayed_a_second_later_uncounted(
     assert [1, 1] == calls
 
 
-# -- the store alone: a statement that runs out of pages ------------------------------------------
+# -- the store alone: statements SQLite refuses, with or without group commit -----------------
 
 
-async def test_a_statement_that_runs_out_of_space_is_a_store_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("synchronous", ["normal", "full"])
+async def test_a_statement_that_runs_out_of_space_is_a_store_error(
+    tmp_path: Path, synchronous: str
+) -> None:
     """SQLITE_FULL inside a transaction (not at its commit) is a StoreError too; nothing is kept."""
-    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    url = f"sqlite:///{tmp_path / 'durable.db'}?synchronous={synchronous}"
     store = SqliteStore(url)
     await store.open()
     try:
@@ -391,3 +395,28 @@ async def test_a_statement_that_runs_out_of_space_is_a_store_error(tmp_path: Pat
     message = str(raised.value)
     assert (True, True, False) == (url in message, FULL in message, in_transaction), message
     assert created is not None
+
+
+@pytest.mark.parametrize("synchronous", ["normal", "full"])
+async def test_a_statement_sqlite_refuses_fails_alone_as_a_store_error(
+    tmp_path: Path, synchronous: str
+) -> None:
+    """A value over SQLite's length limit: StoreError for that write; the one beside it commits."""
+    url = f"sqlite:///{tmp_path / 'durable.db'}?synchronous={synchronous}"
+    store = SqliteStore(url)
+    await store.open()
+    try:
+        db: sqlite3.Connection = store._conn
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000)
+        too_big = NewRun("too-big", "w", "1", '"' + "z" * 20_000 + '"', 0)
+        beside = NewRun("beside", "w", "1", '"fine"', 0)
+        # Issued together: with synchronous=full they share one transaction (group commit).
+        refused, accepted = await asyncio.gather(
+            store.create_run(too_big, ()), store.create_run(beside, ()), return_exceptions=True
+        )
+        kept = [await store.get_run(r) is not None for r in ("too-big", "beside")]
+    finally:
+        await store.close()
+    assert isinstance(refused, StoreError), repr(refused)
+    assert (True, True) == (url in str(refused), "too big" in str(refused)), refused
+    assert (None, [False, True]) == (accepted, kept)
