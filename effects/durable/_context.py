@@ -29,7 +29,7 @@ from effects.durable._remote import Member, liveness, settle_members
 from effects.durable._store import CheckpointWrite, NewEvent
 from effects.durable._time import is_async_callable
 from effects.durable._turn import HOLD, Suspended, Turn, wait_ms
-from effects.durable.errors import NonDeterminismError, StepError, StepFailedError
+from effects.durable.errors import NonDeterminismError, StepError, StepFailedError, StoreError
 
 __all__ = ["WorkflowContext", "suspended"]
 
@@ -115,7 +115,8 @@ class WorkflowContext:
     def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
         if self._fatal is not None:
             raise self._fatal
-        if self._closed:
+        if self._closed or self._turn.broken is not None:
+            # A turn whose write failed goes no further, even if the workflow caught the error.
             raise _Suspended
         self._seq += 1
         seq = self._seq
@@ -302,15 +303,19 @@ class WorkflowContext:
             text = dump(codec, result, f"output of local step {name!r}")
             now = turn.now()
             if recorded is None and attempt == 1:
-                await turn.store.record_local_step(
-                    turn.run.run_id,
-                    turn.token,
-                    seq=seq,
-                    name=name,
-                    output=text,
-                    started=started,
-                    now=now,
-                )
+                try:
+                    await turn.store.record_local_step(
+                        turn.run.run_id,
+                        turn.token,
+                        seq=seq,
+                        name=name,
+                        output=text,
+                        started=started,
+                        now=now,
+                    )
+                except StoreError as error:
+                    turn.broken = error
+                    raise
                 if codec is JSON and type(result) in _JSON_SCALARS:
                     return result  # JSON gives back exactly these
                 return from_data(codec, json.loads(text))

@@ -34,7 +34,7 @@ from effects.durable._store import (
 )
 from effects.durable._time import WallClock, epoch_ms
 from effects.durable._turn import StepWaiter, Turn
-from effects.durable.errors import StepError, UnknownRunError
+from effects.durable.errors import StepError, StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
 __all__ = ["Engine", "Queue", "merge_events", "open_store"]
@@ -49,6 +49,8 @@ _NO_HANDLER_CODE: Final = "no_handler"
 _PROGRESS_INTERVAL_MS: Final = 1000
 # How many turns and attempts run_until_idle keeps in flight at once.
 _DRAIN_CONCURRENCY: Final = 64
+# A turn abandoned because a write of it failed is replayed no sooner than this (ms).
+_STORE_RETRY_MS: Final = 1000
 
 
 @attrs.frozen
@@ -715,7 +717,9 @@ class Engine:
         wakes at once for runs, tasks and results written by this process, and at each known
         due time. ``stop()`` drains: no new claims, attempts in flight finish and report, turns
         are stopped and their leases released. Cancelling the task stops it promptly (attempts
-        in flight are abandoned and their claims released).
+        in flight are abandoned and their claims released). A ``StoreError`` (a full disk, say)
+        does not end the loop: it is logged and the poll tried again, and a turn whose write
+        failed is abandoned, its run neither finished nor failed but replayed a second later.
 
         Args:
             poll_ms: The longest idle wait between polls, in ms (> 0).
@@ -734,15 +738,24 @@ class Engine:
             while not self._stopping:
                 wake.clear()
                 now = self._now()
-                if now - last_recovery >= poll:
-                    await self._recover()
-                    last_recovery = now
-                free = concurrency - len(self._inflight)
-                claimed = await self._claim(free) if free > 0 else 0
-                if claimed and len(self._inflight) < concurrency:
-                    continue
                 timeout = poll / 1000
-                due = await self._store.next_due(now)
+                try:
+                    if now - last_recovery >= poll:
+                        await self._recover()
+                        last_recovery = now
+                    free = concurrency - len(self._inflight)
+                    claimed = await self._claim(free) if free > 0 else 0
+                    if claimed and len(self._inflight) < concurrency:
+                        continue
+                    due = await self._store.next_due(now)
+                except StoreError as error:
+                    # A full disk or a lost connection may pass: try again at the next poll.
+                    _log.error(
+                        "the worker loop could not use the store (next try in %d ms): %s",
+                        poll,
+                        error,
+                    )
+                    due = None
                 if due is not None:
                     timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
                 if self._stopping:
@@ -796,6 +809,11 @@ class Engine:
         renewer = asyncio.get_running_loop().create_task(self._renew_lease(turn))
         try:
             await self._replay(definition, ctx, turn)
+            if turn.broken is not None:
+                raise turn.broken
+        except StoreError as error:
+            ctx.close()
+            await self._abandon(turn, error)
         except StaleTurnError:
             # Either another turn holds the run now, or a worker's result changed a checkpoint
             # under this one while its lease still holds: then give the run back, so it replays
@@ -823,13 +841,18 @@ class Engine:
             value = await definition.fn(ctx, from_data(definition.codec, run.input))
         except _SUSPENDED:
             return
-        except StaleTurnError:
+        except (StaleTurnError, StoreError):
             raise
-        except Exception as error:  # noqa: BLE001 - an uncaught error fails the run
+        except Exception as error:
+            if turn.broken is not None:
+                # Whatever the workflow made of a failed write, the run is not failed by it.
+                raise turn.broken from error
             if ctx.fatal is None and ctx.is_suspended:
                 return
             await self._finish_failed(turn, ctx.fatal or error)
             return
+        if turn.broken is not None:
+            return  # the workflow swallowed a failed write: finish nothing
         if ctx.fatal is not None:
             await self._finish_failed(turn, ctx.fatal)
             return
@@ -846,6 +869,24 @@ class Engine:
             events=(NewEvent("run.completed", now),),
             now=now,
         )
+
+    async def _abandon(self, turn: Turn, error: StoreError) -> None:
+        """
+        End a turn whose write failed (a full disk, a lost connection): the run is neither
+        finished nor failed by it, but suspended to be replayed after ``_STORE_RETRY_MS``
+        (uncounted); if even that write fails, its lease expires and recovery replays it.
+        """
+        run_id = turn.run.run_id
+        _log.error(
+            "run %s: a write of its turn failed, the turn is abandoned (replayed in %d ms): %s",
+            run_id,
+            _STORE_RETRY_MS,
+            error,
+        )
+        try:
+            await turn.commit(RunAdvance("suspend", wake_at=turn.now() + _STORE_RETRY_MS))
+        except (StoreError, StaleTurnError):
+            _log.debug("run %s: could not suspend the abandoned turn", run_id, exc_info=True)
 
     async def _finish_failed(self, turn: Turn, error: BaseException) -> None:
         now = turn.now()

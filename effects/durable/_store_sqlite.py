@@ -525,10 +525,18 @@ class SqliteStore:
                 db.execute("SAVEPOINT grouped")
                 try:
                     value = work(db)
-                except Exception as error:  # noqa: BLE001 - handed to its caller
+                except Exception as error:  # handed to its caller
+                    if not db.in_transaction:
+                        # SQLite rolled the whole transaction back (SQLITE_FULL, an I/O
+                        # error): the batch's writes are gone, and this error says why.
+                        raise
                     db.execute("ROLLBACK TO grouped")
                     db.execute("RELEASE grouped")
-                    outcomes.append((done, False, error))
+                    handed: Exception = error
+                    if isinstance(error, sqlite3.Error):
+                        handed = StoreError(f"store {self.url}: the write failed: {error}")
+                        handed.__cause__ = error
+                    outcomes.append((done, False, handed))
                 else:
                     db.execute("RELEASE grouped")
                     outcomes.append((done, True, value))

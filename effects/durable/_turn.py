@@ -21,6 +21,7 @@ from effects.durable._store import (
     TurnCommit,
 )
 from effects.durable._time import epoch_ms
+from effects.durable.errors import StoreError
 from schedules import MAX_DELAY, RandomLike
 
 __all__ = ["HOLD", "StepWaiter", "Suspended", "Turn", "TurnHost", "wait_ms"]
@@ -85,6 +86,9 @@ class Turn:
     notify: Callable[[], None]
     host: TurnHost
     lease_until: int = 0
+    #: The store error a write of this turn met: the turn is then abandoned, whatever the
+    #: workflow does with the error (it must not finish or fail the run on a record it lacks).
+    broken: StoreError | None = None
 
     def now(self) -> int:
         """Epoch ms now."""
@@ -99,18 +103,25 @@ class Turn:
         events: Sequence[NewEvent] = (),
         now: int | None = None,
     ) -> None:
-        """One transaction of this turn (raises ``StaleTurnError`` if the lease was lost)."""
-        await self.store.commit_turn(
-            TurnCommit(
-                self.run.run_id,
-                self.token,
-                self.now() if now is None else now,
-                advance,
-                checkpoints,
-                tasks,
-                events,
+        """
+        One transaction of this turn (raises ``StaleTurnError`` if the lease was lost, and
+        ``StoreError`` if the store failed, which also marks the turn ``broken``).
+        """
+        try:
+            await self.store.commit_turn(
+                TurnCommit(
+                    self.run.run_id,
+                    self.token,
+                    self.now() if now is None else now,
+                    advance,
+                    checkpoints,
+                    tasks,
+                    events,
+                )
             )
-        )
+        except StoreError as error:
+            self.broken = error
+            raise
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
         for event in events:

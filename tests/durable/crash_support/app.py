@@ -255,18 +255,26 @@ async def compensate(ctx: WorkflowContext, data: dict[str, Any]) -> str:
 # -- a worker stopped mid-step ----------------------------------------------------------------
 
 
+async def _held(data: dict[str, Any]) -> None:
+    """
+    Wait (without blocking the event loop, at most 60 s): in a process with ``CRASH_WAIT`` set,
+    until the file ``release`` appears there, unless the input says ``"hold": false``; and, if
+    the input names a file ``until``, until that file appears.
+    """
+    folder = os.environ.get("CRASH_WAIT")
+    releases = [Path(data["until"])] if "until" in data else []
+    if folder and data.get("hold", True):
+        releases.append(Path(folder) / "release")
+    deadline = time.monotonic() + 60
+    while not all(p.exists() for p in releases) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
 @step("crash:wait")
 async def wait(data: dict[str, Any]) -> str:
-    """
-    Succeed; in a process with ``CRASH_WAIT`` set, first wait (without blocking the event loop)
-    until the file ``release`` appears there.
-    """
+    """Succeed; in a process with ``CRASH_WAIT`` set, first wait for its release (``_held``)."""
     step_id, attempt, started = await _work("crash:wait", 0, 0)
-    folder = os.environ.get("CRASH_WAIT")
-    if folder:
-        deadline = time.monotonic() + 60
-        while not (Path(folder) / "release").exists() and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+    await _held(data)
     _end("crash:wait", step_id, attempt, started, ok=True)
     return f"done {data['order']} by {os.getpid()}"
 
@@ -277,5 +285,117 @@ async def waiting(ctx: WorkflowContext, data: dict[str, Any]) -> str:
     return await ctx.step(wait, data)
 
 
-WORKFLOWS = {w.name: w for w in (pipeline, faults, one, hold, compensate, waiting)}
-STEPS = {s.name: s for s in (add, flaky, fails_once, record, stall, wait)}
+# -- issue 10: liveness, lost dispatch, fans, flow-control queues ------------------------------
+
+
+@step("crash:beats")
+async def beats(data: dict[str, Any]) -> dict[str, Any]:
+    """
+    Heartbeat every ``every_ms`` with progress ``{"beat": n, "ms": ms since the start}`` for
+    ``for_ms`` (default 60 s), then return how many beats; an attempt that finds an earlier
+    attempt's progress returns it at once instead.
+    """
+    ctx = current_step()
+    step_id, attempt, started = await _work("crash:beats", 0, 0)
+    if ctx.last_progress is not None:
+        _end("crash:beats", step_id, attempt, started, ok=True)
+        return {"resumed": ctx.last_progress, "by": os.getpid()}
+    begun = time.monotonic()
+    count = 0
+    while (elapsed := time.monotonic() - begun) * 1000 < data.get("for_ms", 60_000):
+        await asyncio.sleep(data["every_ms"] / 1000)
+        count += 1
+        ctx.heartbeat({"beat": count, "ms": round(elapsed * 1000)})
+    _end("crash:beats", step_id, attempt, started, ok=True)
+    return {"beats": count, "by": os.getpid()}
+
+
+@workflow("crash:guarded")
+async def guarded(ctx: WorkflowContext, data: dict[str, Any]) -> Any:
+    """
+    One dispatched step, ``STEPS[data["step"]]``, with the input's ``policy`` overrides; when it
+    fails for good, the workflow's own except branch: a compensating step, and a report.
+    """
+    try:
+        return await ctx.step(STEPS[data["step"]], data, **data.get("policy", {}))
+    except RemoteStepError as error:
+        compensated = await ctx.step(add, {"v": 0, "k": 1, "seed": 0, "work_ms": 0})
+        return {
+            "code": error.step_error.code,
+            "attempts": len(error.errors),
+            "compensated": compensated,
+        }
+
+
+@step("crash:member", retries=4, backoff="fixed", backoff_ms=20)
+async def member(data: dict[str, Any]) -> int:
+    """
+    ``i * i`` after a seeded while (and, with ``CRASH_WAIT``, its release); an input with
+    ``"fail": true`` fails every attempt.
+    """
+    step_id, attempt, started = await _work("crash:member", data["seed"], data["work_ms"])
+    await _held(data)
+    if data.get("fail"):
+        _end("crash:member", step_id, attempt, started, ok=False)
+        msg = f"member {data['i']} fails attempt {attempt}"
+        raise ConnectionError(msg)
+    _end("crash:member", step_id, attempt, started, ok=True)
+    return int(data["i"]) ** 2
+
+
+@workflow("crash:fan")
+async def fan(ctx: WorkflowContext, data: dict[str, Any]) -> dict[str, Any]:
+    """
+    A fan of ``STEPS[data["step"]]`` over ``data["inputs"]``; a member that fails for good is
+    caught, and a step after the fan shows where the workflow went on.
+    """
+    try:
+        outputs = await ctx.all(STEPS[data["step"]], data["inputs"], **data.get("policy", {}))
+    except RemoteStepError as error:
+        after = await ctx.step(add, {"v": 0, "k": 1, "seed": 0, "work_ms": 0})
+        return {"failed": error.step_id, "attempts": len(error.errors), "after": after}
+    return {"outputs": outputs}
+
+
+#: The flow-control queue every node engine has (``--queue-concurrency`` slots).
+QUEUE = "crash:api"
+
+
+async def _lane(data: dict[str, Any]) -> str:
+    """
+    Wait as ``_held`` says, then work ``work_ms``, logging ``time.monotonic()`` (one clock for
+    every process) at the start and the end; an input with ``"fail_first": true`` fails
+    attempt 1 (retryable).
+    """
+    ctx = current_step()
+    begun = time.monotonic()
+    log_exec({"ev": "start", "name": ctx.name, "step_id": ctx.step_id, "attempt": ctx.attempt})
+    await _held(data)
+    await asyncio.sleep(data["work_ms"] / 1000)
+    ok = not (data.get("fail_first") and ctx.attempt == 1)
+    log_exec(
+        {
+            "ev": "end",
+            "name": ctx.name,
+            "step_id": ctx.step_id,
+            "attempt": ctx.attempt,
+            "mono_start": begun,
+            "mono_end": time.monotonic(),
+            "ok": ok,
+        }
+    )
+    if not ok:
+        msg = f"{ctx.step_id} fails its first attempt"
+        raise ConnectionError(msg)
+    return f"{ctx.name} {data['order']} by {os.getpid()}"
+
+
+# Two steps of one queue in two groups, so a test can pin each to its own process.
+lane_a = step("crash:lane-a", group="lane-a")(_lane)
+lane_b = step("crash:lane-b", group="lane-b")(_lane)
+
+
+WORKFLOWS = {w.name: w for w in (pipeline, faults, one, hold, compensate, waiting, guarded, fan)}
+STEPS = {
+    s.name: s for s in (add, flaky, fails_once, record, stall, wait, beats, member, lane_a, lane_b)
+}

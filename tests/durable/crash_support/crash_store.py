@@ -5,6 +5,8 @@ chosen persistence point, so a test can show what a crash at exactly that write 
 The process dies by ``os._exit(137)``: no ``finally`` block, no ``atexit``, no lease released,
 which is what a ``kill -9`` or a power cut of the process leaves. Just before dying it writes the
 point's name to a marker file, so a test knows the crash happened where it meant it to.
+
+``CountingStore``: a ``SqliteStore`` that logs every heartbeat write it receives.
 """
 
 from __future__ import annotations
@@ -127,3 +129,26 @@ class CrashingStore:
         if self._point == "result":
             self._die()
         return recorded
+
+
+class CountingStore(SqliteStore):
+    """
+    A ``SqliteStore`` that appends a line (the beat's epoch ms) to *log* for every heartbeat
+    write it receives, so a test can count a worker process's writes.
+    """
+
+    def __init__(self, url: str, log: Path) -> None:
+        super().__init__(url)
+        self._log = log
+
+    async def heartbeat(
+        self, task: Task, *, now: int, progress: str | None, lease_until: int | None
+    ) -> bool:
+        """Log the write, then persist the beat."""
+        line = f"{now}\n".encode()
+        fd = os.open(self._log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        return await super().heartbeat(task, now=now, progress=progress, lease_until=lease_until)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -15,14 +16,95 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Protocol, TypeVar
 
 import attrs
+import pytest
 
 from effects.durable import Engine
+from tests.durable.crash_support.node import main as node_main
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[3]
 FINISHED = frozenset({"completed", "failed", "cancelled", "dead"})
+
+
+class Process(Protocol):
+    """What a node's process offers: ``subprocess.Popen``'s or a ``Forked``'s."""
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code, once it ended (negative: the signal that ended it)."""
+        ...
+
+    def poll(self) -> int | None:
+        """The exit code if it ended, else ``None``."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the end; ``subprocess.TimeoutExpired`` past *timeout* s."""
+        ...
+
+
+#: Nodes forked from a server that has imported them already start in milliseconds (a fresh
+#: interpreter spends a few hundred ms of CPU importing, which many nodes at once pay dearly).
+_FORK_SERVER: Final = multiprocessing.get_context("forkserver")
+_FORK_SERVER.set_forkserver_preload(
+    ["tests.durable.crash_support.node", "tests.durable.crash_support.harness"]
+)
+
+
+def _run_forked(args: list[str], env: dict[str, str], output: str) -> None:
+    """A forked node's body: its output to *output*, *env* set, then the node's ``main``."""
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.update(env)
+    code = node_main(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class Forked:
+    """A node process forked from the preloaded fork server, seen through ``Popen``'s API."""
+
+    def __init__(self, args: list[str], env: dict[str, str], output: Path) -> None:
+        self._process = _FORK_SERVER.Process(
+            target=_run_forked, args=(args, env, str(output)), daemon=False
+        )
+        self._process.start()
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        pid = self._process.pid
+        assert pid is not None
+        return pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code, once it ended."""
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        """The exit code if it ended, else ``None``."""
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the end; ``subprocess.TimeoutExpired`` past *timeout* s."""
+        self._process.join(timeout)
+        code = self._process.exitcode
+        if code is None:
+            raise subprocess.TimeoutExpired(f"node {self.pid}", timeout or 0)
+        return code
 
 
 @attrs.define
@@ -30,7 +112,7 @@ class Node:
     """One spawned node process, its output in ``<name>.out`` of the test's folder."""
 
     name: str
-    process: subprocess.Popen[bytes]
+    process: Process
     output: Path
     #: Whether the test ended it on purpose (an exit is then no surprise).
     stopped: bool = False
@@ -64,25 +146,34 @@ class Node:
 
 
 class Nodes:
-    """Spawns node processes for one test and kills whichever still run at its end."""
+    """
+    Spawns node processes for one test and kills whichever still run at its end: each a fresh
+    ``python -m tests.durable.crash_support.node``, or with *forked* a ``Forked`` one.
+    """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, forked: bool = False) -> None:
         self.folder = folder
         self.logs = folder / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.spawned: list[Node] = []
+        self.forked = forked
 
     def spawn(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Node:
-        """Start ``python -m tests.durable.crash_support.node *args``."""
+        """Start a node running ``node.main(args)``; its output goes to ``<name>-<n>.out``."""
         output = self.folder / f"{name}-{len(self.spawned)}.out"
-        with output.open("wb") as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "tests.durable.crash_support.node", *args],
-                cwd=ROOT,
-                env={**os.environ, "CRASH_LOG_DIR": str(self.logs), **(env or {})},
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
+        environment = {"CRASH_LOG_DIR": str(self.logs), **(env or {})}
+        process: Process
+        if self.forked:
+            process = Forked(list(args), environment, output)
+        else:
+            with output.open("wb") as sink:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "tests.durable.crash_support.node", *args],
+                    cwd=ROOT,
+                    env={**os.environ, **environment},
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
         node = Node(name, process, output)
         self.spawned.append(node)
         return node
@@ -126,6 +217,83 @@ async def wait_until_async(
             msg = f"timed out after {timeout} s waiting for {what}"
             raise AssertionError(msg)
         await asyncio.sleep(poll)
+
+
+async def until(
+    nodes: Nodes, what: str, check: Callable[[], Awaitable[bool]], *, timeout: float = 60
+) -> None:
+    """``wait_until_async`` that also fails at once, with its output, if a node died unasked."""
+
+    async def alive_and() -> bool:
+        nodes.check_alive()
+        return await check()
+
+    await wait_until_async(alive_and, timeout=timeout, what=what)
+
+
+async def spawn_ready(
+    nodes: Nodes, name: str, *args: str, env: Mapping[str, str] | None = None
+) -> Node:
+    """Spawn a node and wait until its store is open (so it is there for what comes next)."""
+    ready = nodes.folder / f"ready-{len(nodes.spawned)}"
+    node = nodes.spawn(name, *args, "--ready", str(ready), env=env)
+
+    async def opened() -> bool:
+        return ready.exists()
+
+    await until(nodes, f"{name} to open the store", opened)
+    return node
+
+
+Scenario = Callable[[Nodes], Awaitable[T]]
+
+
+def run_concurrently(
+    tmp_path_factory: pytest.TempPathFactory, scenarios: Mapping[str, Scenario[T]]
+) -> dict[str, T | BaseException]:
+    """
+    Run every scenario at once (each with its own folder and nodes, killed at its end), so a
+    test module waits out its windows and process starts once; return each one's result or
+    error (with the end of its nodes' output), for its own test to check.
+    """
+
+    async def one(name: str, scenario: Scenario[T]) -> T:
+        nodes = Nodes(tmp_path_factory.mktemp(name), forked=True)
+        began = time.monotonic()
+        try:
+            return await scenario(nodes)
+        except Exception as error:
+            msg = f"scenario {name}: {error}\n{nodes.tails()}"
+            raise AssertionError(msg) from error
+        finally:
+            nodes.kill_all()
+            print(f"scenario {name}: {time.monotonic() - began:.1f} s")
+
+    async def every() -> dict[str, T | BaseException]:
+        results = await asyncio.gather(
+            *(one(name, scenario) for name, scenario in scenarios.items()),
+            return_exceptions=True,
+        )
+        return dict(zip(scenarios, results, strict=True))
+
+    return asyncio.run(every())
+
+
+def outcome(results: Mapping[str, T | BaseException], name: str) -> T:
+    """The result of scenario *name*, or its error raised."""
+    found = results[name]
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
+def starts(folder: Path, name: str) -> list[tuple[int, int]]:
+    """``(attempt, pid)`` of every start of step *name*'s handler, by attempt."""
+    return sorted(
+        (r["attempt"], r["pid"])
+        for r in read_execs(folder)
+        if r["ev"] == "start" and r["name"] == name
+    )
 
 
 def read_execs(folder: Path) -> list[dict[str, Any]]:

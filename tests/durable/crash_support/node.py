@@ -9,7 +9,10 @@ lists (``[[workflow, run_id, input], ...]``) and prints their ids. Then, by ``--
 or until the runs named by ``--until-finished`` are finished), ``idle`` (``run_until_idle()``
 once) or ``start`` (nothing more). ``--crash POINT`` wraps the store in ``CrashingStore``;
 ``--clock-offset-s`` sets the engine's clock that far ahead of the wall clock (a clock that
-jumped); ``--log-level`` shows the engine's log.
+jumped); ``--log-level`` shows the engine's log. ``--steps`` limits the steps served (a worker
+of one lane); ``--redispatch-ms`` / ``--redispatch-max`` / ``--reconcile-ms`` /
+``--queue-concurrency`` are the engine options of issue 10; ``--count-heartbeats FILE`` appends a
+line to FILE for every heartbeat write the store receives.
 
 Exit codes: 0 done, 137 a crash point was reached, 3 ``--until-finished`` passed its deadline.
 """
@@ -28,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from effects.durable import Engine, Store
+from effects.durable import Engine, Queue, Store
 from effects.durable._time import WallClock
-from tests.durable.crash_support.app import STEPS, WORKFLOWS
-from tests.durable.crash_support.crash_store import POINTS, CrashingStore
+from tests.durable.crash_support.app import QUEUE, STEPS, WORKFLOWS
+from tests.durable.crash_support.crash_store import POINTS, CountingStore, CrashingStore
 
 _FINISHED = frozenset({"completed", "failed", "cancelled", "dead"})
 
@@ -54,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--start", help="JSON list of [workflow, run_id, input] to start")
     parser.add_argument("--clock-offset-s", type=float, default=0.0)
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--steps", nargs="*", choices=sorted(STEPS))
+    parser.add_argument("--redispatch-ms", type=int)
+    parser.add_argument("--redispatch-max", type=int, default=10)
+    parser.add_argument("--reconcile-ms", type=int, default=300_000)
+    parser.add_argument("--queue-concurrency", type=int, default=1)
+    parser.add_argument("--count-heartbeats", type=Path)
     return parser
 
 
@@ -74,13 +83,20 @@ def _engine(args: argparse.Namespace) -> Engine:
     store: str | Store = args.url
     if args.crash is not None:
         store = CrashingStore(args.url, args.crash, args.marker)
+    elif args.count_heartbeats is not None:
+        store = CountingStore(args.url, args.count_heartbeats)
     workflows = list(WORKFLOWS.values()) if args.role != "worker" else []
-    steps = list(STEPS.values()) if args.role != "orchestrator" else []
+    served = STEPS if args.steps is None else {name: STEPS[name] for name in args.steps}
+    steps = list(served.values()) if args.role != "orchestrator" else []
     return Engine(
         store,
         workflows=workflows,
         steps=steps,
+        queues=[Queue(QUEUE, args.queue_concurrency)],
         lease_ms=args.lease_ms,
+        reconcile_ms=args.reconcile_ms,
+        remote_redispatch_ms=args.redispatch_ms,
+        remote_redispatch_max=args.redispatch_max,
         random=random.Random(args.seed),
         clock=ShiftedClock(args.clock_offset_s) if args.clock_offset_s else None,
     )
