@@ -32,6 +32,7 @@ __all__ = [
     "add_hook",
     "hooks",
     "log_retries",
+    "notify_hooks",
 ]
 
 EventKind = Literal["retry", "attempt", "give_up", "budget_exhausted"]
@@ -142,6 +143,29 @@ _REGISTRY = _Registry()
 def hooks() -> tuple[Hook, ...]:
     """The hooks registered now, oldest first."""
     return _REGISTRY.hooks
+
+
+def notify_hooks(event: RetryEvent) -> None:
+    """
+    Send *event* to every hook added with ``add_hook``, oldest first, in the calling thread.
+
+    For runtimes built on ``effects`` that retry outside ``retry(...)`` (``effects.durable``'s
+    engine), so one hook or ``log_retries()`` hears every retry of the process. An exception a
+    hook raises propagates to the caller.
+
+    Args:
+        event: The event.
+
+    Example:
+        >>> seen = []
+        >>> remove = add_hook(lambda event: seen.append((event.name, event.kind)))
+        >>> notify_hooks(RetryEvent("retry", 1, 0.5, OSError("x"), 0.0, "checkout/charge"))
+        >>> remove()
+        >>> seen
+        [('checkout/charge', 'retry')]
+    """
+    for hook in _REGISTRY.hooks:
+        hook(event)
 
 
 def add_hook(hook: Hook) -> Callable[[], None]:

@@ -28,7 +28,7 @@ from effects.durable._records import Checkpoint, CheckpointKind
 from effects.durable._remote import Member, liveness, settle_members
 from effects.durable._store import CheckpointWrite, NewEvent
 from effects.durable._time import is_async_callable
-from effects.durable._turn import HOLD, Suspended, Turn, wait_ms
+from effects.durable._turn import HOLD, Suspended, Turn, tell_hooks, wait_ms
 from effects.durable.errors import NonDeterminismError, StepError, StepFailedError, StoreError
 
 __all__ = ["WorkflowContext", "suspended"]
@@ -268,6 +268,14 @@ class WorkflowContext:
                         state = schedule.initial()
                     state, _, delay = schedule.step(now / 1000, error, state, turn.rng)
                 if delay is None:
+                    tell_hooks(
+                        "give_up",
+                        attempt=attempt,
+                        delay=None,
+                        error=error,
+                        elapsed=(now - created) / 1000,
+                        name=f"{turn.run.workflow}/{name}",
+                    )
                     await self._fail_local(
                         seq=seq,
                         name=name,
@@ -281,6 +289,14 @@ class WorkflowContext:
                     )
                     raise
                 delay_ms = wait_ms(delay, step_error.retry_after)
+                tell_hooks(
+                    "retry",
+                    attempt=attempt,
+                    delay=delay_ms / 1000,
+                    error=error,
+                    elapsed=(now - created) / 1000,
+                    name=f"{turn.run.workflow}/{name}",
+                )
                 events.append(
                     NewEvent(
                         "step.retry_scheduled",

@@ -19,7 +19,7 @@ from effects.durable._codec import Codec, from_data
 from effects.durable._policy import StepPolicy
 from effects.durable._records import Checkpoint
 from effects.durable._store import CheckpointWrite, NewEvent, NewTask, RunAdvance
-from effects.durable._turn import HOLD, Turn, wait_ms
+from effects.durable._turn import HOLD, Turn, tell_hooks, wait_ms
 from effects.durable.errors import RemoteStepError, RemoteStepTimeout, StepError
 
 __all__ = ["Member", "liveness", "settle_members"]
@@ -46,11 +46,27 @@ class Member:
     wake: int | None = None
 
 
+_Told = tuple[Literal["retry", "give_up"], Checkpoint, float | None, tuple[StepError, ...]]
+
+
 @attrs.define(slots=True)
 class _Plan:
     writes: list[CheckpointWrite] = attrs.field(factory=list[CheckpointWrite])
     tasks: list[NewTask] = attrs.field(factory=list[NewTask])
     events: list[NewEvent] = attrs.field(factory=list[NewEvent])
+    # (kind, checkpoint, delay in s, errors) told to effects hooks once the plan is committed.
+    hooks: list[_Told] = attrs.field(factory=list[_Told])
+
+    def tell(self, turn: Turn, now: int) -> None:
+        for kind, cp, delay, errors in self.hooks:
+            tell_hooks(
+                kind,
+                attempt=cp.attempts,
+                delay=delay,
+                error=RemoteStepError(cp.step_id, cp.name, errors or (StepError("failed"),)),
+                elapsed=(now - cp.created_at) / 1000,
+                name=f"{turn.run.workflow}/{cp.name}",
+            )
 
 
 def _text(data: Any) -> str | None:
@@ -206,8 +222,15 @@ def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
                 error=lost,
                 errors=(*cp.errors, lost),
             )
+            plan.hooks.append(("give_up", cp, None, (*cp.errors, lost)))
             return
         _redispatch(turn, member, cp, plan, now, lost=True)
+        lapsed = StepError(
+            message=f"no result or heartbeat within {cp.lease_ms} ms; dispatched again",
+            code="remote_step_redispatched",
+            type="effects.durable.RemoteStepLost",
+        )
+        plan.hooks.append(("retry", cp, 0.0, (*cp.errors, lapsed)))
         return
     # A failed attempt.
     if cp.final:
@@ -239,9 +262,11 @@ def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
             )
         )
         _settle(member, cp, plan, now, retry_state=state)
+        plan.hooks.append(("give_up", cp, None, cp.errors))
         return
     delay_ms = wait_ms(delay, error.retry_after)
     wake_at = now + delay_ms
+    plan.hooks.append(("retry", cp, delay_ms / 1000, cp.errors))
     scheduled = NewEvent(
         "step.retry_scheduled",
         now,
@@ -292,9 +317,11 @@ async def settle_members(turn: Turn, members: Sequence[Member]) -> bool:
         )
         if plan.tasks:
             turn.notify()
+        plan.tell(turn, now)
         return True
     if plan.writes or plan.events:
         await turn.commit(HOLD, checkpoints=plan.writes, events=plan.events, now=now)
+    plan.tell(turn, now)
     return False
 
 
@@ -319,7 +346,7 @@ async def liveness(turn: Turn, member: Member) -> Any:
     input_text = member.input_text if cp is None else (_text(cp.input) or "null")
     assert input_text is not None
     timeout: RemoteStepTimeout | None = None
-    for _ in range(retries):
+    for round_ in range(retries):
         now = turn.now()
         attempt = 1 if cp is None else cp.attempts + 1
         fresh = Checkpoint(
@@ -404,6 +431,15 @@ async def liveness(turn: Turn, member: Member) -> Any:
             now=now,
         )
         cp = attrs.evolve(timed_out, rev=cp.rev + 1)
+        last = round_ == retries - 1
+        tell_hooks(
+            "give_up" if last else "retry",
+            attempt=attempt,
+            delay=None if last else 0.0,
+            error=timeout,
+            elapsed=(now - cp.created_at) / 1000,
+            name=f"{turn.run.workflow}/{member.name}",
+        )
     assert timeout is not None
     assert cp is not None
     settled = attrs.evolve(cp, final=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import attrs
 
-from effects import Clock
+from effects import Clock, RetryEvent, notify_hooks
 from effects.durable._definitions import StepDef
 from effects.durable._records import Run
 from effects.durable._store import (
@@ -24,7 +24,7 @@ from effects.durable._time import epoch_ms
 from effects.durable.errors import StoreError
 from schedules import MAX_DELAY, RandomLike
 
-__all__ = ["HOLD", "StepWaiter", "Suspended", "Turn", "TurnHost", "wait_ms"]
+__all__ = ["HOLD", "StepWaiter", "Suspended", "Turn", "TurnHost", "tell_hooks", "wait_ms"]
 
 _MAX_DELAY_MS: Final = round(MAX_DELAY * 1000)
 _log: Final = logging.getLogger("effects.durable")
@@ -140,6 +140,25 @@ class Turn:
     def lease(self, now: int, extra_ms: int = 0) -> RunAdvance:
         """The advance that keeps the turn going with its lease renewed from *now*."""
         return RunAdvance("continue", lease_until=now + self.lease_ms + extra_ms)
+
+
+def tell_hooks(
+    kind: Literal["retry", "give_up"],
+    *,
+    attempt: int,
+    delay: float | None,
+    error: Exception,
+    elapsed: float,
+    name: str,
+) -> None:
+    """
+    Report a durable retry or give-up to the hooks of ``effects.add_hook`` (and so to
+    ``effects.log_retries``). A hook that raises is logged, never allowed to break the engine.
+    """
+    try:
+        notify_hooks(RetryEvent(kind, attempt, delay, error, elapsed, name))
+    except Exception:  # noqa: BLE001 - a listener's bug must not stop a workflow
+        _log.exception("an effects hook raised on a durable event of %s; ignored", name)
 
 
 def wait_ms(delay: float, retry_after: float | None) -> int:

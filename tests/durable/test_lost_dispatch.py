@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any
 
@@ -205,3 +206,41 @@ async def test_a_fan_carries_leases_on_every_member(durable_engine: DurableEngin
         run = await engine.get_run(run_id)
     assert [[5000], [5000]] == [relative([cp.wake_at]) for cp in checkpoints]
     assert [5000] == relative([run.wake_at])
+
+
+async def test_durable_retries_reach_effects_hooks(durable_engine: DurableEngineFactory) -> None:
+    """Retries, give-ups and re-drives are told to effects.add_hook listeners, by name."""
+    from effects import RetryEvent, add_hook
+
+    seen: list[RetryEvent] = []
+    remove = add_hook(seen.append)
+
+    @step("flaky-export", retries=2, backoff_ms=250)
+    async def flaky_export(_: None) -> None:
+        raise ConnectionError("down")
+
+    @workflow("hooked")
+    async def hooked(ctx: WorkflowContext, _: None) -> str:
+        with contextlib.suppress(ZeroDivisionError):
+            await ctx.local_step("warm", lambda: 1 / 0, retries=2, backoff_ms=10)
+        try:
+            await ctx.step(flaky_export, None)
+        except RemoteStepError:
+            return "gave up"
+        return "exported"
+
+    try:
+        async with durable_engine(workflows=[hooked], steps=[flaky_export]) as engine:
+            run_id = await engine.start(hooked, None)
+            await engine.run_until_idle(advance_time=True)
+            assert "gave up" == (await engine.get_run(run_id)).output
+    finally:
+        remove()
+    assert [
+        ("hooked/warm", "retry", 1, 0.01),
+        ("hooked/warm", "give_up", 2, None),
+        ("hooked/flaky-export", "retry", 1, 0.25),
+        ("hooked/flaky-export", "give_up", 2, None),
+    ] == [(e.name, e.kind, e.attempt, e.delay) for e in seen]
+    assert isinstance(seen[-1].error, RemoteStepError)
+    assert isinstance(seen[0].error, ZeroDivisionError)
