@@ -902,7 +902,15 @@ class Engine:
         while True:
             await asyncio.sleep(interval)
             now = turn.now()
-            if not await self._store.renew_lease(turn.run.run_id, turn.token, now + self._lease_ms):
+            try:
+                held = await self._store.renew_lease(
+                    turn.run.run_id, turn.token, now + self._lease_ms
+                )
+            except StoreError as error:
+                # Two more tries remain before the lease lapses; the next one may succeed.
+                _log.warning("run %s: could not renew its lease: %s", turn.run.run_id, error)
+                continue
+            if not held:
                 return
 
     # -- a step attempt ---------------------------------------------------------------------------
@@ -976,9 +984,14 @@ class Engine:
         interval = self._lease_ms / 3000
         while True:
             await asyncio.sleep(interval)
-            if not await self._store.renew_claim(
-                task.task_id, self._id, self._now() + self._lease_ms
-            ):
+            try:
+                held = await self._store.renew_claim(
+                    task.task_id, self._id, self._now() + self._lease_ms
+                )
+            except StoreError as error:
+                _log.warning("step %s: could not renew its claim: %s", task.step_id, error)
+                continue
+            if not held:
                 return
 
 
