@@ -47,6 +47,36 @@ def suspended() -> type[BaseException]:
     return Suspended
 
 
+def _local_outcome(
+    turn: Turn,
+    seq: int,
+    name: str,
+    *,
+    attempt: int,
+    errors: list[StepError],
+    created: int,
+    now: int,
+    failed: bool = False,
+) -> Checkpoint:
+    """A local step's checkpoint once its outcome is known (completed, or failed for good)."""
+    return Checkpoint(
+        run_id=turn.run.run_id,
+        seq=seq,
+        name=name,
+        kind="local",
+        step_id=f"{turn.run.run_id}:{seq}",
+        status="failed" if failed else "completed",
+        attempts=attempt,
+        wake_at=None,
+        output=None,
+        error=errors[-1] if failed else None,
+        errors=tuple(errors),
+        final=failed,
+        created_at=created,
+        updated_at=now,
+    )
+
+
 def _started(at: int, seq: int, attempt: int) -> NewEvent:
     return NewEvent("step.started", at, seq, {"attempt": attempt, "kind": "local"})
 
@@ -339,21 +369,8 @@ class WorkflowContext:
             events.append(
                 NewEvent("step.completed", now, seq, {"attempt": attempt, "kind": "local"})
             )
-            checkpoint = Checkpoint(
-                run_id=turn.run.run_id,
-                seq=seq,
-                name=name,
-                kind="local",
-                step_id=f"{turn.run.run_id}:{seq}",
-                status="completed",
-                attempts=attempt,
-                wake_at=None,
-                output=None,
-                error=None,
-                errors=tuple(errors),
-                final=False,
-                created_at=created,
-                updated_at=now,
+            checkpoint = _local_outcome(
+                turn, seq, name, attempt=attempt, errors=errors, created=created, now=now
             )
             await turn.commit(
                 HOLD,
@@ -379,21 +396,8 @@ class WorkflowContext:
         now: int,
     ) -> None:
         turn = self._turn
-        checkpoint = Checkpoint(
-            run_id=turn.run.run_id,
-            seq=seq,
-            name=name,
-            kind="local",
-            step_id=f"{turn.run.run_id}:{seq}",
-            status="failed",
-            attempts=attempt,
-            wake_at=None,
-            output=None,
-            error=errors[-1],
-            errors=tuple(errors),
-            final=True,
-            created_at=created,
-            updated_at=now,
+        checkpoint = _local_outcome(
+            turn, seq, name, attempt=attempt, errors=errors, created=created, now=now, failed=True
         )
         write = CheckpointWrite(
             checkpoint,
