@@ -806,7 +806,13 @@ class Engine:
             lease_until=self._now() + self._lease_ms,
         )
         ctx = WorkflowContext(turn, claimed.checkpoints)
-        renewer = asyncio.get_running_loop().create_task(self._renew_lease(turn))
+        renewer = _Renewal(
+            self._lease_ms / 3000,
+            lambda: self._store.renew_lease(
+                turn.run.run_id, turn.token, turn.now() + self._lease_ms
+            ),
+            f"the lease of run {turn.run.run_id}",
+        )
         try:
             await self._replay(definition, ctx, turn)
             if turn.broken is not None:
@@ -897,22 +903,6 @@ class Engine:
             now=now,
         )
 
-    async def _renew_lease(self, turn: Turn) -> None:
-        interval = self._lease_ms / 3000
-        while True:
-            await asyncio.sleep(interval)
-            now = turn.now()
-            try:
-                held = await self._store.renew_lease(
-                    turn.run.run_id, turn.token, now + self._lease_ms
-                )
-            except StoreError as error:
-                # Two more tries remain before the lease lapses; the next one may succeed.
-                _log.warning("run %s: could not renew its lease: %s", turn.run.run_id, error)
-                continue
-            if not held:
-                return
-
     # -- a step attempt ---------------------------------------------------------------------------
 
     async def _attempt(self, task: Task, claimed_at: int) -> None:
@@ -927,7 +917,13 @@ class Engine:
                 )
             )
         else:
-            renewer = asyncio.get_running_loop().create_task(self._renew_claim(task))
+            renewer = _Renewal(
+                self._lease_ms / 3000,
+                lambda: self._store.renew_claim(
+                    task.task_id, self._id, self._now() + self._lease_ms
+                ),
+                f"the claim on {task.step_id}",
+            )
             beats = _Beats(task, claimed_at, store=self._store, now=self._now, hear=self._hear)
             try:
                 outcome = await self._run_handler(definition, task, beats)
@@ -980,19 +976,45 @@ class Engine:
             return TaskOutcome(error=failure, progress=progress)
         return TaskOutcome(output=output, progress=progress)
 
-    async def _renew_claim(self, task: Task) -> None:
-        interval = self._lease_ms / 3000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                held = await self._store.renew_claim(
-                    task.task_id, self._id, self._now() + self._lease_ms
-                )
-            except StoreError as error:
-                _log.warning("step %s: could not renew its claim: %s", task.step_id, error)
-                continue
-            if not held:
-                return
+
+class _Renewal:
+    """
+    Renews a lease or a claim every *interval* seconds until cancelled or refused. A timer, not a
+    task, until the first renewal is due: most turns and attempts end before that.
+    """
+
+    __slots__ = ("_handle", "_interval", "_renew", "_task", "_what")
+
+    def __init__(
+        self, interval: float, renew: Callable[[], Coroutine[Any, Any, bool]], what: str
+    ) -> None:
+        self._interval, self._renew, self._what = interval, renew, what
+        self._task: asyncio.Task[None] | None = None
+        self._handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            interval, self._due
+        )
+
+    def _due(self) -> None:
+        self._handle = None
+        self._task = asyncio.get_running_loop().create_task(self._renew_once())
+
+    async def _renew_once(self) -> None:
+        try:
+            held = await self._renew()
+        except StoreError as error:
+            # Two more tries remain before it lapses; the next one may succeed.
+            _log.warning("could not renew %s: %s", self._what, error)
+            held = True
+        self._task = None
+        if held:
+            self._handle = asyncio.get_running_loop().call_later(self._interval, self._due)
+
+    def cancel(self) -> None:
+        """Stop renewing."""
+        if self._handle is not None:
+            self._handle.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
 
 class _Beats:

@@ -592,16 +592,16 @@ class SqliteStore:
     def _create_run(
         self, db: sqlite3.Connection, run: NewRun, events: Sequence[NewEvent]
     ) -> Run | None:
-        row = db.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run.run_id,)
-        ).fetchone()
-        if row is not None:
-            return _run(row)
-        db.execute(
+        inserted = db.execute(
             "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
-            " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+            " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
             (run.run_id, run.workflow, run.version, run.input, run.now, run.now),
-        )
+        ).rowcount
+        if inserted != 1:
+            row = db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run.run_id,)
+            ).fetchone()
+            return _run(row)
         self._insert_events(db, run.run_id, events)
         return None
 
@@ -693,7 +693,12 @@ class SqliteStore:
                 " ORDER BY updated_at, run_id LIMIT ?"
             )
             # A read first: an idle poll takes no write lock (and writes no empty transaction).
-            if not self._conn.execute(query, (now, *flat, 1)).fetchone():
+            probe = (
+                "SELECT 1 FROM runs WHERE status IN ('pending', 'suspended')"
+                " AND (status = 'pending' OR wake_at <= ?)"
+                f" AND (workflow, version) IN (VALUES {pairs}) LIMIT 1"
+            )
+            if not self._conn.execute(probe, (now, *flat)).fetchone():
                 return []
 
             def work(db: sqlite3.Connection) -> list[ClaimedRun]:
@@ -961,7 +966,11 @@ class SqliteStore:
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE status = 'queued'"
                 f" AND grp IN ({marks}) AND available_at <= ? ORDER BY task_id LIMIT ?"
             )
-            if not self._conn.execute(query, (*groups, now, 1)).fetchone():
+            probe = (
+                "SELECT 1 FROM tasks WHERE status = 'queued'"
+                f" AND grp IN ({marks}) AND available_at <= ? LIMIT 1"
+            )
+            if not self._conn.execute(probe, (*groups, now)).fetchone():
                 return []
 
             def work(db: sqlite3.Connection) -> list[Task]:
