@@ -34,7 +34,7 @@ from effects.durable._store import (
 )
 from effects.durable._time import WallClock, epoch_ms
 from effects.durable._turn import StepWaiter, Turn
-from effects.durable.errors import StepError, UnknownRunError
+from effects.durable.errors import StepError, StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
 __all__ = ["Engine", "Queue", "merge_events", "open_store"]
@@ -85,7 +85,8 @@ def open_store(store: str | Store) -> Store:
     The store a URL names: ``sqlite:///path.db`` or ``postgresql://...``; a ``Store`` as it is.
 
     Raises:
-        ValueError: If the URL's scheme is not one of those.
+        ValueError: If the URL's scheme is not one of those, or the URL is malformed.
+        StoreError: For a PostgreSQL URL when the ``postgres`` extra is not installed.
     """
     if not isinstance(store, str):
         return store
@@ -95,8 +96,16 @@ def open_store(store: str | Store) -> Store:
 
         return SqliteStore(store)
     if scheme in ("postgresql", "postgres"):
-        msg = "the PostgreSQL store is not available in this version"
-        raise ValueError(msg)
+        try:
+            from effects.durable._store_postgres import PostgresStore  # noqa: PLC0415
+        except ImportError as error:
+            msg = (
+                f"the PostgreSQL store needs psycopg and psycopg-pool ({error}):"
+                " pip install 'effect-schedules[postgres]'"
+            )
+            raise StoreError(msg) from error
+
+        return PostgresStore(store)
     msg = f"store must be a 'sqlite:///path.db' or 'postgresql://...' URL, got {store!r}"
     raise ValueError(msg)
 
@@ -302,6 +311,10 @@ class Engine:
         """Open the store (create or upgrade its schema). ``async with`` calls this."""
         if self._opened == 0:
             await self._store.open()
+            # A store that hears other processes' writes (PostgreSQL's NOTIFY) wakes work().
+            hint = getattr(self._store, "wake_hint", None)
+            if callable(hint) and inspect.isawaitable(given := hint(self._notify)):
+                await given
         self._opened += 1
 
     async def close(self) -> None:
@@ -687,13 +700,16 @@ class Engine:
             await self._recover()
             free = _DRAIN_CONCURRENCY - len(self._inflight)
             claimed = await self._claim(free) if free > 0 else 0
+            # A store that awaits the server (PostgreSQL) lets a turn or attempt end during the
+            # claim, after the claim's snapshot was taken: the event says so, and we look again.
+            settled = not wake.is_set()
             if not self._inflight:
-                if claimed == 0:
+                if claimed == 0 and settled:
                     return
                 continue
             if claimed and len(self._inflight) < _DRAIN_CONCURRENCY:
                 continue
-            if not claimed and self._parked_count() >= len(self._inflight):
+            if not claimed and settled and self._parked_count() >= len(self._inflight):
                 return  # all that is left waits for a time to come
             # Every turn and attempt that ends, and every wait that parks, sets the event.
             await wake.wait()
