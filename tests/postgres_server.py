@@ -69,10 +69,17 @@ def find_bindir() -> Path:
             found = subprocess.run(
                 ["pg_config", "--bindir"], capture_output=True, text=True, check=True, timeout=10
             ).stdout.strip()
-        except (OSError, subprocess.SubprocessError) as error:
-            msg = f"no PostgreSQL binaries: pg_config --bindir failed ({error})"
-            raise ServerUnavailableError(msg) from None
-        candidates.append(found)
+        except (OSError, subprocess.SubprocessError):
+            # Debian's layout, newest version first.
+            found = ""
+            candidates.extend(
+                str(path) for path in sorted(Path("/usr/lib/postgresql").glob("*/bin"))[::-1]
+            )
+        if found:
+            candidates.append(found)
+    if not candidates:
+        msg = "no PostgreSQL binaries: pg_config is missing and /usr/lib/postgresql is empty"
+        raise ServerUnavailableError(msg)
     for folder in candidates:
         if (Path(folder) / "initdb").is_file() and (Path(folder) / "pg_ctl").is_file():
             return Path(folder)
