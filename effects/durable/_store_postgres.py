@@ -30,7 +30,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Final, TypeVar
+from typing import Any, Final, LiteralString, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -162,12 +162,22 @@ _CHECKPOINT_COLUMNS: Final = (
     " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
     " exception, timeout_ms, lease_ms, redispatches, heartbeat_at"
 )
+_CHECKPOINT_COLUMNS_OF_C: Final = ", ".join(f"c.{c}" for c in _CHECKPOINT_COLUMNS.split(", "))
 _TASK_COLUMNS: Final = (
     "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
 )
 _SLOT_HOLDERS: Final = "('queued', 'claimed')"
 _EVENT_INSERT: Final = (
     "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (%s, %s, %s, %s, %s, %s)"
+)
+# Events of one run from the arrays of ``_event_arrays``, inserted once per row of *source* (a
+# CTE that returns the run's id when the write it guards happened), in the arrays' order.
+_EVENTS_FROM: Final = (
+    "INSERT INTO events (run_id, seq, name, level, at, data)"
+    " SELECT {source}.run_id, e.seq, e.name, e.level, e.at, e.data FROM {source},"
+    " unnest(%(ev_seq)s::integer[], %(ev_name)s::text[], %(ev_level)s::text[],"
+    " %(ev_at)s::bigint[], %(ev_data)s::jsonb[]) WITH ORDINALITY"
+    " AS e(seq, name, level, at, data, n) ORDER BY e.n"
 )
 _WORKER_LOST: Final = StepError(
     message="worker lost: its claim on the task expired before it reported a result",
@@ -360,6 +370,9 @@ class PostgresStore:
         schema = self._options.schema
         self._schema = schema
         self._channel = f"effects_durable.{schema}"
+        # Our own notifications carry this, so the listener can ignore them: the engine already
+        # hears what its own process writes.
+        self._sender = secrets.token_hex(8)
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._wake: Callable[[], None] | None = None
@@ -492,8 +505,9 @@ class PostgresStore:
                     # Whatever was announced while we were not listening is not lost work:
                     # one extra poll finds it.
                     self._hint()
-                    async for _ in conn.notifies():
-                        self._hint()
+                    async for note in conn.notifies():
+                        if note.payload != self._sender:
+                            self._hint()
                 finally:
                     await conn.close()
             except psycopg.Error:
@@ -539,7 +553,7 @@ class PostgresStore:
 
     async def _notify(self, conn: AsyncConnection[Any]) -> None:
         if self._options.listen:
-            await conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+            await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, self._sender))
 
     async def _queue_locks(self, conn: AsyncConnection[Any], queues: Sequence[str | None]) -> None:
         """Take the flow-control locks of *queues*, by name (one order for every transaction)."""
@@ -563,6 +577,20 @@ class PostgresStore:
             )
 
     @staticmethod
+    def _event_arrays(events: Sequence[NewEvent]) -> dict[str, Any]:
+        """*events* as the arrays ``_EVENTS_FROM`` unnests."""
+        return {
+            "ev_seq": [e.seq for e in events],
+            "ev_name": [e.name for e in events],
+            "ev_level": [e.level for e in events],
+            "ev_at": [e.at for e in events],
+            "ev_data": [Jsonb(e.data) for e in events],
+        }
+
+    def _hint_params(self) -> dict[str, Any]:
+        return {"channel": self._channel, "sender": self._sender, "listen": self._options.listen}
+
+    @staticmethod
     def _payload_error(error: BaseException, what: str) -> TypeError:
         return TypeError(
             f"{what} cannot be stored in PostgreSQL: {_one_line(error)} (jsonb holds no U+0000)"
@@ -574,22 +602,33 @@ class PostgresStore:
         """Insert *run* as pending; return the existing run if the id is taken."""
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
-            async with conn.transaction():
-                cursor = await conn.execute(
-                    "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
-                    " updated_at) VALUES (%s, %s, %s, 'pending', %s::jsonb, %s, %s)"
-                    " ON CONFLICT (run_id) DO NOTHING",
-                    (run.run_id, run.workflow, run.version, run.input, run.now, run.now),
-                )
-                if cursor.rowcount != 1:
-                    cursor = await conn.execute(
-                        f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", (run.run_id,)
-                    )
-                    row = await cursor.fetchone()
-                    return None if row is None else _run(row)
-                await self._insert_events(conn, run.run_id, events)
-                await self._notify(conn)
-            return None
+            # One statement: the run, its events and the notification, or nothing at all.
+            cursor = await conn.execute(
+                "WITH made AS (INSERT INTO runs (run_id, workflow, version, status, input,"
+                " created_at, updated_at) VALUES (%(id)s, %(workflow)s, %(version)s, 'pending',"
+                " %(input)s::jsonb, %(now)s, %(now)s) ON CONFLICT (run_id) DO NOTHING"
+                " RETURNING run_id),"
+                f" trail AS ({_EVENTS_FROM.format(source='made')}),"
+                " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM made WHERE %(listen)s)"
+                " SELECT (SELECT COUNT(*) FROM made), (SELECT COUNT(*) FROM hint)",
+                {
+                    "id": run.run_id,
+                    "workflow": run.workflow,
+                    "version": run.version,
+                    "input": run.input,
+                    "now": run.now,
+                    **self._event_arrays(events),
+                    **self._hint_params(),
+                },
+            )
+            made = await cursor.fetchone()
+            if made is not None and made[0] == 1:
+                return None
+            cursor = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", (run.run_id,)
+            )
+            row = await cursor.fetchone()
+            return None if row is None else _run(row)
 
         try:
             return await self._call(go)
@@ -708,38 +747,47 @@ class PostgresStore:
         token = f"{owner}:{secrets.token_hex(6)}"
 
         async def go(conn: AsyncConnection[Any], retry: _Retry) -> list[ClaimedRun]:
-            async with conn.transaction():
-                runs: list[Run] = []
-                if retry.again:
-                    cursor = await conn.execute(
-                        f"SELECT {_RUN_COLUMNS} FROM runs WHERE lease_token = %s"
-                        " AND status = 'running'",
-                        (token,),
-                    )
-                    runs = [_run(row) for row in await cursor.fetchall()]
-                if len(runs) < limit:
-                    cursor = await conn.execute(
-                        "WITH picked AS (SELECT run_id FROM runs"
-                        " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %s))"
-                        " AND (workflow, version) IN"
-                        " (SELECT * FROM unnest(%s::text[], %s::text[]))"
-                        ' ORDER BY updated_at, run_id COLLATE "C" LIMIT %s FOR UPDATE SKIP LOCKED)'
-                        " UPDATE runs SET status = 'running', lease_token = %s, lease_until = %s,"
-                        " woken = false FROM picked WHERE runs.run_id = picked.run_id"
-                        f" RETURNING {', '.join(f'runs.{c}' for c in _RUN_COLUMNS.split(', '))}",
-                        (now, names, versions, limit - len(runs), token, lease_until),
-                    )
-                    runs.extend(_run(row) for row in await cursor.fetchall())
-                if not runs:
-                    return []
+            runs: list[Run] = []
+            if retry.again:
+                cursor = await conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE lease_token = %s"
+                    " AND status = 'running'",
+                    (token,),
+                )
+                runs = [_run(row) for row in await cursor.fetchall()]
+            by_run: dict[str, list[Checkpoint]] = {run.run_id: [] for run in runs}
+            if runs:
                 cursor = await conn.execute(
                     f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ANY(%s)"
                     " ORDER BY run_id, seq",
                     ([run.run_id for run in runs],),
                 )
-                by_run: dict[str, list[Checkpoint]] = {run.run_id: [] for run in runs}
                 for row in await cursor.fetchall():
                     by_run[row[0]].append(_checkpoint(row))
+            if len(runs) < limit:
+                # One statement: the claim, and each claimed run's checkpoints beside it.
+                cursor = await conn.execute(
+                    "WITH picked AS (SELECT run_id FROM runs"
+                    " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %s))"
+                    " AND (workflow, version) IN"
+                    " (SELECT * FROM unnest(%s::text[], %s::text[]))"
+                    ' ORDER BY updated_at, run_id COLLATE "C" LIMIT %s FOR UPDATE SKIP LOCKED),'
+                    " claimed AS (UPDATE runs SET status = 'running', lease_token = %s,"
+                    " lease_until = %s, woken = false FROM picked"
+                    " WHERE runs.run_id = picked.run_id RETURNING"
+                    f" {', '.join(f'runs.{c}' for c in _RUN_COLUMNS.split(', '))})"
+                    f" SELECT claimed.*, {_CHECKPOINT_COLUMNS_OF_C} FROM claimed"
+                    " LEFT JOIN checkpoints c ON c.run_id = claimed.run_id"
+                    " ORDER BY claimed.run_id, c.seq",
+                    (now, names, versions, limit - len(runs), token, lease_until),
+                )
+                width = len(_RUN_COLUMNS.split(", "))
+                for row in await cursor.fetchall():
+                    if row[0] not in by_run:
+                        runs.append(_run(row[:width]))
+                        by_run[row[0]] = []
+                    if row[width] is not None:
+                        by_run[row[0]].append(_checkpoint(row[width:]))
             # Oldest first, as they were picked (the RETURNING order is not guaranteed).
             runs.sort(key=lambda r: (r.updated_at, r.run_id))
             return [ClaimedRun(run, token, by_run[run.run_id]) for run in runs]
@@ -781,43 +829,59 @@ class PostgresStore:
 
     async def commit_turn(self, commit: TurnCommit) -> None:
         """Apply *commit* in one transaction or raise ``StaleTurnError``."""
-
         retried = _Retry()
+        adv = commit.advance
+        hint = adv.action == "release" or (adv.action == "suspend" and adv.wake_at is not None)
 
-        async def go(conn: AsyncConnection[Any], retry: _Retry) -> None:
+        async def simple(conn: AsyncConnection[Any], retry: _Retry) -> None:
+            # No checkpoint or task: the advance and its events are one statement.
             retried.again = retry.again
-            async with conn.transaction():
+            cursor = await conn.execute(*self._advance(commit, hint=hint))
+            row = await cursor.fetchone()
+            if row is None or row[0] != 1:
+                raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+
+        async def general(conn: AsyncConnection[Any], retry: _Retry) -> None:
+            retried.again = retry.again
+            # Pipelined: every write goes out at once, and the checks read their results at
+            # the end, before COMMIT (a failed check rolls everything back).
+            async with conn.pipeline(), conn.transaction():
                 await self._queue_locks(conn, [t.queue for t in commit.tasks])
-                if not await self._advance(conn, commit):
-                    raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+                advanced = await conn.execute(*self._advance(commit, hint=False))
                 # Withdraw older attempts nobody claimed (only the newest may run), before the
                 # checkpoint rows: task rows are locked before checkpoint rows everywhere.
-                withdrawn: list[str | None] = []
-                for task in commit.tasks:
-                    cursor = await conn.execute(
+                withdrawals = [
+                    await conn.execute(
                         "DELETE FROM tasks WHERE run_id = %s AND seq = %s AND status IN"
                         " ('queued', 'waiting') RETURNING queue",
                         (task.run_id, task.seq),
                     )
-                    withdrawn.extend(row[0] for row in await cursor.fetchall())
-                for write in commit.checkpoints:
-                    await self._write_checkpoint(conn, commit, write)
-                await self._insert_events(conn, commit.run_id, commit.events)
+                    for task in commit.tasks
+                ]
+                written = [
+                    (write.checkpoint.seq, write.expected_rev is None)
+                    for write in commit.checkpoints
+                ]
+                writes = [await self._write_checkpoint(conn, commit, w) for w in commit.checkpoints]
                 queued = False
                 for task in commit.tasks:
                     queued = await self._enqueue(conn, task, commit.now) or queued
+                if queued or hint:
+                    await self._notify(conn)
+                row = await advanced.fetchone()
+                if row is None or row[0] != 1:
+                    raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+                for (seq, inserted), cursor in zip(written, writes, strict=True):
+                    if cursor.rowcount != 1:
+                        how = "was written" if inserted else "changed"
+                        msg = f"run {commit.run_id}: checkpoint {seq} {how} meanwhile"
+                        raise StaleTurnError(msg)
+                withdrawn = [row[0] for cursor in withdrawals for row in await cursor.fetchall()]
                 for queue in sorted({q for q in withdrawn if q is not None}):
                     await self._admit_waiting(conn, queue, commit.now)
-                adv = commit.advance
-                if (
-                    queued
-                    or adv.action == "release"
-                    or (adv.action == "suspend" and adv.wake_at is not None)
-                ):
-                    await self._notify(conn)
 
         try:
-            await self._call(go)
+            await self._call(general if commit.checkpoints or commit.tasks else simple)
         except StaleTurnError:
             if retried.again:
                 await self._give_back(commit.run_id, commit.token, commit.now)
@@ -827,7 +891,8 @@ class PostgresStore:
 
     async def _write_checkpoint(
         self, conn: AsyncConnection[Any], commit: TurnCommit, write: Any
-    ) -> None:
+    ) -> psycopg.AsyncCursor[Any]:
+        """Insert or update (compare-and-set on ``rev``) one row; its cursor (row count 1: done)."""
 
         cp: Checkpoint = write.checkpoint
         values = (
@@ -854,7 +919,7 @@ class PostgresStore:
             commit.now,
         )
         if write.expected_rev is None:
-            cursor = await conn.execute(
+            return await conn.execute(
                 "INSERT INTO checkpoints (name, kind, step_id, status, attempts, wake_at,"
                 " output, error, errors, final, exception, retry_state, grp, queue,"
                 " dispatched_at, input, timeout_ms, lease_ms, redispatches, heartbeat_at,"
@@ -863,22 +928,15 @@ class PostgresStore:
                 " %s, %s, %s, %s) ON CONFLICT (run_id, seq) DO NOTHING",
                 (*values, commit.run_id, cp.seq, cp.created_at),
             )
-            if cursor.rowcount != 1:
-                msg = f"run {commit.run_id}: checkpoint {cp.seq} was written meanwhile"
-                raise StaleTurnError(msg)
-        else:
-            cursor = await conn.execute(
-                "UPDATE checkpoints SET name = %s, kind = %s, step_id = %s, status = %s,"
-                " attempts = %s, wake_at = %s, output = %s::jsonb, error = %s, errors = %s,"
-                " final = %s, exception = %s, retry_state = %s, grp = %s, queue = %s,"
-                " dispatched_at = %s, input = %s::jsonb, timeout_ms = %s, lease_ms = %s,"
-                " redispatches = %s, heartbeat_at = %s, updated_at = %s, rev = rev + 1"
-                " WHERE run_id = %s AND seq = %s AND rev = %s",
-                (*values, commit.run_id, cp.seq, write.expected_rev),
-            )
-            if cursor.rowcount != 1:
-                msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
-                raise StaleTurnError(msg)
+        return await conn.execute(
+            "UPDATE checkpoints SET name = %s, kind = %s, step_id = %s, status = %s,"
+            " attempts = %s, wake_at = %s, output = %s::jsonb, error = %s, errors = %s,"
+            " final = %s, exception = %s, retry_state = %s, grp = %s, queue = %s,"
+            " dispatched_at = %s, input = %s::jsonb, timeout_ms = %s, lease_ms = %s,"
+            " redispatches = %s, heartbeat_at = %s, updated_at = %s, rev = rev + 1"
+            " WHERE run_id = %s AND seq = %s AND rev = %s",
+            (*values, commit.run_id, cp.seq, write.expected_rev),
+        )
 
     async def _enqueue(self, conn: AsyncConnection[Any], task: NewTask, now: int) -> bool:
         """Insert *task*, queued, or waiting when its queue has no free slot; whether queued."""
@@ -1016,46 +1074,55 @@ class PostgresStore:
         )
         return await cursor.fetchone() is not None
 
-    async def _advance(self, conn: AsyncConnection[Any], commit: TurnCommit) -> bool:
-        """The run's part of a turn commit, as a compare-and-set on its lease token."""
+    def _advance(self, commit: TurnCommit, *, hint: bool) -> tuple[LiteralString, dict[str, Any]]:
+        """
+        The run's part of a turn commit, as a compare-and-set on its lease token, with the
+        commit's events (written only if it holds): one statement whose row says 1 if it held.
+        """
         adv = commit.advance
-        guard = (commit.run_id, commit.token)
+        params: dict[str, Any] = {
+            "run": commit.run_id,
+            "token": commit.token,
+            "now": commit.now,
+            **self._event_arrays(commit.events),
+            **self._hint_params(),
+        }
+        params["listen"] = params["listen"] and hint
+        guard = "WHERE run_id = %(run)s AND lease_token = %(token)s AND status = 'running'"
         if adv.action == "continue" and adv.lease_until is None:
             # A share lock, not a write: a step's commit rewrites no run row, yet no recovery
             # can take the run before this transaction ends.
-            cursor = await conn.execute(
-                "SELECT 1 FROM runs WHERE run_id = %s AND lease_token = %s"
-                " AND status = 'running' FOR SHARE",
-                guard,
-            )
-            return await cursor.fetchone() is not None
-        if adv.action == "continue":
-            cursor = await conn.execute(
-                "UPDATE runs SET lease_until = %s, updated_at = %s"
-                " WHERE run_id = %s AND lease_token = %s AND status = 'running'",
-                (adv.lease_until, commit.now, *guard),
-            )
+            held = f"SELECT run_id FROM runs {guard} FOR SHARE"
+        elif adv.action == "continue":
+            held = f"UPDATE runs SET lease_until = %(until)s, updated_at = %(now)s {guard}"
+            params["until"] = adv.lease_until
         elif adv.action == "suspend":
-            cursor = await conn.execute(
+            held = (
                 "UPDATE runs SET status = CASE WHEN woken THEN 'pending' ELSE 'suspended' END,"
-                " wake_at = %s, lease_token = NULL, lease_until = NULL, updated_at = %s"
-                " WHERE run_id = %s AND lease_token = %s AND status = 'running'",
-                (adv.wake_at, commit.now, *guard),
+                " wake_at = %(wake)s, lease_token = NULL, lease_until = NULL,"
+                f" updated_at = %(now)s {guard}"
             )
+            params["wake"] = adv.wake_at
         elif adv.action == "finish":
-            cursor = await conn.execute(
-                "UPDATE runs SET status = %s, output = %s::jsonb, error = %s, wake_at = NULL,"
-                " lease_token = NULL, lease_until = NULL, updated_at = %s"
-                " WHERE run_id = %s AND lease_token = %s AND status = 'running'",
-                (adv.status, adv.output, _error_json(adv.error), commit.now, *guard),
+            held = (
+                "UPDATE runs SET status = %(status)s, output = %(output)s::jsonb,"
+                " error = %(error)s, wake_at = NULL, lease_token = NULL, lease_until = NULL,"
+                f" updated_at = %(now)s {guard}"
             )
+            params.update(status=adv.status, output=adv.output, error=_error_json(adv.error))
         else:
-            cursor = await conn.execute(
+            held = (
                 "UPDATE runs SET status = 'pending', lease_token = NULL, lease_until = NULL,"
-                " updated_at = %s WHERE run_id = %s AND lease_token = %s AND status = 'running'",
-                (commit.now, *guard),
+                f" updated_at = %(now)s {guard}"
             )
-        return cursor.rowcount == 1
+        if not held.startswith("SELECT"):
+            held += " RETURNING run_id"
+        statement = (
+            f"WITH held AS ({held}), trail AS ({_EVENTS_FROM.format(source='held')}),"
+            " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM held WHERE %(listen)s)"
+            " SELECT (SELECT COUNT(*) FROM held), (SELECT COUNT(*) FROM hint)"
+        )
+        return statement, params
 
     # -- workers ----------------------------------------------------------------------------------
 
@@ -1176,26 +1243,23 @@ class PostgresStore:
         """Record an attempt's result (see ``Store.record_result``)."""
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
-            async with conn.transaction():
+            # Pipelined: the statements go out together; the result is read before COMMIT.
+            async with conn.pipeline(), conn.transaction():
                 await self._queue_locks(conn, [task.queue])
                 await self._lock_run(conn, task.run_id)
-                cursor = await conn.execute(
+                own = await conn.execute(
                     "DELETE FROM tasks WHERE task_id = %s AND claimed_by = %s RETURNING queue",
                     (task.task_id, worker),
                 )
-                deleted = [row[0] for row in await cursor.fetchall()]
-                applied = await self._apply_outcome(
+                return await self._apply_outcome(
                     conn,
                     run_id=task.run_id,
                     seq=task.seq,
                     attempt=task.attempt,
                     outcome=outcome,
                     now=now,
-                    released=deleted,
+                    released=[own],
                 )
-                if applied:
-                    await self._notify(conn)
-                return applied
 
         try:
             return await self._call(go)
@@ -1222,34 +1286,42 @@ class PostgresStore:
         attempt: int,
         outcome: TaskOutcome,
         now: int,
-        released: list[str | None],
+        released: list[psycopg.AsyncCursor[Any]],
     ) -> bool:
-        """Complete or fail the checkpoint and wake the run (its run row already locked)."""
-
+        """
+        Complete or fail the checkpoint, wake the run and admit into freed queue slots (the run
+        row already locked); whether the outcome applied. *released*: cursors of task deletions
+        (``RETURNING queue``) whose slots this frees. Results are read only at the end, so the
+        statements can go out pipelined.
+        """
+        params: dict[str, Any] = {
+            "run": run_id,
+            "seq": seq,
+            "attempt": attempt,
+            "now": now,
+            **self._hint_params(),
+        }
         if outcome.error is None:
             # Other attempts of a step that completes are moot; their rows go first (task rows
             # before checkpoint rows). A completed step has none left, so this changes nothing
             # when the result turns out not to matter.
-            cursor = await conn.execute(
-                "DELETE FROM tasks WHERE run_id = %s AND seq = %s AND EXISTS (SELECT 1 FROM"
-                " checkpoints WHERE run_id = %s AND seq = %s AND status <> 'completed')"
-                " RETURNING queue",
-                (run_id, seq, run_id, seq),
+            released.append(
+                await conn.execute(
+                    "DELETE FROM tasks WHERE run_id = %(run)s AND seq = %(seq)s AND EXISTS"
+                    " (SELECT 1 FROM checkpoints WHERE run_id = %(run)s AND seq = %(seq)s"
+                    " AND status <> 'completed') RETURNING queue",
+                    params,
+                )
             )
-            released.extend(row[0] for row in await cursor.fetchall())
-            cursor = await conn.execute(
-                "UPDATE checkpoints SET status = 'completed', output = %s::jsonb, error = NULL,"
-                " wake_at = NULL, final = false, updated_at = %s, rev = rev + 1,"
-                " progress = COALESCE(%s::jsonb, progress)"
-                " WHERE run_id = %s AND seq = %s AND status <> 'completed'",
-                (outcome.output, now, outcome.progress, run_id, seq),
+            change = (
+                "UPDATE checkpoints SET status = 'completed', output = %(output)s::jsonb,"
+                " error = NULL, wake_at = NULL, final = false, updated_at = %(now)s,"
+                " rev = rev + 1, progress = COALESCE(%(progress)s::jsonb, progress)"
+                " WHERE run_id = %(run)s AND seq = %(seq)s AND status <> 'completed'"
             )
-            await self._release_slots(conn, released, now)
-            if cursor.rowcount != 1:
-                return False
+            params.update(output=outcome.output, progress=outcome.progress)
             event = ("step.completed", "info", {"attempt": attempt, "kind": "remote"})
         else:
-            await self._release_slots(conn, released, now)
             if outcome.progress is not None:
                 await conn.execute(
                     "UPDATE checkpoints SET progress = %s::jsonb WHERE run_id = %s AND seq = %s"
@@ -1257,25 +1329,32 @@ class PostgresStore:
                     (outcome.progress, run_id, seq),
                 )
             error = outcome.error.to_json()
-            cursor = await conn.execute(
-                "UPDATE checkpoints SET status = 'failed', error = %s, errors = errors || %s,"
-                " final = false, wake_at = NULL, updated_at = %s, rev = rev + 1"
-                " WHERE run_id = %s AND seq = %s AND status IN ('pending', 'running')"
-                " AND attempts = %s",
-                (Jsonb(error), Jsonb([error]), now, run_id, seq, attempt),
+            change = (
+                "UPDATE checkpoints SET status = 'failed', error = %(error)s,"
+                " errors = errors || %(errors)s, final = false, wake_at = NULL,"
+                " updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s AND seq = %(seq)s"
+                " AND status IN ('pending', 'running') AND attempts = %(attempt)s"
             )
-            if cursor.rowcount != 1:
-                return False
+            params.update(error=Jsonb(error), errors=Jsonb([error]))
             level = "warning" if outcome.error.retryable else "error"
             event = ("step.failed", level, {"attempt": attempt, "kind": "remote", "error": error})
-        await conn.execute(_EVENT_INSERT, (run_id, seq, event[0], event[1], now, Jsonb(event[2])))
-        await conn.execute(
-            "UPDATE runs SET woken = true, wake_at = NULL, updated_at = %s,"
+        params.update(ev_name=event[0], ev_level=event[1], ev_data=Jsonb(event[2]))
+        applied = await conn.execute(
+            f"WITH up AS ({change} RETURNING run_id),"
+            " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
+            " SELECT run_id, %(seq)s, %(ev_name)s, %(ev_level)s, %(now)s, %(ev_data)s FROM up),"
+            " wake AS (UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
             " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
-            " WHERE run_id = %s AND status IN ('pending', 'running', 'suspended')",
-            (now, run_id),
+            " WHERE run_id = %(run)s AND status IN ('pending', 'running', 'suspended')"
+            " AND EXISTS (SELECT 1 FROM up)),"
+            " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM up WHERE %(listen)s)"
+            " SELECT (SELECT COUNT(*) FROM up), (SELECT COUNT(*) FROM hint)",
+            params,
         )
-        return True
+        queues = [row[0] for cursor in released for row in await cursor.fetchall()]
+        await self._release_slots(conn, queues, now)
+        row = await applied.fetchone()
+        return row is not None and row[0] == 1
 
     async def redispatch_pending(self, run_id: str, *, now: int) -> int:
         """Re-enqueue the run's pending dispatched steps with attempt + 1; return how many."""
@@ -1363,21 +1442,22 @@ class PostgresStore:
         still expired, and an error on one is logged and skips it, never stopping the pass.
         """
 
-        async def expired(conn: AsyncConnection[Any], _: _Retry) -> tuple[list[Any], list[Any]]:
+        async def expired(conn: AsyncConnection[Any], _: _Retry) -> list[Any]:
+            # One read, so a pass with nothing to do costs one round trip and takes no lock.
             cursor = await conn.execute(
-                "SELECT run_id FROM runs WHERE status = 'running' AND lease_until < %s"
-                " ORDER BY lease_until LIMIT 500",
-                (now,),
+                "(SELECT 'run', NULL::bigint, run_id, NULL FROM runs WHERE status = 'running'"
+                " AND lease_until < %(now)s ORDER BY lease_until LIMIT 500) UNION ALL"
+                " (SELECT 'task', task_id, run_id, queue FROM tasks WHERE status = 'claimed'"
+                " AND claim_until < %(now)s ORDER BY claim_until LIMIT 500)",
+                {"now": now},
             )
-            runs = await cursor.fetchall()
-            cursor = await conn.execute(
-                "SELECT task_id, run_id, queue FROM tasks WHERE status = 'claimed'"
-                " AND claim_until < %s ORDER BY claim_until LIMIT 500",
-                (now,),
-            )
-            return runs, await cursor.fetchall()
+            return await cursor.fetchall()
 
-        runs, tasks = await self._call(expired)
+        found = await self._call(expired)
+        runs = [(run_id,) for kind, _, run_id, _ in found if kind == "run"]
+        tasks = [
+            (task_id, run_id, queue) for kind, task_id, run_id, queue in found if kind == "task"
+        ]
         recovered: list[str] = []
         dead: list[str] = []
         lost: list[str] = []
@@ -1509,6 +1589,7 @@ class PostgresStore:
             row = await cursor.fetchone()
             if row is None:
                 return None  # reported meanwhile, renewed, or recovered by another engine
+            await self._release_slots(conn, [row[0]], now)
             await self._apply_outcome(
                 conn,
                 run_id=run_id,
@@ -1516,7 +1597,7 @@ class PostgresStore:
                 attempt=row[3],
                 outcome=TaskOutcome(error=_WORKER_LOST),
                 now=now,
-                released=[row[0]],
+                released=[],
             )
             await self._notify(conn)
             step_id: str = row[2]
