@@ -40,15 +40,8 @@ PASSWORD = "right-password"
 
 # Tuned for a test server on a shared machine: no fsync (a crash of the machine is not under
 # test; a restart with -m fast still checkpoints everything), few connections' memory.
-_SETTINGS = (
-    "fsync=off",
-    "synchronous_commit=off",
-    "full_page_writes=off",
-    "max_connections=300",
-    "shared_buffers=64MB",
-    "log_min_messages=fatal",
-    "deadlock_timeout=200ms",
-)
+_FAST = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
+_COMMON = ("max_connections=300", "log_min_messages=fatal", "deadlock_timeout=200ms")
 
 
 class ServerUnavailableError(RuntimeError):
@@ -122,8 +115,9 @@ def _run(
 class _Cluster:
     """The server itself (used by the keeper process)."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, *, durable: bool) -> None:
         self.bindir = bindir
+        self.settings = _COMMON if durable else (*_FAST, *_COMMON)
         self.folder = Path(tempfile.mkdtemp(prefix="effects-pg-"))
         self.data = self.folder / "data"
         self.sockets = self.folder / "sockets"
@@ -169,7 +163,7 @@ class _Cluster:
                     "-c listen_addresses=127.0.0.1",
                     f"-c port={self.port}",
                     f"-c unix_socket_directories='{self.sockets}'",
-                    *(f"-c {setting}" for setting in _SETTINGS),
+                    *(f"-c {setting}" for setting in self.settings),
                 ]
             )
             try:
@@ -197,10 +191,10 @@ class _Cluster:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _keep(bindir: Path) -> int:
+def _keep(bindir: Path, *, durable: bool) -> int:
     """The keeper: start a server, say where it is, run commands from stdin until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    cluster = _Cluster(bindir)
+    cluster = _Cluster(bindir, durable=durable)
     try:
         try:
             cluster.start()
@@ -230,13 +224,16 @@ def _keep(bindir: Path) -> int:
 class PostgresServer:
     """
     A throwaway server held by a keeper process; ``url()`` gives a URL with a schema of its own.
+    *durable*: the server's default durability (fsync, synchronous commit) instead of the test
+    suite's fast settings, for benchmarks.
 
     Raises:
         ServerUnavailableError: From ``start`` when the binaries are missing or the server cannot
             be started.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        self.durable = durable
         self.port = 0
         self.host = "127.0.0.1"
         self._keeper: subprocess.Popen[str] | None = None
@@ -247,7 +244,7 @@ class PostgresServer:
         """Start the server (a few seconds); return self."""
         bindir = find_bindir()
         keeper = subprocess.Popen(
-            [sys.executable, __file__, str(bindir)],
+            [sys.executable, __file__, str(bindir), *(["--durable"] if self.durable else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -333,4 +330,4 @@ class PostgresServer:
 
 
 if __name__ == "__main__":
-    sys.exit(_keep(Path(sys.argv[1])))
+    sys.exit(_keep(Path(sys.argv[1]), durable="--durable" in sys.argv[2:]))

@@ -162,7 +162,6 @@ _CHECKPOINT_COLUMNS: Final = (
     " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
     " exception, timeout_ms, lease_ms, redispatches, heartbeat_at"
 )
-_CHECKPOINT_COLUMNS_OF_C: Final = ", ".join(f"c.{c}" for c in _CHECKPOINT_COLUMNS.split(", "))
 _TASK_COLUMNS: Final = (
     "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
 )
@@ -179,6 +178,11 @@ _EVENTS_FROM: Final = (
     " %(ev_at)s::bigint[], %(ev_data)s::jsonb[]) WITH ORDINALITY"
     " AS e(seq, name, level, at, data, n) ORDER BY e.n"
 )
+# Joined into the statements whose loss in a server crash is harmless (claims, lease and claim
+# renewals, heartbeats): their commit does not wait for the WAL to reach the disk. A claim lost
+# that way leaves its run or task claimable again, and the claimer's next durable write is
+# refused by the compare-and-set; any later durable commit flushes it anyway.
+_NO_FLUSH: Final = "(SELECT set_config('synchronous_commit', 'off', true)) AS no_flush"
 _WORKER_LOST: Final = StepError(
     message="worker lost: its claim on the task expired before it reported a result",
     code="worker_lost",
@@ -746,48 +750,41 @@ class PostgresStore:
         # after a lost commit finds what the first try claimed by it.
         token = f"{owner}:{secrets.token_hex(6)}"
 
-        async def go(conn: AsyncConnection[Any], retry: _Retry) -> list[ClaimedRun]:
-            runs: list[Run] = []
-            if retry.again:
-                cursor = await conn.execute(
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> list[ClaimedRun]:
+            # Three statements, pipelined (one round trip), each its own transaction: the claim,
+            # then the claimed runs and their checkpoints read by the token. The reads must
+            # come after the claim: its UPDATE sees a result committed after the statement
+            # began (and clears its woken flag), which a read in the same statement would not.
+            # On a retry after a lost reply, the runs the first try took are found the same way.
+            async with conn.pipeline():
+                await conn.execute(
+                    f"WITH picked AS (SELECT run_id FROM runs, {_NO_FLUSH}"
+                    " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %s))"
+                    " AND (workflow, version) IN"
+                    " (SELECT * FROM unnest(%s::text[], %s::text[]))"
+                    ' ORDER BY updated_at, run_id COLLATE "C"'
+                    " LIMIT GREATEST(0, %s - (SELECT COUNT(*) FROM runs WHERE lease_token = %s))"
+                    " FOR UPDATE OF runs SKIP LOCKED)"
+                    " UPDATE runs SET status = 'running', lease_token = %s, lease_until = %s,"
+                    " woken = false FROM picked WHERE runs.run_id = picked.run_id",
+                    (now, names, versions, limit, token, token, lease_until),
+                )
+                held = await conn.execute(
                     f"SELECT {_RUN_COLUMNS} FROM runs WHERE lease_token = %s"
                     " AND status = 'running'",
                     (token,),
                 )
-                runs = [_run(row) for row in await cursor.fetchall()]
-            by_run: dict[str, list[Checkpoint]] = {run.run_id: [] for run in runs}
-            if runs:
-                cursor = await conn.execute(
-                    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ANY(%s)"
+                read = await conn.execute(
+                    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id IN"
+                    " (SELECT run_id FROM runs WHERE lease_token = %s AND status = 'running')"
                     " ORDER BY run_id, seq",
-                    ([run.run_id for run in runs],),
+                    (token,),
                 )
-                for row in await cursor.fetchall():
+            runs = [_run(row) for row in await held.fetchall()]
+            by_run: dict[str, list[Checkpoint]] = {run.run_id: [] for run in runs}
+            for row in await read.fetchall():
+                if row[0] in by_run:
                     by_run[row[0]].append(_checkpoint(row))
-            if len(runs) < limit:
-                # One statement: the claim, and each claimed run's checkpoints beside it.
-                cursor = await conn.execute(
-                    "WITH picked AS (SELECT run_id FROM runs"
-                    " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %s))"
-                    " AND (workflow, version) IN"
-                    " (SELECT * FROM unnest(%s::text[], %s::text[]))"
-                    ' ORDER BY updated_at, run_id COLLATE "C" LIMIT %s FOR UPDATE SKIP LOCKED),'
-                    " claimed AS (UPDATE runs SET status = 'running', lease_token = %s,"
-                    " lease_until = %s, woken = false FROM picked"
-                    " WHERE runs.run_id = picked.run_id RETURNING"
-                    f" {', '.join(f'runs.{c}' for c in _RUN_COLUMNS.split(', '))})"
-                    f" SELECT claimed.*, {_CHECKPOINT_COLUMNS_OF_C} FROM claimed"
-                    " LEFT JOIN checkpoints c ON c.run_id = claimed.run_id"
-                    " ORDER BY claimed.run_id, c.seq",
-                    (now, names, versions, limit - len(runs), token, lease_until),
-                )
-                width = len(_RUN_COLUMNS.split(", "))
-                for row in await cursor.fetchall():
-                    if row[0] not in by_run:
-                        runs.append(_run(row[:width]))
-                        by_run[row[0]] = []
-                    if row[width] is not None:
-                        by_run[row[0]].append(_checkpoint(row[width:]))
             # Oldest first, as they were picked (the RETURNING order is not guaranteed).
             runs.sort(key=lambda r: (r.updated_at, r.run_id))
             return [ClaimedRun(run, token, by_run[run.run_id]) for run in runs]
@@ -799,8 +796,8 @@ class PostgresStore:
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
             cursor = await conn.execute(
-                "UPDATE runs SET lease_until = %s WHERE run_id = %s AND lease_token = %s"
-                " AND status = 'running'",
+                f"UPDATE runs SET lease_until = %s FROM {_NO_FLUSH} WHERE run_id = %s"
+                " AND lease_token = %s AND status = 'running'",
                 (lease_until, run_id, token),
             )
             return cursor.rowcount == 1
@@ -1151,9 +1148,9 @@ class PostgresStore:
             # One statement: the claim, the pickup beat on each checkpoint (which renews a
             # lost-dispatch lease) and the step.started events.
             cursor = await conn.execute(
-                "WITH picked AS (SELECT task_id FROM tasks WHERE status = 'queued'"
+                f"WITH picked AS (SELECT task_id FROM tasks, {_NO_FLUSH} WHERE status = 'queued'"
                 " AND grp = ANY(%(groups)s) AND available_at <= %(now)s ORDER BY task_id"
-                " LIMIT %(limit)s FOR UPDATE SKIP LOCKED),"
+                " LIMIT %(limit)s FOR UPDATE OF tasks SKIP LOCKED),"
                 " claimed AS (UPDATE tasks t SET status = 'claimed', claimed_by = %(worker)s,"
                 " claim_until = %(until)s, claim_nonce = %(nonce)s FROM picked"
                 f" WHERE t.task_id = picked.task_id RETURNING {task_columns}),"
@@ -1190,8 +1187,8 @@ class PostgresStore:
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
             cursor = await conn.execute(
-                "UPDATE tasks SET claim_until = %s WHERE task_id = %s AND claimed_by = %s"
-                " AND status = 'claimed'",
+                f"UPDATE tasks SET claim_until = %s FROM {_NO_FLUSH} WHERE task_id = %s"
+                " AND claimed_by = %s AND status = 'claimed'",
                 (claim_until, task_id, worker),
             )
             return cursor.rowcount == 1
@@ -1209,6 +1206,7 @@ class PostgresStore:
                 " progress = COALESCE(%(progress)s::jsonb, progress),"
                 " wake_at = CASE WHEN lease_ms IS NULL OR %(lease)s::bigint IS NULL THEN wake_at"
                 " ELSE %(lease)s::bigint END, updated_at = %(now)s, rev = rev + 1"
+                f" FROM {_NO_FLUSH}"
                 " WHERE run_id = %(run)s AND seq = %(seq)s AND attempts = %(attempt)s"
                 " AND status IN ('pending', 'running')",
                 {
