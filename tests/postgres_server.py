@@ -115,10 +115,10 @@ def _run(
 class _Cluster:
     """The server itself (used by the keeper process)."""
 
-    def __init__(self, bindir: Path, *, durable: bool) -> None:
+    def __init__(self, bindir: Path, *, durable: bool, folder: str | None) -> None:
         self.bindir = bindir
         self.settings = _COMMON if durable else (*_FAST, *_COMMON)
-        self.folder = Path(tempfile.mkdtemp(prefix="effects-pg-"))
+        self.folder = Path(tempfile.mkdtemp(prefix="effects-pg-", dir=folder))
         self.data = self.folder / "data"
         self.sockets = self.folder / "sockets"
         self.log = self.folder / "server.log"
@@ -191,10 +191,10 @@ class _Cluster:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _keep(bindir: Path, *, durable: bool) -> int:
+def _keep(bindir: Path, *, durable: bool, folder: str | None) -> int:
     """The keeper: start a server, say where it is, run commands from stdin until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    cluster = _Cluster(bindir, durable=durable)
+    cluster = _Cluster(bindir, durable=durable, folder=folder)
     try:
         try:
             cluster.start()
@@ -225,15 +225,16 @@ class PostgresServer:
     """
     A throwaway server held by a keeper process; ``url()`` gives a URL with a schema of its own.
     *durable*: the server's default durability (fsync, synchronous commit) instead of the test
-    suite's fast settings, for benchmarks.
+    suite's fast settings, for benchmarks; *folder*: where its temporary folder goes.
 
     Raises:
         ServerUnavailableError: From ``start`` when the binaries are missing or the server cannot
             be started.
     """
 
-    def __init__(self, *, durable: bool = False) -> None:
+    def __init__(self, *, durable: bool = False, folder: str | None = None) -> None:
         self.durable = durable
+        self.folder = folder
         self.port = 0
         self.host = "127.0.0.1"
         self._keeper: subprocess.Popen[str] | None = None
@@ -244,7 +245,13 @@ class PostgresServer:
         """Start the server (a few seconds); return self."""
         bindir = find_bindir()
         keeper = subprocess.Popen(
-            [sys.executable, __file__, str(bindir), *(["--durable"] if self.durable else [])],
+            [
+                sys.executable,
+                __file__,
+                str(bindir),
+                "--durable" if self.durable else "--fast",
+                self.folder or "",
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -330,4 +337,6 @@ class PostgresServer:
 
 
 if __name__ == "__main__":
-    sys.exit(_keep(Path(sys.argv[1]), durable="--durable" in sys.argv[2:]))
+    sys.exit(
+        _keep(Path(sys.argv[1]), durable=sys.argv[2] == "--durable", folder=sys.argv[3] or None)
+    )

@@ -162,6 +162,8 @@ _CHECKPOINT_COLUMNS: Final = (
     " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
     " exception, timeout_ms, lease_ms, redispatches, heartbeat_at"
 )
+_RUN_COLUMNS_OF_R: Final = ", ".join(f"r.{c}" for c in _RUN_COLUMNS.split(", "))
+_CHECKPOINT_COLUMNS_OF_C: Final = ", ".join(f"c.{c}" for c in _CHECKPOINT_COLUMNS.split(", "))
 _TASK_COLUMNS: Final = (
     "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
 )
@@ -750,41 +752,41 @@ class PostgresStore:
         # after a lost commit finds what the first try claimed by it.
         token = f"{owner}:{secrets.token_hex(6)}"
 
-        async def go(conn: AsyncConnection[Any], _: _Retry) -> list[ClaimedRun]:
-            # Three statements, pipelined (one round trip), each its own transaction: the claim,
-            # then the claimed runs and their checkpoints read by the token. The reads must
-            # come after the claim: its UPDATE sees a result committed after the statement
-            # began (and clears its woken flag), which a read in the same statement would not.
-            # On a retry after a lost reply, the runs the first try took are found the same way.
-            async with conn.pipeline():
-                await conn.execute(
-                    f"WITH picked AS (SELECT run_id FROM runs, {_NO_FLUSH}"
-                    " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %s))"
-                    " AND (workflow, version) IN"
-                    " (SELECT * FROM unnest(%s::text[], %s::text[]))"
-                    ' ORDER BY updated_at, run_id COLLATE "C"'
-                    " LIMIT GREATEST(0, %s - (SELECT COUNT(*) FROM runs WHERE lease_token = %s))"
-                    " FOR UPDATE OF runs SKIP LOCKED)"
-                    " UPDATE runs SET status = 'running', lease_token = %s, lease_until = %s,"
-                    " woken = false FROM picked WHERE runs.run_id = picked.run_id",
-                    (now, names, versions, limit, token, token, lease_until),
-                )
-                held = await conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE lease_token = %s"
-                    " AND status = 'running'",
-                    (token,),
-                )
-                read = await conn.execute(
-                    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id IN"
-                    " (SELECT run_id FROM runs WHERE lease_token = %s AND status = 'running')"
-                    " ORDER BY run_id, seq",
-                    (token,),
-                )
-            runs = [_run(row) for row in await held.fetchall()]
-            by_run: dict[str, list[Checkpoint]] = {run.run_id: [] for run in runs}
-            for row in await read.fetchall():
-                if row[0] in by_run:
-                    by_run[row[0]].append(_checkpoint(row))
+        async def go(conn: AsyncConnection[Any], retry: _Retry) -> list[ClaimedRun]:
+            # The claim, then (when it took any) the claimed runs with their checkpoints, read
+            # by the token. The read must be a later statement: the claim's UPDATE sees a
+            # result committed after the statement began (and clears its woken flag), which a
+            # read in the same statement would not. On a retry after a lost reply, the runs the
+            # first try took are found the same way.
+            cursor = await conn.execute(
+                f"WITH picked AS (SELECT run_id FROM runs, {_NO_FLUSH}"
+                " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %s))"
+                " AND (workflow, version) IN"
+                " (SELECT * FROM unnest(%s::text[], %s::text[]))"
+                ' ORDER BY updated_at, run_id COLLATE "C"'
+                " LIMIT GREATEST(0, %s - (SELECT COUNT(*) FROM runs WHERE lease_token = %s))"
+                " FOR UPDATE OF runs SKIP LOCKED)"
+                " UPDATE runs SET status = 'running', lease_token = %s, lease_until = %s,"
+                " woken = false FROM picked WHERE runs.run_id = picked.run_id",
+                (now, names, versions, limit, token, token, lease_until),
+            )
+            if cursor.rowcount == 0 and not retry.again:
+                return []
+            cursor = await conn.execute(
+                f"SELECT {_RUN_COLUMNS_OF_R}, {_CHECKPOINT_COLUMNS_OF_C} FROM runs r"
+                " LEFT JOIN checkpoints c ON c.run_id = r.run_id"
+                " WHERE r.lease_token = %s AND r.status = 'running' ORDER BY r.run_id, c.seq",
+                (token,),
+            )
+            runs: list[Run] = []
+            by_run: dict[str, list[Checkpoint]] = {}
+            width = len(_RUN_COLUMNS.split(", "))
+            for row in await cursor.fetchall():
+                if row[0] not in by_run:
+                    runs.append(_run(row[:width]))
+                    by_run[row[0]] = []
+                if row[width] is not None:
+                    by_run[row[0]].append(_checkpoint(row[width:]))
             # Oldest first, as they were picked (the RETURNING order is not guaranteed).
             runs.sort(key=lambda r: (r.updated_at, r.run_id))
             return [ClaimedRun(run, token, by_run[run.run_id]) for run in runs]
@@ -840,40 +842,43 @@ class PostgresStore:
 
         async def general(conn: AsyncConnection[Any], retry: _Retry) -> None:
             retried.again = retry.again
-            # Pipelined: every write goes out at once, and the checks read their results at
-            # the end, before COMMIT (a failed check rolls everything back).
-            async with conn.pipeline(), conn.transaction():
+            # The checks read their results at the end, before COMMIT (a failed check rolls
+            # everything back).
+            # A task outside a limited queue is queued for sure: the advance's statement sends
+            # the notification then.
+            queued_for_sure = any(t.queue is None or t.queue_limit is None for t in commit.tasks)
+            # A checkpoint inserted now has no older attempts to withdraw.
+            fresh = {w.checkpoint.seq for w in commit.checkpoints if w.expected_rev is None}
+            async with conn.transaction():
                 await self._queue_locks(conn, [t.queue for t in commit.tasks])
-                advanced = await conn.execute(*self._advance(commit, hint=False))
+                cursor = await conn.execute(*self._advance(commit, hint=hint or queued_for_sure))
+                row = await cursor.fetchone()
+                if row is None or row[0] != 1:
+                    raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
                 # Withdraw older attempts nobody claimed (only the newest may run), before the
                 # checkpoint rows: task rows are locked before checkpoint rows everywhere.
-                withdrawals = [
-                    await conn.execute(
+                withdrawn: list[str | None] = []
+                for task in commit.tasks:
+                    if task.seq in fresh:
+                        continue
+                    cursor = await conn.execute(
                         "DELETE FROM tasks WHERE run_id = %s AND seq = %s AND status IN"
                         " ('queued', 'waiting') RETURNING queue",
                         (task.run_id, task.seq),
                     )
-                    for task in commit.tasks
-                ]
-                written = [
-                    (write.checkpoint.seq, write.expected_rev is None)
-                    for write in commit.checkpoints
-                ]
-                writes = [await self._write_checkpoint(conn, commit, w) for w in commit.checkpoints]
+                    withdrawn.extend(row[0] for row in await cursor.fetchall())
+                for write in commit.checkpoints:
+                    cursor = await self._write_checkpoint(conn, commit, write)
+                    if cursor.rowcount != 1:
+                        how = "was written" if write.expected_rev is None else "changed"
+                        seq = write.checkpoint.seq
+                        msg = f"run {commit.run_id}: checkpoint {seq} {how} meanwhile"
+                        raise StaleTurnError(msg)
                 queued = False
                 for task in commit.tasks:
                     queued = await self._enqueue(conn, task, commit.now) or queued
-                if queued or hint:
+                if queued and not (hint or queued_for_sure):
                     await self._notify(conn)
-                row = await advanced.fetchone()
-                if row is None or row[0] != 1:
-                    raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
-                for (seq, inserted), cursor in zip(written, writes, strict=True):
-                    if cursor.rowcount != 1:
-                        how = "was written" if inserted else "changed"
-                        msg = f"run {commit.run_id}: checkpoint {seq} {how} meanwhile"
-                        raise StaleTurnError(msg)
-                withdrawn = [row[0] for cursor in withdrawals for row in await cursor.fetchall()]
                 for queue in sorted({q for q in withdrawn if q is not None}):
                     await self._admit_waiting(conn, queue, commit.now)
 
@@ -1240,9 +1245,13 @@ class PostgresStore:
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record an attempt's result (see ``Store.record_result``)."""
 
+        async def one(conn: AsyncConnection[Any], _: _Retry) -> bool:
+            cursor = await conn.execute(*self._result_statement(task, worker, outcome, now))
+            row = await cursor.fetchone()
+            return row is not None and row[0] == 1
+
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
-            # Pipelined: the statements go out together; the result is read before COMMIT.
-            async with conn.pipeline(), conn.transaction():
+            async with conn.transaction():
                 await self._queue_locks(conn, [task.queue])
                 await self._lock_run(conn, task.run_id)
                 own = await conn.execute(
@@ -1259,8 +1268,10 @@ class PostgresStore:
                     released=[own],
                 )
 
+        # No queue slot to free (and no progress beside a failure): one statement does it all.
+        simple = task.queue is None and (outcome.error is None or outcome.progress is None)
         try:
-            return await self._call(go)
+            return await self._call(one if simple else go)
         except psycopg.DataError as error:
             if outcome.error is not None:
                 raise
@@ -1270,6 +1281,76 @@ class PostgresStore:
             )
             failed = TaskOutcome(error=attrs.evolve(failure, retryable=False))
             return await self.record_result(task, worker, failed, now)
+
+    def _result_statement(
+        self, task: Task, worker: str, outcome: TaskOutcome, now: int
+    ) -> tuple[LiteralString, dict[str, Any]]:
+        """
+        ``record_result`` as one statement, for a task of no queue. Each step's condition reads
+        the step before it (a one-time filter, run before the step scans), so the locks are
+        taken in the store's one order: the run, task rows, the checkpoint.
+        """
+        params: dict[str, Any] = {
+            "run": task.run_id,
+            "seq": task.seq,
+            "task": task.task_id,
+            "worker": worker,
+            "attempt": task.attempt,
+            "now": now,
+            "progress": outcome.progress,
+            **self._hint_params(),
+        }
+        if outcome.error is None:
+            # Other attempts of a step that completes are moot.
+            moot = (
+                " moot AS (DELETE FROM tasks WHERE run_id = %(run)s AND seq = %(seq)s"
+                " AND task_id <> %(task)s AND (SELECT COUNT(*) FROM own) >= 0"
+                " AND EXISTS (SELECT 1 FROM checkpoints WHERE run_id = %(run)s AND seq = %(seq)s"
+                " AND status <> 'completed') RETURNING 1),"
+            )
+            change = (
+                "UPDATE checkpoints SET status = 'completed', output = %(output)s::jsonb,"
+                " error = NULL, wake_at = NULL, final = false, updated_at = %(now)s,"
+                " rev = rev + 1, progress = COALESCE(%(progress)s::jsonb, progress)"
+                " WHERE run_id = %(run)s AND seq = %(seq)s AND status <> 'completed'"
+                " AND (SELECT COUNT(*) FROM moot) >= 0"
+            )
+            params["output"] = outcome.output
+            event = ("step.completed", "info", {"attempt": task.attempt, "kind": "remote"})
+        else:
+            moot = ""
+            error = outcome.error.to_json()
+            change = (
+                "UPDATE checkpoints SET status = 'failed', error = %(error)s,"
+                " errors = errors || %(errors)s, final = false, wake_at = NULL,"
+                " updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s AND seq = %(seq)s"
+                " AND status IN ('pending', 'running') AND attempts = %(attempt)s"
+                " AND (SELECT COUNT(*) FROM own) >= 0"
+            )
+            params.update(error=Jsonb(error), errors=Jsonb([error]))
+            level = "warning" if outcome.error.retryable else "error"
+            event = (
+                "step.failed",
+                level,
+                {"attempt": task.attempt, "kind": "remote", "error": error},
+            )
+        params.update(ev_name=event[0], ev_level=event[1], ev_data=Jsonb(event[2]))
+        statement = (
+            "WITH lk AS (SELECT run_id FROM runs WHERE run_id = %(run)s FOR NO KEY UPDATE),"
+            " own AS (DELETE FROM tasks WHERE task_id = %(task)s AND claimed_by = %(worker)s"
+            " AND (SELECT COUNT(*) FROM lk) >= 0 RETURNING 1),"
+            f"{moot}"
+            f" up AS ({change} RETURNING run_id),"
+            " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
+            " SELECT run_id, %(seq)s, %(ev_name)s, %(ev_level)s, %(now)s, %(ev_data)s FROM up),"
+            " wake AS (UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
+            " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
+            " WHERE run_id = %(run)s AND status IN ('pending', 'running', 'suspended')"
+            " AND EXISTS (SELECT 1 FROM up)),"
+            " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM up WHERE %(listen)s)"
+            " SELECT (SELECT COUNT(*) FROM up), (SELECT COUNT(*) FROM hint)"
+        )
+        return statement, params
 
     @staticmethod
     async def _lock_run(conn: AsyncConnection[Any], run_id: str) -> None:

@@ -20,7 +20,7 @@ from effects.durable import (
 from effects.durable._engine import open_store
 from effects.durable._pytest_plugin import DurableEngineFactory
 from effects.durable._store import TaskOutcome
-from tests.durable.support import START_MS, Intercepting, events_named, relative
+from tests.durable.support import START_MS, Intercepting, events_named, execute, relative
 
 pytestmark = pytest.mark.anyio
 
@@ -85,9 +85,37 @@ def with_ghost(
             )
 
     inner = open_store(factory.url)
-    store = Intercepting(inner, commit_turn=steal)
+    store = _GhostFirst(
+        Intercepting(inner, commit_turn=steal), factory.url, ghost_attempts, claimed
+    )
     options = {"clock": factory.clock, "random": factory.random, **engine}
     return Engine(store, **options), claimed
+
+
+class _GhostFirst:
+    """
+    The ghost claims its attempts first even where the engine's own claim runs concurrently
+    with the dispatch (a server store): an attempt the engine claims anyway becomes the ghost's.
+    """
+
+    def __init__(self, store: Any, url: str, attempts: set[int], claimed: list[Task]) -> None:
+        self._store, self._url, self._attempts, self._claimed = store, url, attempts, claimed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def claim_tasks(self, **options: Any) -> list[Task]:
+        tasks: list[Task] = await self._store.claim_tasks(**options)
+        mine = [t for t in tasks if t.attempt not in self._attempts]
+        for task in tasks:
+            if task.attempt in self._attempts:
+                execute(
+                    self._url,
+                    "UPDATE tasks SET claimed_by = 'ghost', claim_until = ? WHERE task_id = ?",
+                    (options["now"] + 10**9, task.task_id),
+                )
+                self._claimed.append(task)
+        return mine
 
 
 async def test_running_silence_times_out_after_timeout_ms(

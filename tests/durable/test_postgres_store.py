@@ -549,7 +549,7 @@ async def test_claims_whose_reply_was_lost_are_taken_up_by_the_retry(postgres_ur
 
 
 async def test_a_turn_commit_whose_reply_was_lost_gives_the_run_back(postgres_url: str) -> None:
-    """A turn's commit lands, its reply is lost: the turn ends, the run replays, no step twice."""
+    """A step's and a turn's commits land, their replies are lost: nothing runs twice."""
     calls: list[int] = []
 
     @workflow("counted")
@@ -561,11 +561,11 @@ async def test_a_turn_commit_whose_reply_was_lost_gives_the_run_back(postgres_ur
         n = await ctx.local_step("a", once)
         return await ctx.step(echo, n)
 
-    store = LosingReplies(postgres_url, "commit_turn")
+    store = LosingReplies(postgres_url, "record_local_step", "commit_turn")
     async with Engine(store, workflows=[counted], steps=[echo]) as engine:
         run_id = await engine.start(counted, 1)
         await engine.run_until_idle()
         run = await engine.get_run(run_id)
-    assert ["commit_turn"] == store.lost
+    assert ["record_local_step", "commit_turn"] == store.lost
     assert ("completed", 2, 0) == (run.status, run.output, run.recovery_attempts)
     assert [1] == calls
