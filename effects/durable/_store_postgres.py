@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -191,7 +192,8 @@ _WORKER_LOST: Final = StepError(
     type="effects.durable.WorkerLost",
     retryable=True,
 )
-_OPTIONS: Final = ("schema", "pool_size", "reconnect_timeout_ms", "listen")
+_OPTIONS: Final = ("schema", "pool_size", "reconnect_timeout_ms", "listen", "options")
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 _FIRST_BACKOFF: Final = 0.05
 _MAX_BACKOFF: Final = 1.0
 
@@ -204,13 +206,16 @@ class PostgresOptions:
     pool_size: int = 10
     reconnect_timeout_ms: int = 30_000
     listen: bool = True
+    #: libpq's ``options`` from the URL (server settings), kept beside our ``search_path``.
+    server_options: str = ""
 
 
 def parse_postgres_url(url: str) -> tuple[str, PostgresOptions]:
     """
     Split ``postgresql://user@host/db?schema=s&pool_size=10`` into a libpq URL and our options.
 
-    Our options: ``schema`` (default ``effects_durable``, created if missing), ``pool_size``
+    Our options: ``schema`` (default ``effects_durable``, created if missing; letters, digits
+    and underscores), ``pool_size``
     (connections at most, default 10), ``reconnect_timeout_ms`` (how long a call keeps retrying
     a lost server, default 30000) and ``listen`` (``true``/``false``: wake on ``NOTIFY``, default
     true). Every other query parameter (``sslmode``, ``connect_timeout``, ...) goes to libpq.
@@ -227,8 +232,11 @@ def parse_postgres_url(url: str) -> tuple[str, PostgresOptions]:
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         (ours.__setitem__(key, value) if key in _OPTIONS else rest.append((key, value)))
     schema = ours.get("schema", DEFAULT_SCHEMA)
-    if not schema or len(schema.encode()) > 48 or "\x00" in schema:
-        msg = f"schema must be a name of 1 to 48 bytes in {_masked(url)!r}, got {schema!r}"
+    if not _SCHEMA_NAME.fullmatch(schema):
+        msg = (
+            "schema must be 1 to 48 letters, digits or underscores, not starting with a digit,"
+            f" in {_masked(url)!r}, got {schema!r}"
+        )
         raise ValueError(msg)
     numbers: dict[str, int] = {}
     for key, default, least in (("pool_size", 10, 2), ("reconnect_timeout_ms", 30_000, 0)):
@@ -247,6 +255,7 @@ def parse_postgres_url(url: str) -> tuple[str, PostgresOptions]:
         pool_size=numbers["pool_size"],
         reconnect_timeout_ms=numbers["reconnect_timeout_ms"],
         listen=listen in ("true", "on", "1"),
+        server_options=ours.get("options", ""),
     )
     return libpq, options
 
@@ -396,7 +405,8 @@ class PostgresStore:
     def _connect_kwargs(self) -> dict[str, Any]:
 
         path = sql.Identifier(self._schema).as_string()
-        return {"autocommit": True, "options": f"-c search_path={path}"}
+        given = self._options.server_options
+        return {"autocommit": True, "options": f"{given} -c search_path={path}".strip()}
 
     async def open(self) -> None:
         """Connect, and create or upgrade the schema (see the class docstring for errors)."""

@@ -222,7 +222,9 @@ async def test_a_database_that_does_not_exist_is_one_clear_line(
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("postgresql://h/db?schema=", "schema must be a name"),
+        ("postgresql://h/db?schema=", "schema must be 1 to 48 letters"),
+        ("postgresql://h/db?schema=a%20b", "schema must be 1 to 48 letters"),
+        ("postgresql://h/db?schema=9lives", "schema must be 1 to 48 letters"),
         ("postgresql://h/db?pool_size=1", "pool_size must be a whole number >= 2"),
         ("postgresql://h/db?pool_size=many", "pool_size must be a whole number"),
         ("postgresql://h/db?reconnect_timeout_ms=-1", "reconnect_timeout_ms must be"),
@@ -243,6 +245,19 @@ def test_libpq_options_pass_through_and_ours_are_taken_out() -> None:
     )
     assert "postgresql://u:p%40ss@h:5433/db?sslmode=disable" == libpq
     assert pg.PostgresOptions(schema="s1", pool_size=4, listen=False) == options
+
+
+async def test_server_options_in_the_url_are_kept_beside_the_schema(postgres_url: str) -> None:
+    """libpq's ``options`` from the URL still reach the server, with our search_path."""
+    url = f"{postgres_url}&options=-c%20application_name%3Dbilling"
+    async with Engine(url, workflows=[simple], steps=[echo]) as engine:
+        run_id = await engine.start(simple, 1)
+        await engine.run_until_idle()
+        assert 1 == (await engine.get_run(run_id)).output
+        named = rows(
+            url, "SELECT COUNT(*) > 0 FROM pg_stat_activity WHERE application_name = 'billing'"
+        )
+    assert [(1,)] == named
     store = PostgresStore("postgresql://u:secret@h/db")
     assert "postgresql://u:***@h/db" == store.url
 
