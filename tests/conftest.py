@@ -1,9 +1,17 @@
-"""Shared test configuration: async tests run under both asyncio and trio; hypothesis settings."""
+"""
+Shared test configuration: async tests run under both asyncio and trio; hypothesis settings; a
+throwaway PostgreSQL server, started the first time a test asks for it.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.postgres_server import PostgresServer, ServerUnavailableError
 
 # CI runs the suite once on a shared 2-core machine: no per-example deadline and no "too slow"
 # health check, both of which measure wall-clock time, not correctness. Tests still choose
@@ -18,3 +26,29 @@ settings.load_profile("suite")
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run every ``@pytest.mark.anyio`` test once under asyncio and once under trio."""
     return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """
+    A throwaway PostgreSQL server for the whole session (see tests/postgres_server.py), stopped
+    and deleted at its end. Where none can be started the test is skipped, saying why; under CI
+    (``$CI`` set) that is an error instead.
+    """
+    server = PostgresServer()
+    try:
+        server.start()
+    except ServerUnavailableError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the PostgreSQL tests, but no server could be started: {error}")
+        pytest.skip(f"no PostgreSQL server can be started here: {error}")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A store URL on the session's server, with a schema of its own for this test."""
+    return postgres_server.url()

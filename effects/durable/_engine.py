@@ -87,7 +87,8 @@ def open_store(store: str | Store) -> Store:
     The store a URL names: ``sqlite:///path.db`` or ``postgresql://...``; a ``Store`` as it is.
 
     Raises:
-        ValueError: If the URL's scheme is not one of those.
+        ValueError: If the URL's scheme is not one of those, or the URL is malformed.
+        StoreError: For a PostgreSQL URL when the ``postgres`` extra is not installed.
     """
     if not isinstance(store, str):
         return store
@@ -97,8 +98,16 @@ def open_store(store: str | Store) -> Store:
 
         return SqliteStore(store)
     if scheme in ("postgresql", "postgres"):
-        msg = "the PostgreSQL store is not available in this version"
-        raise ValueError(msg)
+        try:
+            from effects.durable._store_postgres import PostgresStore  # noqa: PLC0415
+        except ImportError as error:
+            msg = (
+                f"the PostgreSQL store needs psycopg and psycopg-pool ({error}):"
+                " pip install 'effect-schedules[postgres]'"
+            )
+            raise StoreError(msg) from error
+
+        return PostgresStore(store)
     msg = f"store must be a 'sqlite:///path.db' or 'postgresql://...' URL, got {store!r}"
     raise ValueError(msg)
 
@@ -304,6 +313,10 @@ class Engine:
         """Open the store (create or upgrade its schema). ``async with`` calls this."""
         if self._opened == 0:
             await self._store.open()
+            # A store that hears other processes' writes (PostgreSQL's NOTIFY) wakes work().
+            hint = getattr(self._store, "wake_hint", None)
+            if callable(hint) and inspect.isawaitable(given := hint(self._notify)):
+                await given
         self._opened += 1
 
     async def close(self) -> None:
@@ -695,15 +708,18 @@ class Engine:
                 if free >= _DRAIN_CONCURRENCY // 4 or not self._inflight
                 else 0
             )
+            # A store that awaits the server (PostgreSQL) lets a turn or attempt end during the
+            # claim, after the claim's snapshot was taken: the event says so, and we look again.
+            settled = not wake.is_set()
             if not self._inflight:
-                if claimed == 0:
+                if claimed == 0 and settled:
                     await self._recover()
-                    if not await self._claim(_DRAIN_CONCURRENCY):
+                    if not await self._claim(_DRAIN_CONCURRENCY) and not wake.is_set():
                         return
                 continue
             if claimed and len(self._inflight) < _DRAIN_CONCURRENCY:
                 continue
-            if not claimed and self._parked_count() >= len(self._inflight):
+            if not claimed and settled and self._parked_count() >= len(self._inflight):
                 return  # all that is left waits for a time to come
             # Every turn and attempt that ends, and every wait that parks, sets the event.
             await wake.wait()

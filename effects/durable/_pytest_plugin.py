@@ -1,9 +1,11 @@
 """
 pytest plugin of ``effects.durable`` (registered through the ``pytest11`` entry point).
 
-Fixture ``durable_engine``: a factory of engines on a fresh SQLite file in the test's temporary
-folder, all sharing one ``effects.testing.VirtualClock`` (started at 2026-01-01 00:00 UTC, read as
-epoch seconds) and one seeded random source, so a test skips every wait with
+Fixture ``durable_engine``: a factory of engines on the store ``durable_store_url`` names (by
+default a fresh SQLite file in the test's temporary folder; override that fixture to run the same
+tests on another store, e.g. a PostgreSQL schema per test), all sharing one
+``effects.testing.VirtualClock`` (started at 2026-01-01 00:00 UTC, read as epoch seconds) and one
+seeded random source, so a test skips every wait with
 ``await engine.run_until_idle(advance_time=True)`` and sees the same jitter on every run.
 """
 
@@ -18,7 +20,7 @@ import pytest
 from effects.durable import Engine, Queue, StepDef, WorkflowDef
 from effects.testing import VirtualClock
 
-__all__ = ["DurableEngineFactory", "durable_engine"]
+__all__ = ["DurableEngineFactory", "durable_engine", "durable_store_url"]
 
 #: Where the fixture's virtual clock starts: 2026-01-01T00:00:00Z, in epoch seconds.
 START: float = 1_767_225_600.0
@@ -44,10 +46,10 @@ class DurableEngineFactory(Protocol):
 
 
 class _Factory:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, url: str) -> None:
         self.clock = VirtualClock(start=START)
         self.random = random.Random(0)
-        self.url = f"sqlite:///{folder / 'durable.db'}"
+        self.url = url
 
     def __call__(
         self,
@@ -66,9 +68,15 @@ class _Factory:
 
 
 @pytest.fixture
-def durable_engine(tmp_path: Path) -> DurableEngineFactory:
+def durable_store_url(tmp_path: Path) -> str:
+    """The store URL of ``durable_engine``: a fresh SQLite file in ``tmp_path``."""
+    return f"sqlite:///{tmp_path / 'durable.db'}"
+
+
+@pytest.fixture
+def durable_engine(durable_store_url: str) -> DurableEngineFactory:
     """
-    A factory of ``Engine`` values on one fresh SQLite store in ``tmp_path``, one virtual clock
+    A factory of ``Engine`` values on one fresh store (``durable_store_url``), one virtual clock
     (``.clock``) and one seeded random source. Use each engine as ``async with``.
     """
-    return _Factory(tmp_path)
+    return _Factory(durable_store_url)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import psycopg
+from psycopg import sql as sql_
+
 from effects.durable import Engine, Event
+from effects.durable._store_postgres import parse_postgres_url
 
 #: The fixture clock's start, in epoch ms.
 START_MS = 1_767_225_600_000
@@ -38,10 +43,46 @@ async def events_named(engine: Engine, run_id: str, name: str) -> list[Event]:
 
 
 def rows(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """Rows of a read query on the SQLite store at *url* (a separate connection)."""
-    path = url.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as db:
-        return db.execute(sql, params).fetchall()
+    """
+    Rows of a read query on the store at *url*, SQLite or PostgreSQL, on a connection of its own.
+    The query is written for SQLite (``?`` placeholders); on PostgreSQL, JSON columns read back
+    as JSON text and booleans as 0 or 1, as SQLite gives them.
+    """
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            return db.execute(sql, params).fetchall()
+    libpq, options = parse_postgres_url(url)
+    with psycopg.connect(libpq, autocommit=True) as db:
+        db.execute(sql_.SQL("SET search_path TO {}").format(sql_.Identifier(options.schema)))
+        cursor = db.execute(sql.replace("?", "%s"), params or None)  # type: ignore[arg-type]
+        found = cursor.fetchall()
+        jsonb = [column.type_code == _JSONB_OID for column in cursor.description or ()]
+    return [
+        tuple(_as_sqlite(value, is_json) for value, is_json in zip(row, jsonb, strict=True))
+        for row in found
+    ]
+
+
+_JSONB_OID = 3802
+
+
+def execute(url: str, sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one write statement on the store at *url* (as another process would); its row count."""
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            return db.execute(sql, params).rowcount
+    libpq, options = parse_postgres_url(url)
+    with psycopg.connect(libpq, autocommit=True) as db:
+        db.execute(sql_.SQL("SET search_path TO {}").format(sql_.Identifier(options.schema)))
+        return db.execute(sql.replace("?", "%s"), params or None).rowcount  # type: ignore[arg-type]
+
+
+def _as_sqlite(value: Any, is_json: bool) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if is_json and value is not None:
+        return json.dumps(value, separators=(",", ":"))
+    return value
 
 
 def relative(times: Sequence[int | None]) -> list[int | None]:

@@ -1,0 +1,814 @@
+"""
+Durable steps of ``effects.durable`` on PostgreSQL beside DBOS Transact and procrastinate on the
+same server, in one run, with hand-written floors and ratios.
+
+Run: ``.venv/bin/python benchmarks/durable_steps_pg.py [--store postgresql://...] [--seconds S]
+[--workers 1,2,4] [--batch N] [--poll-ms P]``. Without ``--store`` a throwaway server is started
+(``tests/postgres_server.py``) at PostgreSQL's default durability (``fsync=on``,
+``synchronous_commit=on``: every commit is on disk before it returns), which is how every side
+runs. With ``--store`` the server given is used as it is configured; each case gets a database
+of its own (created and dropped), so the role needs ``CREATEDB``. DBOS (``dbos``) and procrastinate
+are optional: a side that is not installed is skipped, and said so.
+
+Every case runs in a fresh interpreter (this script with ``--case``) and prints one JSON line.
+
+1. **Local steps**: a workflow of 10 local ``async def`` steps (each adds one), started and run to
+   completion one run after another; steps/s = 10 x runs / elapsed, start and finish included.
+   Ours: ``engine.start`` + ``engine.run_until_idle``. DBOS: the ``@DBOS.workflow`` called
+   directly, its steps ``@DBOS.step``, both ``async def`` and (its native path) ``def``.
+2. **Dispatched round trips**: a run that dispatches one step to a worker process and completes
+   with its output; batches of ``--batch`` runs; round trips/s = runs / elapsed, with 1, 2 and 4
+   worker processes. DBOS: a workflow (one step) enqueued on a queue that worker processes
+   listen to, its result awaited. procrastinate: a task deferred, run by worker processes, its
+   job awaited until ``succeeded``. Every side polls at ``--poll-ms``; ours and procrastinate
+   also wake on ``NOTIFY``.
+3. **One durable retry**: a dispatched step that fails on its first attempt and succeeds on its
+   second (``retries=2``), in one process, interleaved with the same run without the failure;
+   the cost is the difference per run.
+4. **Floors**: one ``INSERT`` per step, hand-written with psycopg (autocommit: the statement is
+   its own transaction, one round trip), both with psycopg's blocking connection and with its
+   asyncio one (ours is an asyncio engine); and one ``FOR UPDATE SKIP LOCKED`` claim plus one
+   completion per task, by 1, 2 and 4 processes on a prefilled table.
+
+Targets (issue 11): local steps >= 0.5x the insert floor and >= 4x DBOS; dispatched round trips
+with 2 workers >= 0.5x the claim floor and above DBOS and procrastinate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+from effects.durable import Engine, WorkflowContext, current_step, step, workflow  # noqa: E402
+
+SCRIPT = Path(__file__).resolve()
+STEPS = 10
+QUEUE = "bench"
+WAIT_POLL = 0.001
+Figures = dict[str, float]
+
+
+# -- our workflows and steps ----------------------------------------------------------------------
+
+
+async def _add_one(n: int) -> int:
+    return n + 1
+
+
+@workflow("bench:ten")
+async def ten(ctx: WorkflowContext, n: int) -> int:
+    """Ten local steps, each adding one."""
+    for i in range(STEPS):
+        n = await ctx.local_step(f"step-{i}", lambda n=n: _add_one(n))
+    return n
+
+
+@step("bench:bump")
+async def bump(n: int) -> int:
+    """The dispatched step: add one."""
+    return n + 1
+
+
+@step("bench:flaky", retries=2, backoff_ms=0)
+async def flaky(n: int) -> int:
+    """Add one, failing on the first attempt."""
+    if current_step().attempt == 1:
+        msg = "fails on its first attempt"
+        raise RuntimeError(msg)
+    return n + 1
+
+
+@workflow("bench:one-step")
+async def one_step(ctx: WorkflowContext, n: int) -> int:
+    """Dispatch ``bump``; return its output."""
+    return await ctx.step(bump, n)
+
+
+@workflow("bench:one-flaky-step")
+async def one_flaky_step(ctx: WorkflowContext, n: int) -> int:
+    """Dispatch ``flaky`` (one durable retry); return its output."""
+    return await ctx.step(flaky, n)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _rate(count: int, elapsed: float) -> Figures:
+    return {"count": count, "seconds": elapsed, "rate": count / elapsed}
+
+
+def _timed(seconds: float, once: Callable[[], int]) -> Figures:
+    count, start = 0, time.perf_counter()
+    while True:
+        count += once()
+        if (now := time.perf_counter()) - start >= seconds:
+            return _rate(count, now - start)
+
+
+async def _timed_async(seconds: float, once: Callable[[], Awaitable[int]]) -> Figures:
+    count, start = 0, time.perf_counter()
+    while True:
+        count += await once()
+        if (now := time.perf_counter()) - start >= seconds:
+            return _rate(count, now - start)
+
+
+def _exit_when_parent_leaves() -> None:
+    """SIGTERM this process once its stdin (a pipe from the parent) closes, even on a kill -9."""
+    if not os.isatty(0) and not Path("/dev/stdin").is_file():
+
+        def watch() -> None:
+            with contextlib.suppress(OSError):
+                while os.read(0, 4096):
+                    pass
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class Children:
+    """Worker processes (this script with ``--worker``), stopped when the block ends."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def __enter__(self) -> Children:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """Start a worker; wait for its ``ready`` line."""
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "--worker", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            msg = f"worker {args} did not start: {line!r}"
+            raise RuntimeError(msg)
+        return proc
+
+
+def _with_database(url: str, database: str) -> str:
+    """*url* naming *database* instead (a libpq URL)."""
+    head, _, query = url.partition("?")
+    base = head.rsplit("/", 1)[0]
+    return f"{base}/{database}" + (f"?{query}" if query else "")
+
+
+@contextlib.contextmanager
+def fresh_database(url: str) -> Iterator[str]:
+    """A new database on the server of *url* for the block (dropped after); its URL."""
+    name = f"bench_{secrets.token_hex(4)}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _with_database(url, name)
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+# -- floors ---------------------------------------------------------------------------------------
+
+
+def case_floor_insert(url: str, seconds: float) -> Figures:
+    """One INSERT per step, autocommit, psycopg's blocking connection."""
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute(
+            "CREATE TABLE steps (run_id text, seq int, output jsonb, PRIMARY KEY (run_id, seq))"
+        )
+        seq = 0
+
+        def hundred() -> int:
+            nonlocal seq
+            for _ in range(100):
+                seq += 1
+                db.execute("INSERT INTO steps VALUES (%s, %s, %s::jsonb)", ("run", seq, "1"))
+            return 100
+
+        hundred()
+        return _timed(seconds, hundred)
+
+
+async def case_floor_insert_async(url: str, seconds: float) -> Figures:
+    """One INSERT per step, autocommit, psycopg's asyncio connection."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as db:
+        await db.execute(
+            "CREATE TABLE steps (run_id text, seq int, output jsonb, PRIMARY KEY (run_id, seq))"
+        )
+        seq = 0
+
+        async def hundred() -> int:
+            nonlocal seq
+            for _ in range(100):
+                seq += 1
+                await db.execute("INSERT INTO steps VALUES (%s, %s, %s::jsonb)", ("run", seq, "1"))
+            return 100
+
+        await hundred()
+        return await _timed_async(seconds, hundred)
+
+
+def case_floor_claim(url: str, workers: int, seconds: float) -> Figures:
+    """One SKIP LOCKED claim + one completion per task, by *workers* processes."""
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute(
+            "CREATE TABLE queue (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+            " status text NOT NULL, input jsonb NOT NULL, output jsonb, claimed_by text)"
+        )
+        db.execute("CREATE INDEX queue_queued ON queue (id) WHERE status = 'queued'")
+        db.execute(
+            "INSERT INTO queue (status, input) SELECT 'queued', to_jsonb(n)"
+            " FROM generate_series(1, 400000) n"
+        )
+        db.execute("VACUUM ANALYZE queue")
+    # Every worker starts claiming at the same moment, once all are connected.
+    start_at = time.time() + 2.0 + 0.5 * workers
+    with Children() as children:
+        procs = [
+            children.start("floor-claim", url, str(seconds), str(start_at)) for _ in range(workers)
+        ]
+        results = []
+        for proc in procs:
+            assert proc.stdout is not None
+            results.append(json.loads(proc.stdout.readline()))
+    count = sum(r["count"] for r in results)
+    return _rate(count, max(r["seconds"] for r in results))
+
+
+def worker_floor_claim(url: str, seconds: float, start_at: float) -> None:
+    """Claim and complete tasks for *seconds* from epoch *start_at*; print the count."""
+    me = f"w{os.getpid()}"
+    with psycopg.connect(url, autocommit=True) as db:
+        print("ready", flush=True)
+        time.sleep(max(0.0, start_at - time.time()))
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            row = db.execute(
+                "UPDATE queue SET status = 'claimed', claimed_by = %s WHERE id = (SELECT id"
+                " FROM queue WHERE status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                " RETURNING id, input",
+                (me,),
+            ).fetchone()
+            if row is None:
+                break
+            db.execute(
+                "UPDATE queue SET status = 'done', output = %s::jsonb WHERE id = %s",
+                (json.dumps(row[1] + 1), row[0]),
+            )
+            count += 1
+        print(json.dumps({"count": count, "seconds": time.perf_counter() - start}), flush=True)
+
+
+# -- ours -----------------------------------------------------------------------------------------
+
+
+def _our_url(url: str) -> str:
+    return url + ("&" if "?" in url else "?") + "schema=bench"
+
+
+async def case_ours_local(url: str, seconds: float) -> Figures:
+    """Runs of the 10-step local workflow, one after another."""
+    async with Engine(_our_url(url), workflows=[ten]) as engine:
+
+        async def one_run() -> int:
+            await engine.start(ten, 0)
+            await engine.run_until_idle()
+            return STEPS
+
+        await one_run()
+        figures = await _timed_async(seconds, one_run)
+        done = await engine.list_runs(status="completed", limit=1_000_000)
+        if len(done) != round(figures["count"]) // STEPS + 1:
+            msg = f"expected every run completed, got {len(done)}"
+            raise RuntimeError(msg)
+    return figures
+
+
+async def _wait_completed(engine: Engine, run_ids: Sequence[str]) -> None:
+    for n, run_id in enumerate(run_ids):
+        while (run := await engine.get_run(run_id)).status in ("pending", "running", "suspended"):
+            await asyncio.sleep(WAIT_POLL)
+        if run.status != "completed" or run.output != n + 1:
+            msg = f"run {run_id} ended {run.status} with {run.output!r}"
+            raise RuntimeError(msg)
+
+
+async def case_ours_dispatch(
+    url: str, workers: int, seconds: float, batch: int, poll_ms: int
+) -> Figures:
+    """Batches of runs dispatching one step to *workers* worker processes."""
+    url = _our_url(url)
+    async with Engine(url, workflows=[one_step]) as engine:
+        with Children() as children:
+            for _ in range(workers):
+                children.start("ours", url, str(poll_ms))
+            loop = asyncio.get_running_loop()
+            orchestrator = loop.create_task(engine.work(poll_ms=poll_ms, concurrency=64))
+            try:
+
+                async def one_batch() -> int:
+                    run_ids = [await engine.start(one_step, n) for n in range(batch)]
+                    await _wait_completed(engine, run_ids)
+                    return batch
+
+                await one_batch()
+                figures = await _timed_async(seconds, one_batch)
+            finally:
+                engine.stop()
+                await orchestrator
+    return figures
+
+
+async def worker_ours(url: str, poll_ms: int) -> None:
+    """Serve the steps until stdin closes or SIGTERM."""
+    async with Engine(url, steps=[bump, flaky]) as engine:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, engine.stop)
+
+        def parent_left() -> None:
+            if not os.read(0, 4096):
+                loop.remove_reader(0)
+                engine.stop()
+
+        loop.add_reader(0, parent_left)
+        print("ready", flush=True)
+        await engine.work(poll_ms=poll_ms, concurrency=64)
+
+
+async def case_ours_retry(url: str, seconds: float) -> Figures:
+    """Per-run time with one durable retry and without, interleaved, in one process."""
+    url = _our_url(url)
+    async with Engine(url, workflows=[one_step, one_flaky_step], steps=[bump, flaky]) as engine:
+        spent = {one_step.name: 0.0, one_flaky_step.name: 0.0}
+        runs = dict.fromkeys(spent, 0)
+
+        async def block() -> int:
+            for definition in (one_step, one_flaky_step):
+                start = time.perf_counter()
+                for n in range(5):
+                    await engine.start(definition, n)
+                    await engine.run_until_idle()
+                spent[definition.name] += time.perf_counter() - start
+                runs[definition.name] += 5
+            return 10
+
+        await block()
+        spent = dict.fromkeys(spent, 0.0)
+        runs = dict.fromkeys(spent, 0)
+        await _timed_async(seconds, block)
+    plain = spent[one_step.name] / runs[one_step.name]
+    retried = spent[one_flaky_step.name] / runs[one_flaky_step.name]
+    return {"rate": 1 / retried, "plain_us": plain * 1e6, "retried_us": retried * 1e6,
+            "cost_us": (retried - plain) * 1e6}  # fmt: skip
+
+
+# -- DBOS -----------------------------------------------------------------------------------------
+
+
+def _dbos(url: str, executor: str, poll: float, listen: Sequence[str]) -> dict[str, Any]:
+    from dbos import DBOS
+
+    DBOS(
+        config={
+            "name": "durable-bench",
+            "system_database_url": url,
+            "log_level": "WARNING",
+            "application_version": "bench",
+            "executor_id": executor,
+        }
+    )
+    DBOS.listen_queues(list(listen))
+
+    @DBOS.step(name="bench.add-one")
+    async def add_one(n: int) -> int:
+        return n + 1
+
+    @DBOS.step(name="bench.add-one-sync")
+    def add_one_sync(n: int) -> int:
+        return n + 1
+
+    @DBOS.workflow(name="bench.ten-async")
+    async def ten_async(n: int) -> int:
+        for _ in range(STEPS):
+            n = await add_one(n)
+        return n
+
+    @DBOS.workflow(name="bench.ten-sync")
+    def ten_sync(n: int) -> int:
+        for _ in range(STEPS):
+            n = add_one_sync(n)
+        return n
+
+    @DBOS.workflow(name="bench.child")
+    async def child(n: int) -> int:
+        return await add_one(n)
+
+    return {"ten_async": ten_async, "ten_sync": ten_sync, "child": child}
+
+
+@contextlib.contextmanager
+def _dbos_launched() -> Iterator[None]:
+    from dbos import DBOS
+
+    DBOS.launch()
+    try:
+        yield
+    finally:
+        DBOS.destroy(destroy_registry=True)
+
+
+def case_dbos_local(url: str, sync_steps: bool, seconds: float) -> Figures:
+    """Runs of DBOS's 10-step workflow, called directly, one after another."""
+    app = _dbos(url, "bench-local", 1.0, ())
+    with _dbos_launched():
+        if sync_steps:
+
+            def one_run() -> int:
+                if app["ten_sync"](0) != STEPS:
+                    raise RuntimeError("DBOS returned a wrong result")
+                return STEPS
+
+            one_run()
+            return _timed(seconds, one_run)
+
+        async def one_run_async() -> int:
+            if await app["ten_async"](0) != STEPS:
+                raise RuntimeError("DBOS returned a wrong result")
+            return STEPS
+
+        async def timed() -> Figures:
+            await one_run_async()
+            return await _timed_async(seconds, one_run_async)
+
+        return asyncio.run(timed())
+
+
+def case_dbos_dispatch(url: str, workers: int, seconds: float, batch: int, poll_ms: int) -> Figures:
+    """Batches of DBOS workflows enqueued for *workers* worker processes."""
+    from dbos import DBOS
+
+    app = _dbos(url, "bench-orchestrator", poll_ms / 1000, ())
+    with _dbos_launched(), Children() as children:
+        # Registered before the workers launch, so their queue threads find it at once.
+        DBOS.register_queue(QUEUE, polling_interval_sec=poll_ms / 1000)
+        for i in range(workers):
+            children.start("dbos", url, str(poll_ms), f"bench-worker-{i}")
+
+        async def one_batch() -> int:
+            handles = [
+                await DBOS.enqueue_workflow_async(QUEUE, app["child"], n) for n in range(batch)
+            ]
+            for n, handle in enumerate(handles):
+                if await handle.get_result(polling_interval_sec=WAIT_POLL) != n + 1:
+                    raise RuntimeError("DBOS returned a wrong result")
+            return batch
+
+        async def timed() -> Figures:
+            await one_batch()
+            return await _timed_async(seconds, one_batch)
+
+        return asyncio.run(timed())
+
+
+def worker_dbos(url: str, poll_ms: int, executor: str) -> None:
+    """A DBOS process listening to the queue until stdin closes or SIGTERM."""
+    _dbos(url, executor, poll_ms / 1000, (QUEUE,))
+    with _dbos_launched():
+        print("ready", flush=True)
+        sys.stdin.read()
+
+
+# -- procrastinate --------------------------------------------------------------------------------
+
+
+def _procrastinate(url: str) -> tuple[Any, Any]:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+    @app.task(name="bench.bump", queue=QUEUE)
+    async def bump_task(n: int) -> int:
+        return n + 1
+
+    return app, bump_task
+
+
+async def case_procrastinate(
+    url: str, workers: int, seconds: float, batch: int, poll_ms: int
+) -> Figures:
+    """Batches of deferred tasks run by *workers* procrastinate worker processes."""
+    app, bump_task = _procrastinate(url)
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        with Children() as children:
+            for _ in range(workers):
+                children.start("procrastinate", url, str(poll_ms))
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as db:
+
+                async def one_batch() -> int:
+                    ids = [await bump_task.defer_async(n=n) for n in range(batch)]
+                    while True:
+                        cursor = await db.execute(
+                            "SELECT COUNT(*) FROM procrastinate_jobs WHERE id = ANY(%s)"
+                            " AND status = 'succeeded'",
+                            (ids,),
+                        )
+                        row = await cursor.fetchone()
+                        if row is not None and row[0] == len(ids):
+                            return batch
+                        await asyncio.sleep(WAIT_POLL)
+
+                await one_batch()
+                return await _timed_async(seconds, one_batch)
+
+
+async def worker_procrastinate(url: str, poll_ms: int) -> None:
+    """A procrastinate worker until stdin closes or SIGTERM."""
+    app, _ = _procrastinate(url)
+    async with app.open_async():
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(
+            app.run_worker_async(
+                queues=[QUEUE],
+                concurrency=64,
+                fetch_job_polling_interval=poll_ms / 1000,
+                install_signal_handlers=False,
+                delete_jobs="never",
+            )
+        )
+
+        def parent_left() -> None:
+            if not os.read(0, 4096):
+                loop.remove_reader(0)
+                task.cancel()
+
+        loop.add_reader(0, parent_left)
+        print("ready", flush=True)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+# -- running cases --------------------------------------------------------------------------------
+
+
+def available(module: str) -> bool:
+    """Whether a peer is installed."""
+    return importlib.util.find_spec(module) is not None
+
+
+def cases(workers: Sequence[int]) -> list[str]:
+    """Every case of a run, in order, leaving out peers that are not installed."""
+    keys = [
+        "floor-insert",
+        "floor-insert-async",
+        *(f"floor-claim:{w}" for w in workers),
+        "ours-local",
+        "dbos-local:async",
+        "dbos-local:sync",
+        *(f"ours-dispatch:{w}" for w in workers),
+        *(f"dbos-dispatch:{w}" for w in workers),
+        *(f"procrastinate:{w}" for w in workers),
+        "ours-retry",
+    ]
+    return [
+        key
+        for key in keys
+        if not (key.startswith("dbos") and not available("dbos"))
+        and not (key.startswith("procrastinate") and not available("procrastinate"))
+    ]
+
+
+def run_case(key: str, url: str, args: argparse.Namespace) -> Figures:
+    """Measure *key* in this process, on the database at *url*."""
+    kind, _, rest = key.partition(":")
+    if kind == "floor-insert":
+        return case_floor_insert(url, args.seconds)
+    if kind == "floor-insert-async":
+        return asyncio.run(case_floor_insert_async(url, args.seconds))
+    if kind == "floor-claim":
+        return case_floor_claim(url, int(rest), args.seconds)
+    if kind == "ours-local":
+        return asyncio.run(case_ours_local(url, args.seconds))
+    if kind == "ours-dispatch":
+        return asyncio.run(
+            case_ours_dispatch(url, int(rest), args.seconds, args.batch, args.poll_ms)
+        )
+    if kind == "ours-retry":
+        return asyncio.run(case_ours_retry(url, args.seconds))
+    if kind == "dbos-local":
+        return case_dbos_local(url, rest == "sync", args.seconds)
+    if kind == "dbos-dispatch":
+        return case_dbos_dispatch(url, int(rest), args.seconds, args.batch, args.poll_ms)
+    if kind == "procrastinate":
+        return asyncio.run(
+            case_procrastinate(url, int(rest), args.seconds, args.batch, args.poll_ms)
+        )
+    msg = f"unknown case {key!r}"
+    raise ValueError(msg)
+
+
+def measure(key: str, server: str, args: argparse.Namespace) -> Figures:
+    """Run *key* in a fresh interpreter on a fresh database of *server*."""
+    with (
+        fresh_database(server) as url,
+        tempfile.TemporaryFile("w+") as out_file,
+        tempfile.TemporaryFile("w+") as err,
+    ):
+        argv = [sys.executable, str(SCRIPT), "--case", key, "--store", url,
+                "--seconds", str(args.seconds), "--batch", str(args.batch),
+                "--poll-ms", str(args.poll_ms)]  # fmt: skip
+        # Its stdin stays open while it runs: a case that sees it close stops.
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file, stderr=err,
+                                text=True)  # fmt: skip
+        try:
+            proc.wait(timeout=180 + 10 * args.seconds)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+        if proc.returncode:
+            err.seek(0)
+            msg = f"case {key} failed (exit {proc.returncode}):\n{err.read()[-3000:]}"
+            raise SystemExit(msg)
+        out_file.seek(0)
+        out = out_file.read()
+    figures: Figures = json.loads(out.strip().splitlines()[-1])
+    return figures
+
+
+def _ratio(ours: float | None, theirs: float | None, goal: float | None = None) -> str:
+    if ours is None or theirs is None or not theirs:
+        return "n/a"
+    text = f"{ours / theirs:.2f}x"
+    if goal is not None:
+        text += f" ({'meets' if ours / theirs >= goal else 'MISSES'} >= {goal:g}x)"
+    return text
+
+
+def report(results: dict[str, Figures], workers: Sequence[int]) -> None:
+    """Print the tables and ratios."""
+
+    def rate(key: str) -> float | None:
+        found = results.get(key)
+        return None if found is None else found["rate"]
+
+    def line(label: str, key: str, unit: str) -> None:
+        value = rate(key)
+        shown = "n/a (not installed)" if value is None else f"{value:>10,.0f} {unit}"
+        print(f"  {label:<44} {shown}")
+
+    print("\nLocal steps (10-step runs, start and finish included)")
+    line("floor: INSERT, psycopg blocking", "floor-insert", "steps/s")
+    line("floor: INSERT, psycopg asyncio", "floor-insert-async", "steps/s")
+    line("effects.durable", "ours-local", "steps/s")
+    line("DBOS, async def", "dbos-local:async", "steps/s")
+    line("DBOS, def", "dbos-local:sync", "steps/s")
+    ours = rate("ours-local")
+    best_dbos = max(
+        (r for r in (rate("dbos-local:async"), rate("dbos-local:sync")) if r), default=None
+    )
+    print(f"  ours / floor (blocking):  {_ratio(ours, rate('floor-insert'), 0.5)}")
+    print(f"  ours / floor (asyncio):   {_ratio(ours, rate('floor-insert-async'), 0.5)}")
+    print(f"  ours / DBOS (its best):   {_ratio(ours, best_dbos, 4)}")
+    print("\nDispatched round trips (runs/s)")
+    for w in workers:
+        print(f" {w} worker process{'es' if w > 1 else ''}")
+        line("floor: SKIP LOCKED claim + completion", f"floor-claim:{w}", "tasks/s")
+        line("effects.durable", f"ours-dispatch:{w}", "runs/s")
+        line("DBOS queued workflow", f"dbos-dispatch:{w}", "runs/s")
+        line("procrastinate task", f"procrastinate:{w}", "jobs/s")
+        goal = 0.5 if w == 2 else None
+        ours = rate(f"ours-dispatch:{w}")
+        print(f"  ours / claim floor:       {_ratio(ours, rate(f'floor-claim:{w}'), goal)}")
+        above = 1.0001 if w == 2 else None
+        print(f"  ours / DBOS:              {_ratio(ours, rate(f'dbos-dispatch:{w}'), above)}")
+        print(f"  ours / procrastinate:     {_ratio(ours, rate(f'procrastinate:{w}'), above)}")
+    retry = results.get("ours-retry")
+    if retry is not None:
+        print("\nOne durable retry (one process)")
+        plain, retried, cost = retry["plain_us"], retry["retried_us"], retry["cost_us"]
+        print(f"  a run without a retry: {plain:,.0f} us; with one: {retried:,.0f} us")
+        print(f"  the retry costs {cost:,.0f} us")
+
+
+def main() -> int:
+    """Parse the options; run one case, one worker, or the whole comparison."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", help="a postgresql:// URL of a server (default: a fresh one)")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--poll-ms", type=int, default=50)
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="runs of every case, interleaved; the median counts"
+    )
+    parser.add_argument(
+        "--data-dir",
+        help="where the fresh server keeps its files (e.g. /dev/shm: fsync costs nothing there)",
+    )
+    parser.add_argument("--case")
+    parser.add_argument("--worker", nargs="+")
+    args = parser.parse_args()
+    if args.worker:
+        kind, *rest = args.worker
+        _exit_when_parent_leaves()
+        if kind == "ours":
+            asyncio.run(worker_ours(rest[0], int(rest[1])))
+        elif kind == "dbos":
+            worker_dbos(rest[0], int(rest[1]), rest[2])
+        elif kind == "procrastinate":
+            asyncio.run(worker_procrastinate(rest[0], int(rest[1])))
+        else:
+            worker_floor_claim(rest[0], float(rest[1]), float(rest[2]))
+        return 0
+    if args.case:
+        _exit_when_parent_leaves()
+        print(json.dumps(run_case(args.case, args.store, args)), flush=True)
+        return 0
+    workers = [int(w) for w in args.workers.split(",")]
+    with contextlib.ExitStack() as stack:
+        server = args.store
+        if server is None:
+            from tests.postgres_server import PostgresServer
+
+            server = stack.enter_context(PostgresServer(durable=True, folder=args.data_dir)).dsn()
+        with psycopg.connect(server) as db:
+            version = db.execute("SHOW server_version").fetchone()
+            durability = db.execute(
+                "SELECT string_agg(name || '=' || setting, ', ') FROM pg_settings"
+                " WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')"
+            ).fetchone()
+        print(
+            f"PostgreSQL {version[0] if version else '?'} ({durability[0] if durability else '?'})"
+        )
+        for peer in ("dbos", "procrastinate"):
+            if not available(peer):
+                print(f"{peer} is not installed: its cases are skipped")
+        # Round after round over every case, so a noisy moment of the shared machine (its
+        # disk's fsync rate varies many times over) falls on every side alike; medians count.
+        rounds: dict[str, list[Figures]] = {}
+        for n in range(args.rounds):
+            print(f"round {n + 1} of {args.rounds}", flush=True)
+            for key in cases(workers):
+                figures = measure(key, server, args)
+                rounds.setdefault(key, []).append(figures)
+                print(f"  {key}: {figures['rate']:,.0f}/s", flush=True)
+        results = {
+            key: sorted(runs, key=lambda f: f["rate"])[len(runs) // 2]
+            for key, runs in rounds.items()
+        }
+        report(results, workers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
