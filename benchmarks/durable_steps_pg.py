@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -80,7 +81,7 @@ async def _add_one(n: int) -> int:
 async def ten(ctx: WorkflowContext, n: int) -> int:
     """Ten local steps, each adding one."""
     for i in range(STEPS):
-        n = await ctx.local_step(f"step-{i}", lambda n=n: _add_one(n))
+        n = await ctx.local_step(f"step-{i}", functools.partial(_add_one, n))
     return n
 
 

@@ -33,6 +33,7 @@ from effects.durable import (
     step,
     workflow,
 )
+from effects.durable._engine import open_store
 from effects.durable._pytest_plugin import DurableEngineFactory
 from effects.durable._store import NewRun
 from tests.durable.crash_support.harness import FINISHED, trail_problems, wait_until_async
@@ -318,10 +319,10 @@ async def test_a_write_larger_than_the_space_left_fails_the_turn_not_the_run(
 
 
 class FailingOnce:
-    """A ``SqliteStore`` whose first commit of a local step's outcome fails as a full disk does."""
+    """A store whose first commit of a local step's outcome fails as a full disk does."""
 
     def __init__(self, url: str) -> None:
-        self._inner = SqliteStore(url)
+        self._inner = open_store(url)
         self.failed = 0
 
     def __getattr__(self, name: str) -> Any:
