@@ -622,7 +622,8 @@ class Engine:
             claimed += len(tasks)
         return claimed
 
-    async def _recover(self) -> None:
+    async def _recover(self) -> bool:
+        """One recovery pass; whether it made anything runnable."""
         report = await self._store.recover(
             now=self._now(),
             max_recovery_attempts=self._max_recovery,
@@ -636,6 +637,7 @@ class Engine:
             _log.error("run %s is dead: its lease expired too many times", run_id)
         for step_id in report.lost_tasks:
             _log.warning("step %s lost its worker; its attempt counts as failed", step_id)
+        return bool(report.recovered_runs or report.lost_tasks)
 
     async def run_until_idle(self, *, advance_time: bool = False) -> None:
         """
@@ -712,10 +714,16 @@ class Engine:
             # claim, after the claim's snapshot was taken: the event says so, and we look again.
             settled = not wake.is_set()
             if not self._inflight:
-                if claimed == 0 and settled:
-                    await self._recover()
-                    if not await self._claim(_DRAIN_CONCURRENCY) and not wake.is_set():
-                        return
+                # Leases may have lapsed meanwhile; claim again only if that freed a run.
+                if (
+                    claimed == 0
+                    and settled
+                    and (
+                        not await self._recover()
+                        or (not await self._claim(_DRAIN_CONCURRENCY) and not wake.is_set())
+                    )
+                ):
+                    return
                 continue
             if claimed and len(self._inflight) < _DRAIN_CONCURRENCY:
                 continue

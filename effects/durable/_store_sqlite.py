@@ -1209,18 +1209,12 @@ class SqliteStore:
         with self._read_errors():
             db = self._conn
             # A read first, so a pass with nothing to do takes no write lock.
-            if (
-                db.execute(
-                    "SELECT 1 FROM runs WHERE status = 'running' AND lease_until < ? LIMIT 1",
-                    (now,),
-                ).fetchone()
-                is None
-                and db.execute(
-                    "SELECT 1 FROM tasks WHERE status = 'claimed' AND claim_until < ? LIMIT 1",
-                    (now,),
-                ).fetchone()
-                is None
-            ):
+            (expired,) = db.execute(
+                "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND lease_until < ?1)"
+                " OR EXISTS (SELECT 1 FROM tasks WHERE status = 'claimed' AND claim_until < ?1)",
+                (now,),
+            ).fetchone()
+            if not expired:
                 return RecoveryReport()
 
             def work(db: sqlite3.Connection) -> RecoveryReport:
