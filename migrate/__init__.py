@@ -14,7 +14,6 @@ from migrate._errors import (
     ContractChanged,
     DestinationError,
     LockHeld,
-    LockInfo,
     MigrateError,
     PreflightRefused,
     RefusedError,
@@ -23,7 +22,6 @@ from migrate._errors import (
     StoreSchemaError,
     TrackingError,
     UsageError,
-    format_time,
 )
 from migrate._loading import load_config
 from migrate._pipeline import Journal, Scope, current_scope
@@ -57,10 +55,12 @@ from migrate._state import (
     FailureRecord,
     ItemState,
     ItemStatus,
+    LockInfo,
     RunRecord,
     RunStatus,
 )
 from migrate._store_sqlite import SCHEMA_VERSION, Store, open_store
+from migrate._text import format_time
 
 __all__ = [
     "Config",
@@ -125,3 +125,17 @@ __all__ = [
     "status",
     "unlock",
 ]
+
+
+def _publish() -> None:
+    # Users read `migrate.ConfigError`, not `migrate._errors.ConfigError`, in reprs, tracebacks
+    # and pickles (httpx does the same); every such name is importable from here.
+    namespace = globals()
+    for name in __all__:
+        value = namespace[name]
+        if isinstance(value, type) and value.__module__.startswith("migrate._"):
+            value.__module__ = __name__
+
+
+_publish()
+del _publish

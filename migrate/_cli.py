@@ -31,7 +31,6 @@ from migrate import (
     RunSummary,
     UsageError,
     failures,
-    format_time,
     load_config,
     plan,
     run,
@@ -39,7 +38,7 @@ from migrate import (
     status,
     unlock,
 )
-from migrate._errors import plural
+from migrate._text import format_time, plural
 
 __all__ = [
     "EXIT_FAILED_ITEMS",

@@ -172,7 +172,7 @@ class Config:
         ... ])
         Traceback (most recent call last):
         ...
-        migrate._errors.ConfigError: dependency cycle: books -> authors -> books
+        migrate.ConfigError: dependency cycle: books -> authors -> books
     """
 
     migrations: tuple[Migration, ...] = attrs.field(converter=_migrations)

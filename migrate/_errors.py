@@ -23,17 +23,16 @@ builtin it means, so ``except MigrateError`` never hides a bug::
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 
-import attrs
+from migrate._state import LockInfo
+from migrate._text import format_time
 
 __all__ = [
     "ConfigError",
     "ContractChanged",
     "DestinationError",
     "LockHeld",
-    "LockInfo",
     "MigrateError",
     "PreflightRefused",
     "RefusedError",
@@ -42,31 +41,7 @@ __all__ = [
     "StoreSchemaError",
     "TrackingError",
     "UsageError",
-    "format_time",
 ]
-
-
-def format_time(timestamp: float) -> str:
-    """
-    Format *timestamp* (epoch seconds) as ISO-8601 UTC with second precision.
-
-    Example:
-        >>> format_time(0)
-        '1970-01-01T00:00:00Z'
-    """
-    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def plural(count: int, noun: str) -> str:
-    """
-    *count* (with thousands separators) and *noun*, with an ``s`` unless *count* is 1.
-
-    Example:
-        >>> plural(1, "item"), plural(0, "item"), plural(12345, "failed item")
-        ('1 item', '0 items', '12,345 failed items')
-    """
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 class Skip(Exception):  # noqa: N818 - the issue fixes this name: `raise migrate.Skip(reason)`
@@ -127,26 +102,6 @@ class DestinationError(MigrateError):
 
 class RefusedError(MigrateError):
     """A run was refused before it processed anything (lock held, preflight, newer store)."""
-
-
-@attrs.frozen
-class LockInfo:
-    """
-    A definition's lock: which run holds it, from which process, since when.
-
-    Attributes:
-        definition_id: The locked definition.
-        run_id: The run holding the lock.
-        pid: Process id of that run.
-        host: Host name of that run's machine.
-        acquired_at: Epoch seconds when the lock was taken.
-    """
-
-    definition_id: str
-    run_id: str
-    pid: int
-    host: str
-    acquired_at: float
 
 
 class LockHeld(RefusedError):  # noqa: N818 - named in the CLI contract; reads as a verdict

@@ -8,7 +8,8 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from migrate._definition import Config
-from migrate._errors import UsageError, plural
+from migrate._errors import UsageError
+from migrate._text import plural
 
 __all__ = ["Mode", "Plan", "PlanStep", "RunOptions", "plan"]
 

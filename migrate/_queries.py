@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from migrate._definition import Config
-from migrate._errors import LockInfo
 from migrate._reports import DefinitionStatus, RunRef, StatusReport
-from migrate._state import FailureRecord, RunRecord
+from migrate._state import FailureRecord, LockInfo, RunRecord
 
 __all__ = ["failures", "runs", "status", "unlock"]
 

@@ -32,7 +32,6 @@ from migrate._errors import (
     Skip,
     SourceError,
     TrackingError,
-    plural,
 )
 from migrate._pipeline import (
     _CURRENT,  # pyright: ignore[reportPrivateUsage]
@@ -49,6 +48,7 @@ from migrate._sources import Contract, Cursor, Item
 from migrate._sources._base import MissingFieldError
 from migrate._state import Counts, DefinitionResult, ErrorEvidence
 from migrate._store_sqlite import PriorState, StateRow, Store
+from migrate._text import plural
 
 __all__ = ["Progress", "new_run_id", "preflight", "run"]
 

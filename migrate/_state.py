@@ -13,6 +13,7 @@ __all__ = [
     "ErrorEvidence",
     "ErrorKind",
     "ItemStatus",
+    "LockInfo",
     "RunStatus",
 ]
 
@@ -292,3 +293,23 @@ class RunRecord:
             "definitions": {key: value.to_report() for key, value in self.definitions.items()},
             "error": self.error,
         }
+
+
+@attrs.frozen
+class LockInfo:
+    """
+    A definition's lock: which run holds it, from which process, since when.
+
+    Attributes:
+        definition_id: The locked definition.
+        run_id: The run holding the lock.
+        pid: Process id of that run.
+        host: Host name of that run's machine.
+        acquired_at: Epoch seconds when the lock was taken.
+    """
+
+    definition_id: str
+    run_id: str
+    pid: int
+    host: str
+    acquired_at: float

@@ -22,7 +22,7 @@ from typing import Any, Final, NamedTuple, cast
 
 import attrs
 
-from migrate._errors import ConfigError, LockHeld, LockInfo, StoreSchemaError
+from migrate._errors import ConfigError, LockHeld, StoreSchemaError
 from migrate._sources import Contract, Cursor
 from migrate._state import (
     Counts,
@@ -31,6 +31,7 @@ from migrate._state import (
     FailureRecord,
     ItemState,
     ItemStatus,
+    LockInfo,
     RunRecord,
     RunStatus,
 )

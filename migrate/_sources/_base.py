@@ -87,6 +87,8 @@ class Contract:
         >>> contract = Contract("csv", identity="id", version=None, lookup="scan")
         >>> contract.fingerprint
         '78c5e87c00563f4c'
+        >>> contract.changes(Contract("csv", "isbn", "updated", "scan"))
+        ("identity field 'id' -> 'isbn'", "version field None -> 'updated'")
     """
 
     kind: str
@@ -102,12 +104,8 @@ class Contract:
 
     def changes(self, new: Contract) -> tuple[str, ...]:
         """
-        What differs from this contract to *new*, one phrase per changed field.
-
-        Example:
-            >>> old = Contract("csv", "id", None, "scan")
-            >>> old.changes(Contract("csv", "isbn", "updated", "scan"))
-            ("identity field 'id' -> 'isbn'", "version field None -> 'updated'")
+        What differs from this contract to *new*, one phrase per changed field (see the example
+        of `Contract`).
         """
         mine, theirs = self.to_json(), new.to_json()
         return tuple(

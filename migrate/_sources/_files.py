@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from migrate._errors import SourceError, plural
+from migrate._errors import SourceError
 from migrate._sources._base import (
     Cursor,
     Item,
@@ -23,6 +23,7 @@ from migrate._sources._base import (
     missing_field,
     version_of,
 )
+from migrate._text import plural
 
 __all__ = ["CsvSource", "JsonlSource"]
 

@@ -6,7 +6,6 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from migrate._errors import plural
 from migrate._sources._base import (
     Cursor,
     Item,
@@ -17,6 +16,7 @@ from migrate._sources._base import (
     identity_of,
     version_of,
 )
+from migrate._text import plural
 
 __all__ = ["MemorySource"]
 

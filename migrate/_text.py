@@ -1,0 +1,64 @@
+"""Text for people: times, counted nouns, and source data made safe to print on a terminal."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+__all__ = ["format_time", "plural", "printable"]
+
+
+def format_time(timestamp: float) -> str:
+    """
+    Format *timestamp* (epoch seconds) as ISO-8601 UTC with second precision.
+
+    Example:
+        >>> format_time(0)
+        '1970-01-01T00:00:00Z'
+    """
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plural(count: int, noun: str) -> str:
+    """
+    *count* (with thousands separators) and *noun*, with an ``s`` unless *count* is 1.
+
+    Example:
+        >>> plural(1, "item"), plural(0, "item"), plural(12345, "failed item")
+        ('1 item', '0 items', '12,345 failed items')
+    """
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+# C0 controls (escape sequences start with ESC), DEL, C1 controls (0x9b is a one-byte CSI), line
+# and paragraph separators, and the bidirectional overrides that reorder what a terminal shows.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """
+    *text* with control characters and terminal escape sequences shown as escapes.
+
+    Source data reaches ``migrate failures``, ``run`` and ``status`` through error messages and
+    identities; printed raw, an ``ESC [`` sequence in a CSV cell could move the cursor, recolour
+    or retitle the terminal, or hide the lines above it. Newlines and tabs become ``\\n`` and
+    ``\\t`` too, so one value stays on one line. Backslashes are kept as they are.
+
+    Example:
+        >>> printable("ok\\x1b[2J\\ttab\\nnew line\\u202e")
+        'ok\\\\x1b[2J\\\\ttab\\\\nnew line\\\\u202e'
+    """
+    if text.isprintable():
+        return text
+    return _UNPRINTABLE.sub(_escape, text)
