@@ -19,6 +19,7 @@ from migrate._errors import (
     RefusedError,
     Skip,
     SourceError,
+    StoreError,
     StoreSchemaError,
     TrackingError,
     UsageError,
@@ -59,7 +60,9 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store_sqlite import SCHEMA_VERSION, Store, open_store
+from migrate._store import StateWrite, Store, WindowCommit
+from migrate._store_memory import MemoryStore
+from migrate._store_sqlite import SCHEMA_VERSION, SqliteStore, open_store
 from migrate._text import format_time
 
 __all__ = [
@@ -85,6 +88,7 @@ __all__ = [
     "LockInfo",
     "LookupStrategy",
     "MemorySource",
+    "MemoryStore",
     "MigrateError",
     "Migration",
     "Mode",
@@ -107,12 +111,16 @@ __all__ = [
     "SourceRetryStrategy",
     "SqlDestination",
     "SqlSource",
+    "SqliteStore",
+    "StateWrite",
     "StatusReport",
     "Store",
+    "StoreError",
     "StoreSchemaError",
     "TrackingError",
     "UsageError",
     "Window",
+    "WindowCommit",
     "current_scope",
     "destination",
     "failures",

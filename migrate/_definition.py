@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -12,10 +13,13 @@ import attrs
 from effects import Effect
 from migrate._errors import ConfigError, SourceError, UsageError
 from migrate._sources import Item, Source
+from migrate._store import Store
+from migrate._store_sqlite import open_store
 
 if TYPE_CHECKING:
+    from collections.abc import Generator
+
     from migrate._pipeline import Scope
-    from migrate._store_sqlite import Store
 
 __all__ = ["DEFAULT_STORE", "Config", "Migration", "Process", "SourceRetryStrategy"]
 
@@ -155,8 +159,10 @@ class Config:
 
     Args:
         migrations: The definitions, in the order ``list`` shows them.
-        store: ``"sqlite:///path"``; a relative path is relative to *base_dir* (the config
-            file's folder when loaded with `load_config`).
+        store: ``"sqlite:///path"`` (a relative path is relative to *base_dir*: the config
+            file's folder when loaded with `load_config`; ``?timeout=SECONDS`` sets how long a
+            write waits for another connection's lock), or a `Store` object such as a
+            `MemoryStore`, used as it is by every run and query of this config.
         base_dir: The folder relative store paths start from; ``None``: the working folder.
 
     Raises:
@@ -176,7 +182,7 @@ class Config:
     """
 
     migrations: tuple[Migration, ...] = attrs.field(converter=_migrations)
-    store: str = DEFAULT_STORE
+    store: str | Store = DEFAULT_STORE
     base_dir: Path | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -204,8 +210,10 @@ class Config:
         if cycle is not None:
             raise ConfigError(f"dependency cycle: {' -> '.join(cycle)}")
         store = cast(object, self.store)
-        if not isinstance(store, str):
-            raise ConfigError(f"store must be a 'sqlite:///path' string, got {self.store!r}")
+        if not isinstance(store, str | Store):
+            raise ConfigError(
+                f"store must be a 'sqlite:///path' string or a migrate Store, got {self.store!r}"
+            )
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -254,8 +262,25 @@ class Config:
         """Ids of the definitions that require or optionally follow *definition_id*."""
         return tuple(m.id for m in self.migrations if definition_id in (*m.requires, *m.optional))
 
-    def open_store(self) -> Store:
-        """Open this config's store (see `open_store`)."""
-        from migrate._store_sqlite import open_store  # noqa: PLC0415 - the store imports this module
+    def open_store(self, *, read_only: bool = False) -> Store:
+        """
+        Open this config's store (see `open_store`); the caller closes it.
 
-        return open_store(self.store, base_dir=self.base_dir)
+        A `Store` object given as ``store`` is returned as it is.
+
+        Args:
+            read_only: Open for reading only (nothing created or written).
+        """
+        if not isinstance(self.store, str):
+            return self.store
+        return open_store(self.store, base_dir=self.base_dir, read_only=read_only)
+
+    @contextlib.contextmanager
+    def using_store(self, *, read_only: bool = False) -> Generator[Store]:
+        """The store for one run or query: opened and closed around it, unless it is an object."""
+        store = self.open_store(read_only=read_only)
+        if store is self.store:
+            yield store
+            return
+        with store:
+            yield store

@@ -9,6 +9,8 @@ builtin it means, so ``except MigrateError`` never hides a bug::
      +-- MigrateError
      |    +-- SourceError          a source read or lookup failed; ``cause`` is the provider's error
      |    +-- DestinationError     a destination call failed; ``cause`` is the provider's error
+     |    +-- StoreError           the store cannot be used: not a migrate store, corrupt,
+     |    |                        read-only, or a commit failed (disk full, ...) (CLI exit code 5)
      |    +-- RefusedError         the run was refused before it started (CLI exit code 3)
      |         +-- LockHeld            another run holds a definition's lock
      |         +-- PreflightRefused    a required dependency is not in a good state
@@ -38,6 +40,7 @@ __all__ = [
     "RefusedError",
     "Skip",
     "SourceError",
+    "StoreError",
     "StoreSchemaError",
     "TrackingError",
     "UsageError",
@@ -96,6 +99,28 @@ class DestinationError(MigrateError):
         self.cause = cause
         #: False when the cause says so (e.g. an ``effects.FatalError``): retries then stop.
         self.retryable = getattr(cause, "retryable", True) is not False
+        if cause is not None:
+            self.__cause__ = cause
+
+
+class StoreError(MigrateError):
+    """
+    The store cannot be used, or an operation on it failed; nothing was half-written.
+
+    Raised when the store file is not a SQLite database, is truncated or corrupt, is a SQLite
+    database of something else, is read-only for a command that writes, or when a commit fails
+    (a full disk, an I/O error, a lock another connection held past the timeout). A failed window
+    commit leaves the run's stored counts at the last committed window.
+
+    Args:
+        message: What failed, naming the store (its path) and the cause.
+        cause: The backend's error (also ``__cause__``), if any.
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.cause = cause
         if cause is not None:
             self.__cause__ = cause
 

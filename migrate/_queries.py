@@ -27,7 +27,7 @@ def status(config: Config, definitions: Iterable[str] = ()) -> StatusReport:
     chosen = tuple(definitions) or config.ids
     for definition_id in chosen:
         config.get(definition_id)
-    with config.open_store() as store:
+    with config.using_store() as store:
         store.recover_dead_runs()
         report: dict[str, DefinitionStatus] = {}
         for definition_id in chosen:
@@ -56,7 +56,7 @@ def runs(config: Config, *, limit: int | None = 20) -> tuple[RunRecord, ...]:
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit!r}")
-    with config.open_store() as store:
+    with config.using_store() as store:
         store.recover_dead_runs()
         return store.runs(limit)
 
@@ -84,7 +84,7 @@ def failures(
     config.get(definition_id)
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit!r}")
-    with config.open_store() as store:
+    with config.using_store(read_only=True) as store:
         return store.failures(definition_id, limit)
 
 
@@ -103,5 +103,5 @@ def unlock(config: Config, definition_id: str) -> LockInfo | None:
         UsageError: For an unknown definition id.
     """
     config.get(definition_id)
-    with config.open_store() as store:
+    with config.using_store() as store:
         return store.unlock(definition_id)

@@ -115,6 +115,16 @@ class Counts:
         }
 
     @classmethod
+    def of_statuses(cls, by_status: Mapping[str, int]) -> Counts:
+        """Counts of stored states from ``{status: count}`` (``unchanged`` is 0)."""
+        return cls(
+            migrated=by_status.get("migrated", 0),
+            skipped=by_status.get("skipped", 0),
+            failed=by_status.get("failed", 0),
+            needs_update=by_status.get("needs-update", 0),
+        )
+
+    @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Counts:
         """Rebuild counts from *data* stored by `to_json` (missing keys are 0)."""
         return cls(
@@ -142,6 +152,8 @@ class ItemState:
         tracking: Its tracking record, if any.
         run_id: The run that last changed it.
         updated_at: When, in epoch seconds.
+        position: Where its source held it when it was last read (``"line 17"``), if the
+            source says.
     """
 
     definition_id: str
@@ -154,6 +166,7 @@ class ItemState:
     tracking: dict[str, Any] | None
     run_id: str | None
     updated_at: float
+    position: str | None = None
 
 
 @attrs.frozen
@@ -166,18 +179,21 @@ class FailureRecord:
         run_id: The run in which it last failed.
         error: The evidence of the failure.
         journal: Its journal entries up to the failure (destination writes already made).
+        position: Where its source held it (``"line 17"``), if the source says.
     """
 
     identity: str
     run_id: str | None
     error: ErrorEvidence
     journal: tuple[dict[str, Any], ...] = ()
+    position: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"identity", "run_id", "error": {...}, "journal": [...]}``."""
+        """``{"identity", "run_id", "position", "error": {...}, "journal": [...]}``."""
         return {
             "identity": self.identity,
             "run_id": self.run_id,
+            "position": self.position,
             "error": self.error.to_json(),
             "journal": list(self.journal),
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import re
 
-__all__ = ["format_time", "plural", "printable"]
+__all__ = ["format_time", "natural_key", "plural", "printable"]
 
 
 def format_time(timestamp: float) -> str:
@@ -62,3 +62,24 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return _UNPRINTABLE.sub(_escape, text)
+
+
+_DIGITS = re.compile(r"([0-9]+)")
+
+
+def natural_key(identity: str) -> tuple[tuple[int, int, str], ...]:
+    """
+    Sort key putting identities in natural order: runs of digits compare as numbers (before
+    text at the same place), the rest as text; equal numbers by their text (``"007"`` first).
+
+    Example:
+        >>> sorted(["13", "7", "b2", "b10", "a", "100"], key=natural_key)
+        ['7', '13', '100', 'a', 'b2', 'b10']
+    """
+    parts = _DIGITS.split(identity)
+    # split() with a group alternates text, digits, text, ...: odd positions are digit runs.
+    return tuple(
+        (0, int(part), part) if index % 2 else (1, 0, part)
+        for index, part in enumerate(parts)
+        if part
+    )

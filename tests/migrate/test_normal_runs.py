@@ -194,7 +194,7 @@ def test_progress_ticks_between_windows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, concurrency: int
 ) -> None:
     """Item events report items processed inside a window before it is committed."""
-    monkeypatch.setattr("migrate._runner._TICK_EVERY", 0.0)  # a tick after every item
+    monkeypatch.setattr("migrate._window_loop._TICK_EVERY", 0.0)  # a tick after every item
     events: list[migrate.ProgressEvent] = []
     source = migrate.MemorySource(people(6), window_size=3)
     config = config_of(tmp_path, migrate.Migration("p", source, noop, concurrency=concurrency))
