@@ -82,7 +82,7 @@ class CountingCsvSource(migrate.CsvSource):
     finds = 0
     identities_asked = 0
 
-    def find(self, identities: Collection[str]) -> dict[str, migrate.Item]:
+    def find(self, identities: Collection[str]) -> dict[str, migrate.Item | migrate.Fault]:
         CountingCsvSource.finds += 1
         CountingCsvSource.identities_asked += len(identities)
         return super().find(identities)

@@ -41,6 +41,7 @@ from migrate._sources import (
     Contract,
     CsvSource,
     Cursor,
+    Fault,
     Item,
     JsonlSource,
     LookupStrategy,
@@ -48,6 +49,7 @@ from migrate._sources import (
     Source,
     SqlSource,
     Window,
+    identity_text,
 )
 from migrate._state import (
     Counts,
@@ -79,6 +81,7 @@ __all__ = [
     "ErrorCount",
     "ErrorEvidence",
     "FailureRecord",
+    "Fault",
     "Item",
     "ItemState",
     "ItemStatus",
@@ -125,6 +128,7 @@ __all__ = [
     "destination",
     "failures",
     "format_time",
+    "identity_text",
     "load_config",
     "open_store",
     "plan",

@@ -419,7 +419,9 @@ class _Definition:
                 self.definition_id, contract, self.run_id, reset_cursor=reset_cursor
             )
         owner.results[self.definition_id] = self._result("running")
-        self.total = self.loop.start()
+        started = self.loop.start()
+        self.total = started.total
+        owner.notes.extend(started.notes)
         self._emit("start")
         for result in self.loop.windows():
             if result.stop is not None:
@@ -447,6 +449,7 @@ class _Definition:
                 cursor=result.cursor,
                 save_cursor=result.save_cursor,
                 mark_needs_update=result.mark_needs_update,
+                clear_positional=result.clear_positional,
             )
         )
         # Counted only now that the window is stored: a failed commit counts nothing.

@@ -35,7 +35,9 @@ __all__ = ["POSITIONAL_TYPES", "PriorState", "StateWrite", "Store", "WindowCommi
 
 #: Evidence types of failures stored under a positional key (``<line 17>``) because the record
 #: had no usable identity; `WindowCommit.clear_positional` removes stale ones.
-POSITIONAL_TYPES = frozenset({"MissingIdentity", "BadIdentity", "UndecodableRecord"})
+POSITIONAL_TYPES = frozenset(
+    {"MissingIdentity", "BadIdentity", "UndecodableRecord", "MalformedRecord"}
+)
 
 
 class PriorState(NamedTuple):
@@ -86,9 +88,9 @@ class WindowCommit:
         forget: Identities whose stored states are removed (before *states* are written).
         mark_needs_update: First, mark every ``migrated`` state ``needs-update`` (the first
             window of an ``--update`` run, so a failed first read leaves the states as they were).
-        clear_positional: Remove the positional failures (evidence type in `POSITIONAL_TYPES`)
-            of the definition that this run did not write: its pass over the whole source found
-            no such record at those positions any more.
+        clear_positional: Remove the positional failures (a ``<...>`` key and an evidence type
+            in `POSITIONAL_TYPES`) of the definition that this run did not write: its pass over
+            the whole source found no such record at those positions any more.
     """
 
     definition_id: str

@@ -270,7 +270,8 @@ class MemoryStore:
                 stored.pop(identity, None)
             if commit.clear_positional:
                 for identity, hit in list(stored.items()):
-                    if hit.state.status == "failed" and hit.run_id != commit.run_id:
+                    positional = identity.startswith("<") and identity.endswith(">")
+                    if positional and hit.state.status == "failed" and hit.run_id != commit.run_id:
                         error: dict[str, Any] = _loads(hit.state.error) or {}
                         if error.get("type") in POSITIONAL_TYPES:
                             del stored[identity]

@@ -662,7 +662,8 @@ class SqliteStore:
             if commit.clear_positional:
                 db.execute(
                     "DELETE FROM item_states WHERE definition = ? AND status = 'failed' "
-                    "AND run_id IS NOT ? AND json_extract(error, '$.type') IN "
+                    "AND identity LIKE '<%>' AND run_id IS NOT ? "
+                    "AND json_extract(error, '$.type') IN "
                     "(SELECT value FROM json_each(?))",
                     (definition_id, commit.run_id, json.dumps(sorted(POSITIONAL_TYPES))),
                 )

@@ -30,13 +30,13 @@ from migrate._pipeline import (
     evidence_for,
 )
 from migrate._planner import Mode
-from migrate._sources import Cursor, Item
-from migrate._sources._base import MissingFieldError
+from migrate._sources import Cursor, Fault, Item
+from migrate._sources._base import MissingFieldError, duplicate_fault, excerpt
 from migrate._state import Counts, ErrorEvidence, ItemStatus
-from migrate._store import PriorState, StateWrite, Store
+from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
 from migrate._text import plural
 
-__all__ = ["FailureNote", "WindowLoop", "WindowResult"]
+__all__ = ["FailureNote", "LoopStart", "WindowLoop", "WindowResult"]
 
 _T = TypeVar("_T")
 
@@ -56,6 +56,16 @@ class FailureNote:
 
 
 @attrs.frozen
+class LoopStart:
+    """What a window loop knows before its first window."""
+
+    #: Items expected in all, when known cheaply (targeted modes; counting sources from the top).
+    total: int | None
+    #: Things the user should know about this definition's run.
+    notes: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class WindowResult:
     """
     What one window did. The lifecycle commits it (`migrate._store.WindowCommit`) and then adds
@@ -68,6 +78,8 @@ class WindowResult:
         cursor: The cursor after the window.
         save_cursor: Whether *cursor* is saved (discovery), or the saved one kept (targeted).
         mark_needs_update: Mark the migrated states ``needs-update`` before writing *states*.
+        clear_positional: Clear stale failures of records without identity (the window ends a
+            pass over the whole source).
         stop: Why the definition stops at this window (its source could not be read); such a
             result has nothing to commit.
     """
@@ -78,6 +90,7 @@ class WindowResult:
     cursor: Cursor = None
     save_cursor: bool = False
     mark_needs_update: bool = False
+    clear_positional: bool = False
     stop: str | None = None
 
 
@@ -153,20 +166,45 @@ class WindowLoop:
         self.next_tick = 0.0
         self._cursor: Cursor = None
         self._targets: list[str] = []
+        #: Whether an item whose stored state this run wrote is a duplicate (see `_met_before`).
+        self._across_windows = True
 
-    def start(self) -> int | None:
-        """Prepare the loop; return how many items it expects, when that is known cheaply."""
+    def start(self) -> LoopStart:
+        """Prepare the loop: how many items it expects (when known cheaply), and notes."""
         mode = self.mode
         if mode in ("normal", "update"):
             self._cursor = None if mode == "update" else self.store.cursor(self.definition_id)
-            return self.migration.source.count() if self._cursor is None else None
+            total = self.migration.source.count() if self._cursor is None else None
+            return LoopStart(total)
+        notes: tuple[str, ...] = ()
         if mode == "failed":
-            self._targets = self.store.identities(self.definition_id, "failed")
+            targets = self.store.identities(self.definition_id, "failed")
+            positional = [t for t in targets if self._is_positional(t)]
+            if positional:
+                targets = [t for t in targets if t not in set(positional)]
+                shown = ", ".join(positional[:3]) + (", ..." if len(positional) > 3 else "")
+                notes = (
+                    f"{self.definition_id}: {plural(len(positional), 'failed record')} without "
+                    f"a usable identity ({shown}) cannot be looked up by identity: fix them in "
+                    f"the source and run a normal run (migrate run {self.definition_id}), which "
+                    "reads them again and clears them once a pass over the whole source no "
+                    f"longer meets them; or drop them: migrate forget {self.definition_id} "
+                    "--id KEY",
+                )
+            self._targets = targets
         elif mode == "skipped":
             self._targets = self.store.identities(self.definition_id, "skipped")
         else:
             self._targets = list(self.ids)
-        return len(self._targets)
+        return LoopStart(len(self._targets), notes)
+
+    def _is_positional(self, identity: str) -> bool:
+        if not (identity.startswith("<") and identity.endswith(">")):
+            return False
+        state = self.store.item(self.definition_id, identity)
+        return (
+            state is not None and state.error is not None and (state.error.type in POSITIONAL_TYPES)
+        )
 
     def windows(self) -> Iterator[WindowResult]:
         """Yield each window's result; call `start` first."""
@@ -182,6 +220,10 @@ class WindowLoop:
         retry = self.migration.source_cursor_retry
         cursor = self._cursor
         first = True
+        # Whether this run read the source from its first record on: then reaching the last
+        # window means every record was met, and stale failures of records without identity
+        # can be cleared.
+        whole_pass = False
         while True:
             effect = source.read(cursor)
             if retry is not None:
@@ -199,10 +241,19 @@ class WindowLoop:
                 )
                 return
             window = outcome.unwrap()
+            if window.from_start:
+                if not first:
+                    # The source started over mid-run (its data changed): records met before
+                    # the restart were written by this run, which no longer means "met twice".
+                    self._across_windows = False
+                whole_pass = True
             tally = _Tally()
             states: list[StateWrite] = []
-            if window.items:
-                states = self._process_items(window.items, tally, discovery=True, update=update)
+            if window.items or window.faults:
+                states = self._window_states(
+                    window.items, window.faults, tally, discovery=True, update=update
+                )
+            last = window.done or not (window.items or window.faults)
             yield WindowResult(
                 tuple(states),
                 tally.counts(),
@@ -212,10 +263,11 @@ class WindowLoop:
                 # Marked with the first window read, so a source whose arguments do not match
                 # its data (a failed read above) leaves every stored state as it was.
                 mark_needs_update=update and first,
+                clear_positional=whole_pass and last,
             )
             first = False
             cursor = window.next_cursor
-            if window.done or not window.items:
+            if last:
                 return
 
     # --- targeted: failed, skipped and ids runs -------------------------------------------------
@@ -227,7 +279,7 @@ class WindowLoop:
         if not targets:
             return
         size = int(getattr(source, "window_size", _DEFAULT_WINDOW) or _DEFAULT_WINDOW)
-        found: Mapping[str, Item] | None = None
+        found: Mapping[str, Item | Fault] | None = None
         batch_error: ErrorEvidence | None = None
         if source.lookup_strategy == "scan":
             # One read of the source for every targeted identity, not one per identity.
@@ -254,8 +306,9 @@ class WindowLoop:
                 if batch_error is not None:
                     states.append(self._failed(identity, batch_error, prior.get(identity), tally))
                     continue
+                entry: Item | Fault | None
                 if found is not None:
-                    item = found.get(identity)
+                    entry = found.get(identity)
                 else:
                     lookup = source.lookup(identity)
                     if retry is not None:
@@ -270,8 +323,8 @@ class WindowLoop:
                         evidence = evidence_for(result.failure(), sink, "source")
                         states.append(self._failed(identity, evidence, prior.get(identity), tally))
                         continue
-                    item = result.unwrap()
-                if item is None:
+                    entry = result.unwrap()
+                if entry is None:
                     evidence = ErrorEvidence(
                         kind="source",
                         type="NotFound",
@@ -280,7 +333,10 @@ class WindowLoop:
                     )
                     states.append(self._failed(identity, evidence, prior.get(identity), tally))
                     continue
-                items.append(item)
+                if isinstance(entry, Fault):
+                    states.append(self._fault_state(entry, prior.get(identity), tally, identity))
+                    continue
+                items.append(entry)
             states.extend(self._process_items(items, tally, discovery=False, prior=prior))
             yield WindowResult(tuple(states), tally.counts(), tuple(tally.failures))
 
@@ -292,8 +348,14 @@ class WindowLoop:
         describe = self.migration.source.describe()
         return WindowResult((), Counts(), stop=f"looking up items in {describe} failed: {error}")
 
-    def _failed(
-        self, identity: str, evidence: ErrorEvidence, prior: PriorState | None, tally: _Tally
+    def _failed(  # noqa: PLR0917 - private; every caller has all of them at hand
+        self,
+        identity: str,
+        evidence: ErrorEvidence,
+        prior: PriorState | None,
+        tally: _Tally,
+        position: str | None = None,
+        journal: str | None = None,
     ) -> StateWrite:
         tally.failed += 1
         tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
@@ -302,8 +364,126 @@ class WindowLoop:
             "failed",
             None if prior is None else prior.version,
             error=_encode(evidence.to_json()),
+            journal=journal,
             tracking=None if prior is None else prior.tracking,
+            position=position,
         )
+
+    def _fault_state(
+        self, fault: Fault, prior: PriorState | None, tally: _Tally, key: str | None = None
+    ) -> StateWrite:
+        evidence = ErrorEvidence("source", fault.type, fault.message, fault.details)
+        return self._failed(key or fault.key, evidence, prior, tally, fault.position)
+
+    # --- a window's records -------------------------------------------------------------------
+
+    def _window_states(
+        self,
+        items: Sequence[Item],
+        faults: Sequence[Fault],
+        tally: _Tally,
+        *,
+        discovery: bool,
+        update: bool,
+    ) -> list[StateWrite]:
+        keys = [item.identity for item in items]
+        if faults:
+            keys += [fault.key for fault in faults]
+        prior = self.store.prior_states(self.definition_id, keys)
+        states: list[StateWrite] = []
+        if len(set(keys)) != len(keys):
+            items, faults = self._duplicates(items, faults, prior, tally, states)
+        states.extend(self._fault_state(fault, prior.get(fault.key), tally) for fault in faults)
+        if prior and self._across_windows:
+            items = self._met_before(items, prior, tally, states)
+        states.extend(
+            self._process_items(items, tally, discovery=discovery, update=update, prior=prior)
+        )
+        return states
+
+    def _place(self, entry: Item | Fault) -> str:
+        if entry.position is not None:
+            return entry.position
+        assert isinstance(entry, Item)  # a fault always has a position
+        return f"record {excerpt(entry.data, 80)}"
+
+    def _duplicates(
+        self,
+        items: Sequence[Item],
+        faults: Sequence[Fault],
+        prior: Mapping[str, PriorState],
+        tally: _Tally,
+        states: list[StateWrite],
+    ) -> tuple[list[Item], list[Fault]]:
+        """Fail every identity the window holds twice; return the records left to handle."""
+        by_key: dict[str, list[Item | Fault]] = {}
+        entry: Item | Fault
+        for entry in items:
+            by_key.setdefault(entry.identity, []).append(entry)
+        for entry in faults:
+            by_key.setdefault(entry.key, []).append(entry)
+        describe = self.migration.source.describe()
+        for key, entries in by_key.items():
+            if len(entries) > 1:
+                fault = duplicate_fault(describe, key, [self._place(e) for e in entries])
+                states.append(self._fault_state(fault, prior.get(key), tally))
+        twice = {key for key, entries in by_key.items() if len(entries) > 1}
+        return (
+            [item for item in items if item.identity not in twice],
+            [fault for fault in faults if fault.key not in twice],
+        )
+
+    def _met_before(
+        self,
+        items: Sequence[Item],
+        prior: Mapping[str, PriorState],
+        tally: _Tally,
+        states: list[StateWrite],
+    ) -> list[Item]:
+        """Fail the items an earlier window of this run already held; return the others."""
+        run_id = self.run_id
+        again = [
+            item
+            for item in items
+            if (state := prior.get(item.identity)) is not None
+            and state.run_id == run_id
+            and state.status != "needs-update"
+        ]
+        if not again:
+            return list(items)
+        describe = self.migration.source.describe()
+        for item in again:
+            earlier = self.store.item(self.definition_id, item.identity)
+            if earlier is None:  # pragma: no cover - prior_states just saw it
+                continue
+            # The earlier record was counted in its window; this window moves that count to
+            # "failed", so the identity is counted once in the run.
+            if earlier.status == "migrated":
+                tally.migrated -= 1
+            elif earlier.status == "skipped":
+                tally.skipped -= 1
+            elif earlier.status == "failed":
+                tally.failed -= 1
+            places = [earlier.position or "an earlier window"]
+            if earlier.error is not None and earlier.error.type == "DuplicateIdentity":
+                places = [str(p) for p in earlier.error.details.get("positions", places)]
+            here = self._place(item)
+            fault = duplicate_fault(describe, item.identity, [*places, here])
+            message = (
+                f"identity {item.identity!r} appears again in {describe} at {here}; this run "
+                f"read it before at {', '.join(places)} and processed it ({earlier.status}), "
+                f"so the record at {here} was not processed: make each identity appear once "
+                "in the source, then run the failed items again"
+            )
+            evidence = ErrorEvidence("source", fault.type, message, fault.details)
+            journal = _encode(list(earlier.journal)) if earlier.journal else None
+            states.append(
+                self._failed(
+                    item.identity, evidence, prior[item.identity], tally, places[0], journal
+                )
+            )
+        seen_again = {item.identity for item in again}
+        return [item for item in items if item.identity not in seen_again]
 
     # --- processing items -------------------------------------------------------------------
 
@@ -316,6 +496,8 @@ class WindowLoop:
         update: bool = False,
         prior: Mapping[str, PriorState] | None = None,
     ) -> list[StateWrite]:
+        if not items:
+            return []
         if prior is None:
             prior = self.store.prior_states(self.definition_id, [i.identity for i in items])
         todo: list[tuple[Item, PriorState | None]]
@@ -444,7 +626,14 @@ class WindowLoop:
         else:
             tracking = None if state is None else state.tracking
         return StateWrite(
-            item.identity, status, item.version, reason, error_json, journal, tracking
+            item.identity,
+            status,
+            item.version,
+            reason,
+            error_json,
+            journal,
+            tracking,
+            item.position,
         )
 
 

@@ -47,7 +47,7 @@ assert_type(migration.requires, tuple[str, ...])
 assert_type(migration.source_cursor_retry, migrate.SourceRetryStrategy | None)
 assert_type(config.migrations, tuple[migrate.Migration, ...])
 assert_type(source.read(None), Effect[migrate.Window, SourceError])
-assert_type(source.lookup("1"), Effect[migrate.Item | None, SourceError])
+assert_type(source.lookup("1"), Effect[migrate.Item | migrate.Fault | None, SourceError])
 assert_type(source.read(None).pipe(transient), Effect[migrate.Window, SourceError])
 
 people = migrate.SqlDestination(lambda: sqlite3.connect("dest.db"), "people", "id")
