@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from migrate._errors import ConfigError, SourceError, UsageError
 from migrate._sources import Item, Source
 from migrate._store import Store
 from migrate._store_sqlite import open_store
+from schedules import to_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -67,6 +69,35 @@ def _check_id(instance: object, attribute: attrs.Attribute[Any], value: object) 
         )
 
 
+def _timeout(value: object) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = to_seconds(value, name="timeout")  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"timeout: {error}") from None
+    if seconds <= 0:
+        raise ConfigError(f"timeout must be more than 0 seconds, got {value!r}")
+    return seconds
+
+
+def _generator_kind(process: Callable[..., Any]) -> str | None:
+    for candidate in (process, getattr(type(process), "__call__", None)):  # noqa: B004
+        if candidate is None:
+            continue
+        target = inspect.unwrap(candidate) if callable(candidate) else candidate
+        if inspect.isasyncgenfunction(target):
+            return "an async generator function"
+        if inspect.isgeneratorfunction(target):
+            return "a generator function"
+    return None
+
+
+def _name_of(process: Callable[..., Any]) -> str:
+    name = getattr(process, "__qualname__", None) or type(process).__qualname__
+    return f"{name}()"
+
+
 @attrs.frozen
 class Migration:
     """
@@ -83,11 +114,18 @@ class Migration:
         optional: Ids of definitions that run first when they are in the same plan; not checked.
         source_cursor_retry: Wraps each window read (e.g. an ``effects.Retry``); ``None``: none.
         source_lookup_retry: Wraps each lookup by identity (failed/skipped/id runs).
-        concurrency: Items of a window processed at once (>= 1).
+        concurrency: Items of a window processed at once (>= 1): ``async`` processes as tasks
+            of one event loop, plain ones in that many threads.
+        timeout: Longest time one item's process may take, in seconds (or a ``timedelta``, or
+            a string like ``"30s"``); ``None``: no limit. An item over it fails with a
+            ``TimeoutError`` in its evidence. An ``async`` process is cancelled; a plain one
+            cannot be stopped, so it is left to finish in its thread and its outcome ignored
+            (with a timeout, a plain process always runs in a worker thread).
 
     Raises:
-        ConfigError: For a bad id, a non-positive *concurrency*, a *source* that is not a
-            `Source`, a *process* that is not callable, or a string given as *requires*.
+        ConfigError: For a bad id, a non-positive *concurrency*, a bad *timeout*, a *source*
+            that is not a `Source`, a *process* that is not callable or is a generator function
+            (calling it would run none of its body), or a string given as *requires*.
     """
 
     id: str = attrs.field(validator=_check_id)
@@ -98,6 +136,7 @@ class Migration:
     source_cursor_retry: SourceRetryStrategy | None = attrs.field(default=None, kw_only=True)
     source_lookup_retry: SourceRetryStrategy | None = attrs.field(default=None, kw_only=True)
     concurrency: int = attrs.field(default=1, kw_only=True)
+    timeout: float | None = attrs.field(default=None, kw_only=True, converter=_timeout)
 
     def __attrs_post_init__(self) -> None:
         source = cast(object, self.source)
@@ -108,6 +147,13 @@ class Migration:
             )
         if not callable(self.process):
             raise ConfigError(f"migration {self.id!r}: process must be callable")
+        generator = _generator_kind(self.process)
+        if generator is not None:
+            raise ConfigError(
+                f"migration {self.id!r}: process {_name_of(self.process)} is {generator} (it "
+                "uses yield), so calling it would run none of its body; a process does its "
+                "work and returns: remove the yield"
+            )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise ConfigError(
                 f"migration {self.id!r}: concurrency must be an int, got {self.concurrency!r}"

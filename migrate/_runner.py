@@ -402,7 +402,7 @@ class _Definition:
 
     def _tick(self, in_window: Counts) -> None:
         # Items of the current window, not yet committed, shown on top of the committed ones.
-        self._emit("item", _add(self.counts, in_window))
+        self._emit("item", self.counts + in_window)
 
     def run(self) -> None:
         # Every retried call of this definition's work, from this thread or from the tasks and
@@ -423,11 +423,16 @@ class _Definition:
         self.total = started.total
         owner.notes.extend(started.notes)
         self._emit("start")
-        for result in self.loop.windows():
-            if result.stop is not None:
-                self.error = result.stop
-                break
-            self._commit(result)
+        try:
+            for result in self.loop.windows():
+                if result.stop is not None:
+                    self.error = result.stop
+                    break
+                self._commit(result)
+                if result.interrupted:
+                    raise KeyboardInterrupt
+        finally:
+            self.loop.close()
         if self.step.mode == "update":
             marked = self.store.count_status(self.definition_id, "needs-update", self.run_id)
             self.counts = attrs.evolve(self.counts, needs_update=marked)
@@ -438,7 +443,7 @@ class _Definition:
 
     def _commit(self, result: WindowResult) -> None:
         owner = self.owner
-        counts = _add(self.counts, result.counts)
+        counts = self.counts + result.counts
         results = {**owner.results, self.definition_id: self._result("running", counts)}
         self.store.commit_window(
             WindowCommit(
@@ -459,13 +464,3 @@ class _Definition:
         for failure in result.failures:
             owner.count_error(self.definition_id, failure.kind, failure.type, failure.message)
         self._emit("window")
-
-
-def _add(a: Counts, b: Counts) -> Counts:
-    return Counts(
-        a.migrated + b.migrated,
-        a.skipped + b.skipped,
-        a.failed + b.failed,
-        a.unchanged + b.unchanged,
-        a.needs_update + b.needs_update,
-    )

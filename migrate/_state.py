@@ -17,8 +17,9 @@ __all__ = [
     "RunStatus",
 ]
 
-ItemStatus: TypeAlias = Literal["migrated", "skipped", "failed", "needs-update"]
-"""A stored item state. ``unchanged`` is counted by a run, never stored."""
+ItemStatus: TypeAlias = Literal["migrated", "skipped", "failed", "needs-update", "interrupted"]
+"""A stored item state. ``unchanged`` is counted by a run, never stored. ``interrupted``: the
+run was stopped (Ctrl-C) while the item's process ran; it is processed again like a failure."""
 
 RunStatus: TypeAlias = Literal["queued", "running", "succeeded", "failed", "start-failed"]
 """A Migration Run's status; ``failed`` means the run finished with a failed item or error."""
@@ -87,6 +88,8 @@ class Counts:
         unchanged: Items already migrated (or skipped) at the same source version, not processed
             again; only runs count these, they are never stored.
         needs_update: Items marked by ``--update`` and not processed again (yet).
+        interrupted: Items whose process was running when the run was stopped (Ctrl-C); a
+            normal or ``--failed`` run processes them again.
 
     Example:
         >>> Counts(migrated=97, failed=3).total
@@ -98,20 +101,40 @@ class Counts:
     failed: int = 0
     unchanged: int = 0
     needs_update: int = 0
+    interrupted: int = 0
 
     @property
     def total(self) -> int:
         """The sum of all counts."""
-        return self.migrated + self.skipped + self.failed + self.unchanged + self.needs_update
+        return (
+            self.migrated
+            + self.skipped
+            + self.failed
+            + self.unchanged
+            + self.needs_update
+            + self.interrupted
+        )
+
+    def __add__(self, other: Counts) -> Counts:
+        """Both counts added up, field by field."""
+        return Counts(
+            self.migrated + other.migrated,
+            self.skipped + other.skipped,
+            self.failed + other.failed,
+            self.unchanged + other.unchanged,
+            self.needs_update + other.needs_update,
+            self.interrupted + other.interrupted,
+        )
 
     def to_json(self) -> dict[str, int]:
-        """``{"migrated", "skipped", "failed", "unchanged", "needs_update"}``."""
+        """``{"migrated", "skipped", "failed", "unchanged", "needs_update", "interrupted"}``."""
         return {
             "migrated": self.migrated,
             "skipped": self.skipped,
             "failed": self.failed,
             "unchanged": self.unchanged,
             "needs_update": self.needs_update,
+            "interrupted": self.interrupted,
         }
 
     @classmethod
@@ -122,6 +145,7 @@ class Counts:
             skipped=by_status.get("skipped", 0),
             failed=by_status.get("failed", 0),
             needs_update=by_status.get("needs-update", 0),
+            interrupted=by_status.get("interrupted", 0),
         )
 
     @classmethod
@@ -133,6 +157,7 @@ class Counts:
             failed=int(data.get("failed", 0)),
             unchanged=int(data.get("unchanged", 0)),
             needs_update=int(data.get("needs_update", 0)),
+            interrupted=int(data.get("interrupted", 0)),
         )
 
 

@@ -11,8 +11,13 @@ step can run the same loop and checkpoint each result.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
 import inspect
 import json
+import queue
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -21,7 +26,8 @@ import attrs
 from returns.result import Failure, Result
 
 from migrate._definition import Migration
-from migrate._errors import Skip, SourceError
+from migrate._errors import Skip, SourceError, TrackingError
+from migrate._json import encode, encode_entries, plain, safe_text
 from migrate._pipeline import (
     _CURRENT,  # pyright: ignore[reportPrivateUsage]
     Scope,
@@ -82,6 +88,9 @@ class WindowResult:
             pass over the whole source).
         stop: Why the definition stops at this window (its source could not be read); such a
             result has nothing to commit.
+        interrupted: The run was stopped (Ctrl-C) during this window: *states* hold what was
+            done until then (the items being processed as ``interrupted``); the lifecycle
+            commits them, without the cursor, and stops the run.
     """
 
     states: tuple[StateWrite, ...]
@@ -92,26 +101,26 @@ class WindowResult:
     mark_needs_update: bool = False
     clear_positional: bool = False
     stop: str | None = None
-
-
-def _encode(value: Any) -> str:
-    return json.dumps(value, default=repr)
+    interrupted: bool = False
 
 
 class _Tally:
     """The counts of the window being processed (mutable until the window ends)."""
 
-    __slots__ = ("failed", "failures", "migrated", "skipped", "unchanged")
+    __slots__ = ("failed", "failures", "interrupted", "migrated", "skipped", "unchanged")
 
     def __init__(self) -> None:
         self.migrated = 0
         self.skipped = 0
         self.failed = 0
         self.unchanged = 0
+        self.interrupted = 0
         self.failures: list[FailureNote] = []
 
     def counts(self) -> Counts:
-        return Counts(self.migrated, self.skipped, self.failed, self.unchanged)
+        return Counts(
+            self.migrated, self.skipped, self.failed, self.unchanged, interrupted=self.interrupted
+        )
 
 
 def is_async_process(process: Callable[..., Any]) -> bool:
@@ -163,6 +172,8 @@ class WindowLoop:
         self.lookup = lookup
         self.process = migration.process
         self.is_async = is_async_process(migration.process)
+        self.timeout = migration.timeout
+        self._pool: _DaemonPool | None = None
         self.next_tick = 0.0
         self._cursor: Cursor = None
         self._targets: list[str] = []
@@ -250,9 +261,13 @@ class WindowLoop:
             tally = _Tally()
             states: list[StateWrite] = []
             if window.items or window.faults:
-                states = self._window_states(
-                    window.items, window.faults, tally, discovery=True, update=update
-                )
+                try:
+                    states = self._window_states(
+                        window.items, window.faults, tally, discovery=True, update=update
+                    )
+                except _Interrupted as stop:
+                    yield self._stopped(stop, tally, mark_needs_update=update and first)
+                    return
             last = window.done or not (window.items or window.faults)
             yield WindowResult(
                 tuple(states),
@@ -337,8 +352,26 @@ class WindowLoop:
                     states.append(self._fault_state(entry, prior.get(identity), tally, identity))
                     continue
                 items.append(entry)
-            states.extend(self._process_items(items, tally, discovery=False, prior=prior))
+            try:
+                states.extend(self._process_items(items, tally, discovery=False, prior=prior))
+            except _Interrupted as stop:
+                yield self._stopped(_Interrupted([*states, *stop.states]), tally)
+                return
             yield WindowResult(tuple(states), tally.counts(), tuple(tally.failures))
+
+    @staticmethod
+    def _stopped(
+        stop: _Interrupted, tally: _Tally, *, mark_needs_update: bool = False
+    ) -> WindowResult:
+        # The cursor stays where it was: the next run reads this window again, so the items it
+        # did not reach are processed then (and the finished ones count as unchanged).
+        return WindowResult(
+            tuple(stop.states),
+            tally.counts(),
+            tuple(tally.failures),
+            mark_needs_update=mark_needs_update,
+            interrupted=True,
+        )
 
     def _stop_on_missing_field(self, error: SourceError) -> WindowResult | None:
         # The source's arguments do not match its data: every lookup would fail alike, and
@@ -363,7 +396,7 @@ class WindowLoop:
             identity,
             "failed",
             None if prior is None else prior.version,
-            error=_encode(evidence.to_json()),
+            error=encode_evidence(evidence),
             journal=journal,
             tracking=None if prior is None else prior.tracking,
             position=position,
@@ -396,9 +429,13 @@ class WindowLoop:
         states.extend(self._fault_state(fault, prior.get(fault.key), tally) for fault in faults)
         if prior and self._across_windows:
             items = self._met_before(items, prior, tally, states)
-        states.extend(
-            self._process_items(items, tally, discovery=discovery, update=update, prior=prior)
-        )
+        try:
+            processed = self._process_items(
+                items, tally, discovery=discovery, update=update, prior=prior
+            )
+        except _Interrupted as stop:
+            raise _Interrupted([*states, *stop.states]) from None
+        states.extend(processed)
         return states
 
     def _place(self, entry: Item | Fault) -> str:
@@ -476,7 +513,7 @@ class WindowLoop:
                 "in the source, then run the failed items again"
             )
             evidence = ErrorEvidence("source", fault.type, message, fault.details)
-            journal = _encode(list(earlier.journal)) if earlier.journal else None
+            journal = encode_entries(earlier.journal)[0] if earlier.journal else None
             states.append(
                 self._failed(
                     item.identity, evidence, prior[item.identity], tally, places[0], journal
@@ -523,18 +560,25 @@ class WindowLoop:
             todo = [(item, prior.get(item.identity)) for item in items]
         if not todo:
             return []
-        if self.is_async or self.concurrency > 1:
+        if self.is_async or self.concurrency > 1 or self.timeout is not None:
             states: list[StateWrite] = self.run_async(self._process_async(todo, tally))
             return states
         now = time.time()
-        if self.on_item is None:
-            return [self._process_sync(item, state, now, tally) for item, state in todo]
         states = []
-        clock = time.monotonic
-        for item, state in todo:
-            states.append(self._process_sync(item, state, now, tally))
-            if clock() >= self.next_tick:
-                self._tick(tally)
+        try:
+            if self.on_item is None:
+                for item, state in todo:
+                    states.append(self._process_sync(item, state, now, tally))
+            else:
+                clock = time.monotonic
+                for item, state in todo:
+                    states.append(self._process_sync(item, state, now, tally))
+                    if clock() >= self.next_tick:
+                        self._tick(tally)
+        except _Interrupted as stop:
+            raise _Interrupted([*states, *stop.states]) from None
+        except KeyboardInterrupt:
+            raise _Interrupted(states) from None
         return states
 
     def _tick(self, tally: _Tally) -> None:
@@ -553,11 +597,18 @@ class WindowLoop:
         token = _CURRENT.set(scope)
         try:
             result = self.process(item, scope)
-            if result is not None and inspect.isawaitable(result):
-                self.run_async(result)
+            if result is not None:
+                returned = _returned_problem(result, self.process)
+                if returned is not None:
+                    return self._state(item, scope, state, "failed", None, returned, tally)
         except Skip as skip:
-            return self._state(item, scope, state, "skipped", skip.reason, None, tally)
-        except Exception as error:  # noqa: BLE001 - any error of the process fails the item
+            return self._skipped(item, scope, state, skip, tally)
+        except KeyboardInterrupt:
+            raise _Interrupted([self._interrupted(item, scope, state, tally)]) from None
+        except BaseException as error:
+            if isinstance(error, GeneratorExit):
+                raise
+            # sys.exit() and any other error of one item fail that item, never the run.
             return self._state(item, scope, state, "failed", None, error, tally)
         finally:
             _CURRENT.reset(token)
@@ -569,33 +620,130 @@ class WindowLoop:
         semaphore = asyncio.Semaphore(self.concurrency)
         is_async = self.is_async
         ticking = self.on_item is not None
+        timeout = self.timeout
+        done: dict[int, StateWrite] = {}
+        running: dict[int, tuple[Item, Scope, PriorState | None]] = {}
 
-        async def one(item: Item, state: PriorState | None) -> StateWrite:
-            written = await attempt(item, state)
-            if ticking and time.monotonic() >= self.next_tick:
-                self._tick(tally)
-            return written
-
-        async def attempt(item: Item, state: PriorState | None) -> StateWrite:
+        async def one(index: int, item: Item, state: PriorState | None) -> None:
             async with semaphore:
                 scope = self._scope(item, state)
                 _CURRENT.set(scope)  # each task has its own context
-                try:
+                running[index] = (item, scope, state)
+                done[index] = await attempt(item, scope, state)
+                del running[index]
+            if ticking and time.monotonic() >= self.next_tick:
+                self._tick(tally)
+
+        async def attempt(item: Item, scope: Scope, state: PriorState | None) -> StateWrite:
+            try:
+                async with asyncio.timeout(timeout):
                     if is_async:
                         result = self.process(item, scope)
                         if inspect.isawaitable(result):
                             await result
                     else:
-                        result = await asyncio.to_thread(self.process, item, scope)
-                        if inspect.isawaitable(result):
-                            await result
-                except Skip as skip:
-                    return self._state(item, scope, state, "skipped", skip.reason, None, tally)
-                except Exception as error:  # noqa: BLE001 - any error fails the item
-                    return self._state(item, scope, state, "failed", None, error, tally)
-                return self._state(item, scope, state, "migrated", None, None, tally)
+                        # The worker thread runs in a copy of this task's context: its scope
+                        # and the definition's retry tally.
+                        call = contextvars.copy_context().run
+                        future = self._workers().submit(call, self.process, item, scope)
+                        result = await asyncio.wrap_future(future)
+                        if result is not None:
+                            returned = _returned_problem(result, self.process)
+                            if returned is not None:
+                                return self._state(
+                                    item, scope, state, "failed", None, returned, tally
+                                )
+            except Skip as skip:
+                return self._skipped(item, scope, state, skip, tally)
+            except TimeoutError as error:
+                late = self._late(error)
+                return self._state(item, scope, state, "failed", None, late, tally)
+            except (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit):
+                raise
+            except BaseException as error:  # noqa: BLE001 - sys.exit() in a process fails it
+                return self._state(item, scope, state, "failed", None, error, tally)
+            return self._state(item, scope, state, "migrated", None, None, tally)
 
-        return list(await asyncio.gather(*(one(item, state) for item, state in todo)))
+        tasks = [
+            asyncio.ensure_future(one(index, item, state))
+            for index, (item, state) in enumerate(todo)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            for task in tasks:
+                task.cancel()
+            # What finished is kept; what was running when the run was stopped is recorded
+            # as interrupted. A plain process stuck in its thread cannot be stopped: its
+            # thread is abandoned (a daemon) and whatever it does later is ignored.
+            if self._pool is not None:
+                self._pool.abandon_all()
+            states = [done[i] for i in sorted(done)]
+            states += [self._interrupted(*running[i], tally) for i in sorted(running)]
+            raise _Interrupted(states) from None
+        return [done[i] for i in range(len(todo))]
+
+    def _workers(self) -> _DaemonPool:
+        if self._pool is None:
+            self._pool = _DaemonPool(self.concurrency, f"migrate-{self.definition_id}")
+        return self._pool
+
+    def close(self) -> None:
+        """Let the worker threads go (those still busy finish in the background)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def _late(self, error: TimeoutError) -> TimeoutError:
+        if self._pool is not None and not self.is_async:
+            self._pool.abandon_one()  # its thread may run on: another takes its place
+        seconds = f"{self.timeout or 0.0:g}s"
+        late = TimeoutError(
+            f"the process did not finish within its timeout of {seconds}"
+            + ("" if self.is_async else "; it was left to finish in its thread, outcome ignored")
+        )
+        late.__cause__ = None
+        late.__traceback__ = error.__traceback__
+        return late
+
+    def _skipped(
+        self,
+        item: Item,
+        scope: Scope,
+        state: PriorState | None,
+        skip: Skip,
+        tally: _Tally,
+    ) -> StateWrite:
+        reason = getattr(skip, "reason", None)
+        if not isinstance(reason, str):
+            wrong = TypeError(
+                f"Skip(reason) needs a string reason, got {type(reason).__name__}: "
+                f"{safe_text(reason, 200)}"
+            )
+            wrong.__traceback__ = skip.__traceback__
+            return self._state(item, scope, state, "failed", None, wrong, tally)
+        return self._state(item, scope, state, "skipped", reason, None, tally)
+
+    def _interrupted(
+        self, item: Item, scope: Scope, state: PriorState | None, tally: _Tally
+    ) -> StateWrite:
+        tally.interrupted += 1
+        evidence = ErrorEvidence(
+            "process",
+            "Interrupted",
+            "the run was stopped (Ctrl-C) while this item was processed; it is processed "
+            "again by the next normal or --failed run",
+        )
+        journal = encode_entries(scope.journal.entries)[0] if scope.journal.entries else None
+        return StateWrite(
+            item.identity,
+            "interrupted",
+            None if state is None else state.version,
+            error=encode(evidence.to_json()),
+            journal=journal,
+            tracking=None if state is None else state.tracking,
+            position=item.position,
+        )
 
     def _state(  # noqa: PLR0917 - a private hot-path helper; keywords would cost per item
         self,
@@ -604,9 +752,27 @@ class WindowLoop:
         state: PriorState | None,
         status: ItemStatus,
         reason: str | None,
-        error: Exception | None,
+        error: BaseException | None,
         tally: _Tally,
     ) -> StateWrite:
+        journal: str | None = None
+        problem: BaseException | None = None
+        entries = scope.journal.entries
+        if entries:
+            journal, unencodable = encode_entries(entries)
+            if unencodable is not None:
+                problem = TypeError(f"{unencodable}; the item's journal must hold JSON values only")
+        tracking = None if state is None else state.tracking
+        if scope.tracked:
+            try:
+                tracking = encode(scope.tracking)
+            except (TypeError, ValueError) as wrong:
+                problem = TrackingError(
+                    f"the tracking record cannot be stored as JSON: {safe_text(wrong)}"
+                )
+        if problem is not None and status != "failed":
+            # What the process did is in the journal; its state cannot be stored as it is.
+            status, reason, error = "failed", None, problem
         error_json: str | None = None
         if status == "migrated":
             tally.migrated += 1
@@ -616,15 +782,12 @@ class WindowLoop:
             tally.failed += 1
             assert error is not None
             evidence = evidence_for(error, scope)
+            if problem is not None and problem is not error:
+                evidence = attrs.evolve(
+                    evidence, details={**evidence.details, "also": safe_text(problem)}
+                )
             tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
-            error_json = _encode(evidence.to_json())
-        entries = scope.journal.entries
-        journal = _encode(entries) if entries else None
-        tracking: str | None
-        if scope.tracked:
-            tracking = _encode(scope.tracking)
-        else:
-            tracking = None if state is None else state.tracking
+            error_json = encode_evidence(evidence)
         return StateWrite(
             item.identity,
             status,
@@ -635,6 +798,129 @@ class WindowLoop:
             tracking,
             item.position,
         )
+
+
+class _Interrupted(BaseException):
+    """The run was stopped mid-window; *states* are what the window did until then."""
+
+    def __init__(self, states: list[StateWrite]) -> None:
+        super().__init__("interrupted")
+        self.states = states
+
+
+def _returned_problem(result: object, process: Callable[..., Any]) -> TypeError | None:
+    """Why a plain process's return value means it did not do its work, if it does."""
+    if inspect.iscoroutine(result) or inspect.isawaitable(result):
+        what = "a coroutine" if inspect.iscoroutine(result) else "an awaitable"
+        advice = "declare it `async def` (an async process is awaited)"
+    elif inspect.isgenerator(result) or inspect.isasyncgen(result):
+        what = "a generator"
+        advice = "a process does its work and returns: remove the yield"
+    else:
+        return None
+    close = getattr(result, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()  # never run: closing it keeps Python from warning about it
+    name = getattr(process, "__qualname__", type(process).__qualname__)
+    return TypeError(
+        f"the process {name} is not an async function but returned {what}, so its body never "
+        f"ran: {advice}"
+    )
+
+
+def encode_evidence(evidence: ErrorEvidence) -> str:
+    """*evidence* as strict JSON; its details reduced to plain values if they need it."""
+    data = evidence.to_json()
+    try:
+        return encode(data)
+    except (TypeError, ValueError):
+        data["details"] = plain(data["details"])
+        return encode(data)
+
+
+_Job = tuple["concurrent.futures.Future[Any]", "Callable[..., Any]", "tuple[Any, ...]"]
+
+
+class _DaemonPool(concurrent.futures.Executor):
+    """
+    Worker threads for plain processes: *size* of them run at once.
+
+    They are daemon threads, so a process call stuck for good (a hung socket) cannot keep the
+    interpreter from exiting after Ctrl-C, and a call given up (`abandon_one`: its timeout
+    passed) is replaced by a new thread, so *size* calls still run at once; the old thread
+    retires when its call returns.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = size
+        self._name = name
+        self._jobs: queue.SimpleQueue[
+            tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]] | None
+        ] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._retire = 0
+        self._closed = False
+
+    def submit(  # type: ignore[override]  # positional arguments only, as used here
+        self, fn: Callable[..., _T], /, *args: Any
+    ) -> concurrent.futures.Future[_T]:
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the worker threads were shut down")
+            self._jobs.put((future, fn, args))
+            if self._threads - self._retire < self._size:
+                self._start()
+        return future
+
+    def _start(self) -> None:
+        self._threads += 1
+        thread = threading.Thread(
+            target=self._work, name=f"{self._name}-{self._threads}", daemon=True
+        )
+        thread.start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn, args = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args)
+                except BaseException as error:  # noqa: BLE001 - handed to the waiting task
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+            with self._lock:
+                if self._retire:
+                    self._retire -= 1
+                    self._threads -= 1
+                    return
+
+    def abandon_one(self) -> None:
+        """A call was given up: start a thread in its place; its own retires when it returns."""
+        with self._lock:
+            self._retire += 1
+            if not self._closed:
+                self._start()
+
+    def abandon_all(self) -> None:
+        """Every call was given up (the run stops): no thread waits for them."""
+        self.shutdown(wait=False)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop taking calls; idle threads exit, busy ones when their call returns."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            threads = self._threads
+        for _ in range(threads):
+            self._jobs.put(None)
 
 
 def _run_in(scope: Scope, thunk: Callable[[], Result[_T, SourceError]]) -> Result[_T, SourceError]:
