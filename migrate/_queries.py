@@ -32,13 +32,14 @@ def status(config: Config, definitions: Iterable[str] = ()) -> StatusReport:
         report: dict[str, DefinitionStatus] = {}
         for definition_id in chosen:
             counts = store.counts(definition_id)
-            latest = store.latest_run_for(definition_id, include_start_failed=True)
+            latest = store.latest_run_for(definition_id)
             report[definition_id] = DefinitionStatus(
                 migrated=counts.migrated,
                 skipped=counts.skipped,
                 failed=counts.failed,
                 needs_update=counts.needs_update,
                 latest_run=RunRef.of(latest),
+                interrupted=counts.interrupted,
             )
     return StatusReport(report)
 

@@ -189,7 +189,12 @@ class WindowLoop:
             return LoopStart(total)
         notes: tuple[str, ...] = ()
         if mode == "failed":
-            targets = self.store.identities(self.definition_id, "failed")
+            # Interrupted items wait for a run like failed ones: Ctrl-C during a --failed run
+            # must not lose track of the failures it had not finished.
+            targets = sorted(
+                self.store.identities(self.definition_id, "failed")
+                + self.store.identities(self.definition_id, "interrupted")
+            )
             positional = [t for t in targets if self._is_positional(t)]
             if positional:
                 targets = [t for t in targets if t not in set(positional)]
@@ -635,6 +640,7 @@ class WindowLoop:
                 self._tick(tally)
 
         async def attempt(item: Item, scope: Scope, state: PriorState | None) -> StateWrite:
+            future: concurrent.futures.Future[Any] | None = None
             try:
                 async with asyncio.timeout(timeout):
                     if is_async:
@@ -656,6 +662,8 @@ class WindowLoop:
             except Skip as skip:
                 return self._skipped(item, scope, state, skip, tally)
             except TimeoutError as error:
+                if future is not None and self._pool is not None:
+                    self._pool.abandon(future)  # it may run on: another thread takes its place
                 late = self._late(error)
                 return self._state(item, scope, state, "failed", None, late, tally)
             except (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit):
@@ -695,8 +703,6 @@ class WindowLoop:
             self._pool = None
 
     def _late(self, error: TimeoutError) -> TimeoutError:
-        if self._pool is not None and not self.is_async:
-            self._pool.abandon_one()  # its thread may run on: another takes its place
         seconds = f"{self.timeout or 0.0:g}s"
         late = TimeoutError(
             f"the process did not finish within its timeout of {seconds}"
@@ -847,7 +853,7 @@ class _DaemonPool(concurrent.futures.Executor):
     Worker threads for plain processes: *size* of them run at once.
 
     They are daemon threads, so a process call stuck for good (a hung socket) cannot keep the
-    interpreter from exiting after Ctrl-C, and a call given up (`abandon_one`: its timeout
+    interpreter from exiting after Ctrl-C, and a call given up (`abandon`: its timeout
     passed) is replaced by a new thread, so *size* calls still run at once; the old thread
     retires when its call returns.
     """
@@ -860,7 +866,7 @@ class _DaemonPool(concurrent.futures.Executor):
         ] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
-        self._retire = 0
+        self._abandoned: set[concurrent.futures.Future[Any]] = set()
         self._closed = False
 
     def submit(  # type: ignore[override]  # positional arguments only, as used here
@@ -871,7 +877,7 @@ class _DaemonPool(concurrent.futures.Executor):
             if self._closed:
                 raise RuntimeError("the worker threads were shut down")
             self._jobs.put((future, fn, args))
-            if self._threads - self._retire < self._size:
+            if self._threads - len(self._abandoned) < self._size:
                 self._start()
         return future
 
@@ -896,17 +902,19 @@ class _DaemonPool(concurrent.futures.Executor):
                 else:
                     future.set_result(result)
             with self._lock:
-                if self._retire:
-                    self._retire -= 1
+                if future in self._abandoned:
+                    # A thread took this one's place when its call was given up: retire.
+                    self._abandoned.discard(future)
                     self._threads -= 1
                     return
 
-    def abandon_one(self) -> None:
-        """A call was given up: start a thread in its place; its own retires when it returns."""
+    def abandon(self, future: concurrent.futures.Future[Any]) -> None:
+        """*future*'s call was given up: start a thread in its place (its own retires later)."""
         with self._lock:
-            self._retire += 1
-            if not self._closed:
-                self._start()
+            if future.done() or self._closed:
+                return
+            self._abandoned.add(future)
+            self._start()
 
     def abandon_all(self) -> None:
         """Every call was given up (the run stops): no thread waits for them."""

@@ -245,12 +245,19 @@ def test_interrupted_run_loses_nothing_and_counts_nothing_twice(tmp_path: Path) 
         crashed.definitions["p"].counts,
     )
     assert ("interrupted", "migrated") == (states(config, "p")["8"], states(config, "p")["7"])
+    with pytest.raises(KeyboardInterrupt):  # 8 is a target of --failed, like a failure
+        migrate.run(config, migrate.RunOptions(failed=True))
+    assert ("interrupted", 1) == (
+        states(config, "p")["8"],
+        migrate.runs(config)[0].definitions["p"].counts.interrupted,
+    )
     interrupt["on"] = ""
     seen.clear()
     summary = migrate.run(config)
     assert ["8", "9", "10"] == seen
     assert migrate.Counts(migrated=3, unchanged=1) == summary.definitions["p"].counts
     assert 10 == sum(r.definitions["p"].counts.migrated for r in migrate.runs(config))
+    assert 0 == migrate.status(config).definitions["p"].interrupted
     assert dict.fromkeys((str(i) for i in range(1, 11)), "migrated") == states(config, "p")
 
 

@@ -77,7 +77,8 @@ def test_status_report_json_keys(tmp_path: Path) -> None:
 def test_status_of_a_never_run_definition(tmp_path: Path) -> None:
     """A definition that never ran has zero counts and no latest run."""
     config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource([]), noop))
-    assert {"migrated": 0, "skipped": 0, "failed": 0, "needs_update": 0, "latest_run": None} == (
+    never: dict[str, object] = {"migrated": 0, "skipped": 0, "failed": 0, "needs_update": 0}
+    assert {**never, "interrupted": 0, "latest_run": None} == (
         migrate.status(config).to_json()["definitions"]["p"]
     )
 
