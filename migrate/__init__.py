@@ -27,7 +27,8 @@ from migrate._errors import (
 from migrate._loading import load_config
 from migrate._pipeline import Journal, Scope, current_scope
 from migrate._planner import Mode, Plan, PlanStep, RunOptions, plan
-from migrate._queries import failures, runs, status, unlock
+from migrate._queries import failures, forget, runs, status, unlock
+from migrate._refusals import refusals
 from migrate._reports import (
     DefinitionStatus,
     ErrorCount,
@@ -127,11 +128,13 @@ __all__ = [
     "current_scope",
     "destination",
     "failures",
+    "forget",
     "format_time",
     "identity_text",
     "load_config",
     "open_store",
     "plan",
+    "refusals",
     "run",
     "runs",
     "status",

@@ -209,7 +209,8 @@ class Config:
             file's folder when loaded with `load_config`; ``?timeout=SECONDS`` sets how long a
             write waits for another connection's lock), or a `Store` object such as a
             `MemoryStore`, used as it is by every run and query of this config.
-        base_dir: The folder relative store paths start from; ``None``: the working folder.
+        base_dir: The folder relative store paths, and relative paths of file sources, start
+            from; ``None``: the working folder.
 
     Raises:
         ConfigError: Naming duplicate ids, unknown ids in ``requires``/``optional``, or a
@@ -255,6 +256,11 @@ class Config:
         cycle = _find_cycle(edges)
         if cycle is not None:
             raise ConfigError(f"dependency cycle: {' -> '.join(cycle)}")
+        if self.base_dir is not None:
+            # Relative source paths mean the same folder as a relative store path: the
+            # config's, not wherever the command happens to run.
+            for migration in self.migrations:
+                migration.source.resolve(Path(self.base_dir))
         store = cast(object, self.store)
         if not isinstance(store, str | Store):
             raise ConfigError(

@@ -115,12 +115,17 @@ class StoreError(MigrateError):
     Args:
         message: What failed, naming the store (its path) and the cause.
         cause: The backend's error (also ``__cause__``), if any.
+        read_only: The store could not be written because it is read-only (a command that
+            only reads can still open it read-only); kept as ``read_only``.
     """
 
-    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+    def __init__(
+        self, message: str, cause: BaseException | None = None, *, read_only: bool = False
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.cause = cause
+        self.read_only = read_only
         if cause is not None:
             self.__cause__ = cause
 

@@ -24,22 +24,20 @@ import attrs
 from effects import add_hook
 from migrate._definition import Config, Migration
 from migrate._errors import (
-    ContractChanged,
     LockHeld,
-    PreflightRefused,
     StoreError,
     TrackingError,
 )
 from migrate._pipeline import RetryTally, counting_retries, record_attempts
 from migrate._planner import Plan, PlanStep, RunOptions, plan
+from migrate._refusals import check_contracts, preflight_refusal
 from migrate._reports import ErrorCount, ProgressEvent, RunSummary
 from migrate._sources import Contract
 from migrate._state import Counts, DefinitionResult
 from migrate._store import Store, WindowCommit
-from migrate._text import plural
 from migrate._window_loop import WindowLoop, WindowResult
 
-__all__ = ["Progress", "new_run_id", "preflight", "run"]
+__all__ = ["Progress", "new_run_id", "run"]
 
 Progress = Callable[[ProgressEvent], object]
 _T = TypeVar("_T")
@@ -92,37 +90,6 @@ def run(
     the_plan = plan(config, options)
     with config.using_store() as store:
         return _Run(config, the_plan, store, progress).execute()
-
-
-def preflight(config: Config, store: Store, definition_id: str, dependency: str) -> str | None:
-    """
-    Why *definition_id* may not run yet because of its required *dependency*, or ``None``.
-
-    The dependency's latest run must have finished with ``succeeded`` for it, and no failed
-    item of it may be stored.
-    """
-    refused = f"refusing to run {definition_id!r}: required dependency {dependency!r}"
-    advice = (
-        f"run {dependency!r} first (migrate run {dependency}; migrate run {dependency} --failed "
-        f"reprocesses its failures), or pass --force"
-    )
-    latest = store.latest_run_for(dependency)
-    if latest is None:
-        return f"{refused} has never run; {advice}"
-    result = latest.definitions.get(dependency)
-    if latest.status in ("queued", "running"):
-        return f"{refused} is still running in run {latest.run_id}; wait for it, or pass --force"
-    if result is None or result.status != "succeeded":
-        what = "did not succeed"
-        if result is not None and result.error:
-            what = f"stopped with an error ({result.error})"
-        elif result is not None and result.counts.failed:
-            what = f"ended with {plural(result.counts.failed, 'failed item')}"
-        return f"{refused}: its latest run {latest.run_id} {what}; {advice}"
-    failed = store.count_status(dependency, "failed")
-    if failed:
-        return f"{refused} has {plural(failed, 'failed item')}; {advice}"
-    return None
 
 
 class _Run:
@@ -181,13 +148,26 @@ class _Run:
             store.update_run(self.run_id, status="start-failed", error=str(error), ended=True)
             raise
         try:
-            return self._execute_locked(started)
+            summary = self._execute_locked(started)
+        except BaseException:
+            self._release(quiet=True)
+            raise
+        self._release(quiet=False)
+        return summary
+
+    def _release(self, *, quiet: bool) -> None:
+        """Close the event loop and release the locks; *quiet*: an error is on its way already."""
+        try:
+            if self._aio is not None:
+                self._aio.close()
         finally:
             try:
-                if self._aio is not None:
-                    self._aio.close()
-            finally:
-                store.release_locks(self.run_id)
+                self.store.release_locks(self.run_id)
+            except StoreError:
+                # The store is what failed (a full disk): the first error is the one to report,
+                # and the next run's recovery frees the locks of this process once it is gone.
+                if not quiet:
+                    raise
 
     def _refuse(self, error: Exception) -> None:
         self.store.update_run(self.run_id, status="start-failed", error=str(error), ended=True)
@@ -196,14 +176,9 @@ class _Run:
     def _execute_locked(self, started: float) -> RunSummary:
         store = self.store
         self._check_contracts()
-        if not self.plan.force:
-            problems = [
-                problem
-                for definition_id, dependency in self.plan.checked
-                if (problem := preflight(self.config, store, definition_id, dependency))
-            ]
-            if problems:
-                self._refuse(PreflightRefused(tuple(problems)))
+        refused = preflight_refusal(self.config, self.plan, store)
+        if refused is not None:
+            self._refuse(refused)
         store.update_run(self.run_id, status="running")
         # Registered for this run only: outside runs, retries in the process stay listener-free.
         remove_hook = add_hook(record_attempts)
@@ -261,48 +236,11 @@ class _Run:
 
     def _check_contracts(self) -> None:
         """Refuse the run if a definition's contract changed under its stored states."""
-        store = self.store
-        changed: dict[str, tuple[str, ...]] = {}
-        lines: list[str] = []
-        for step in self.plan.steps:
-            definition_id = step.definition_id
-            current = self.config.get(definition_id).source.contract()
-            stored = store.contract(definition_id)
-            if stored is None:
-                self.contracts[definition_id] = (current, False)
-                continue
-            if stored.fingerprint == current.fingerprint:
-                continue
-            # The saved cursor was made under the old contract (a keyset on the old identity,
-            # another kind's position): an accepted change restarts discovery from the top.
-            self.contracts[definition_id] = (current, True)
-            if not store.has_state(definition_id):
-                continue  # nothing was stored under the old contract
-            changes = stored.changes(current)
-            if self.plan.force:
-                advice = (
-                    ""
-                    if step.mode == "update"
-                    else "; to process every migrated item again under it: "
-                    f"migrate run {definition_id} --update"
-                )
-                self.notes.append(
-                    f"{definition_id}: accepted the changed source contract "
-                    f"({'; '.join(changes)}); discovery starts again from the first item{advice}"
-                )
-                continue
-            changed[definition_id] = changes
-            stored_states = plural(store.counts(definition_id).total, "stored item state")
-            lines.append(
-                f"definition {definition_id!r} changed its source contract since its states "
-                f"were stored: {'; '.join(changes)}. Its {stored_states} "
-                "and saved cursor were recorded under the old contract. If the change is "
-                f"intended, run: migrate run {definition_id} --force --update (records the new "
-                "contract, then processes every migrated item again); otherwise undo the change "
-                "in the config"
-            )
-        if changed:
-            self._refuse(ContractChanged("\n".join(lines), changed))
+        check = check_contracts(self.config, self.plan, self.store)
+        self.contracts.update(check.record)
+        self.notes.extend(check.notes)
+        if check.refusal is not None:
+            self._refuse(check.refusal)
 
     def _blocked_by(self, step: PlanStep) -> str | None:
         if self.plan.force:
@@ -370,7 +308,9 @@ class _Definition:
             lookup=owner.tracking_lookup,
         )
 
-    def _result(self, status: str, counts: Counts | None = None) -> DefinitionResult:
+    def _result(
+        self, status: str, counts: Counts | None = None, failed_stored: int = 0
+    ) -> DefinitionResult:
         tally = self.tally
         return DefinitionResult(
             self.step.mode,
@@ -379,6 +319,7 @@ class _Definition:
             self.error,
             retries=tally.retries,
             gave_up=tally.gave_up,
+            failed_stored=failed_stored,
         )
 
     def _emit(self, kind: str, counts: Counts | None = None) -> None:
@@ -436,8 +377,15 @@ class _Definition:
         if self.step.mode == "update":
             marked = self.store.count_status(self.definition_id, "needs-update", self.run_id)
             self.counts = attrs.evolve(self.counts, needs_update=marked)
-        failed = self.counts.failed > 0 or self.error is not None
-        owner.results[self.definition_id] = self._result("failed" if failed else "succeeded")
+        # Failures behind the cursor, left by earlier runs, count too: a scheduler reading
+        # "succeeded" must be able to trust that nothing of this definition waits.
+        waiting = self.store.count_status(self.definition_id, "failed") + self.store.count_status(
+            self.definition_id, "interrupted"
+        )
+        failed = self.counts.failed > 0 or self.error is not None or waiting > 0
+        owner.results[self.definition_id] = self._result(
+            "failed" if failed else "succeeded", failed_stored=waiting
+        )
         self.store.update_run(self.run_id, definitions=owner.results)
         self._emit("end")
 
@@ -460,6 +408,7 @@ class _Definition:
         # Counted only now that the window is stored: a failed commit counts nothing.
         self.counts = counts
         owner.results = results
+        owner.notes.extend(result.notes)
         self.windows += 1
         for failure in result.failures:
             owner.count_error(self.definition_id, failure.kind, failure.type, failure.message)

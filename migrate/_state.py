@@ -242,6 +242,9 @@ class DefinitionResult:
         gave_up: Retried calls (at least one retry) that failed in the end all the same: their
             schedule ended, a later error was not retryable, or the retry budget refused.
             Calls that failed on their first attempt without a retry are not counted.
+        failed_stored: Failed (and interrupted) item states stored for the definition when its
+            run ended: this run's and those left by earlier runs, also behind the cursor, where
+            only ``--failed`` reaches them. A definition with any is ``failed``.
     """
 
     mode: str
@@ -251,6 +254,7 @@ class DefinitionResult:
     blocked: str | None = None
     retries: int = 0
     gave_up: int = 0
+    failed_stored: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Plain data stored with the run."""
@@ -262,6 +266,7 @@ class DefinitionResult:
             "blocked": self.blocked,
             "retries": self.retries,
             "gave_up": self.gave_up,
+            "failed_stored": self.failed_stored,
         }
 
     @classmethod
@@ -276,11 +281,13 @@ class DefinitionResult:
             blocked=data.get("blocked"),
             retries=int(data.get("retries", 0)),
             gave_up=int(data.get("gave_up", 0)),
+            failed_stored=int(data.get("failed_stored", 0)),
         )
 
     def to_report(self) -> dict[str, Any]:
         """The run's view for ``--json``: ``{"migrated", "skipped", "failed", "unchanged",
-        "needs_update", "mode", "status", "error", "blocked", "retries", "gave_up"}``."""
+        "needs_update", "interrupted", "mode", "status", "error", "blocked", "retries",
+        "gave_up", "failed_stored"}``."""
         return {
             **self.counts.to_json(),
             "mode": self.mode,
@@ -289,6 +296,7 @@ class DefinitionResult:
             "blocked": self.blocked,
             "retries": self.retries,
             "gave_up": self.gave_up,
+            "failed_stored": self.failed_stored,
         }
 
 
@@ -347,6 +355,8 @@ class LockInfo:
         pid: Process id of that run.
         host: Host name of that run's machine.
         acquired_at: Epoch seconds when the lock was taken.
+        token: The start token of that process (see `migrate._liveness.ProcessId`), where the
+            system tells it: a pid reused by a later process does not hold the lock.
     """
 
     definition_id: str
@@ -354,3 +364,4 @@ class LockInfo:
     pid: int
     host: str
     acquired_at: float
+    token: str | None = None

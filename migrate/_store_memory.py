@@ -186,7 +186,9 @@ class MemoryStore:
                     raise LockHeld(held)
             now = time.time()
             for definition_id in wanted:
-                self._locks[definition_id] = LockInfo(definition_id, run_id, me.pid, me.host, now)
+                self._locks[definition_id] = LockInfo(
+                    definition_id, run_id, me.pid, me.host, now, me.token
+                )
 
     def release_locks(self, run_id: str) -> None:
         """Release every lock *run_id* holds."""

@@ -42,7 +42,7 @@ from migrate._store import POSITIONAL_TYPES, PriorState, Store, WindowCommit
 from migrate._store_memory import MemoryStore
 from migrate._text import natural_key
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_store"]
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_store", "store_path"]
 
 #: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
 #: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
@@ -144,6 +144,17 @@ def _path_and_options(url: str, base_dir: Path | None) -> tuple[Path, float]:
     if not path.is_absolute():
         path = (base_dir if base_dir is not None else Path.cwd()) / path
     return path, timeout
+
+
+def store_path(url: str, base_dir: str | os.PathLike[str] | None = None) -> Path:
+    """
+    The file of the store at *url* (relative paths start at *base_dir*, else the working
+    folder).
+
+    Raises:
+        ConfigError: If *url* is not a ``sqlite:///`` URL or has an unknown option.
+    """
+    return _path_and_options(url, None if base_dir is None else Path(base_dir))[0]
 
 
 def open_store(
@@ -285,12 +296,13 @@ class SqliteStore:
     def _error(self, what: str, error: BaseException) -> StoreError:
         text = str(error) or type(error).__name__
         lowered = text.lower()
-        if "readonly" in lowered or "read-only" in lowered:
+        read_only = "readonly" in lowered or "read-only" in lowered
+        if read_only:
             what = f"is read-only ({what})"
             text = f"{text}; this command writes to the store: give it a writable store"
         elif "locked" in lowered or "busy" in lowered:
             text = f"{text} (another connection held a lock for more than {self.timeout:g}s)"
-        return StoreError(f"store {self.path} {what}: {text}", error)
+        return StoreError(f"store {self.path} {what}: {text}", error, read_only=read_only)
 
     def _check_and_prepare(self) -> None:
         db = self._db
@@ -798,7 +810,7 @@ def _definitions_json(definitions: Mapping[str, DefinitionResult]) -> str:
 
 
 def _lock_info(row: Sequence[Any]) -> LockInfo:
-    return LockInfo(row[0], row[1], row[2], row[3], row[4])
+    return LockInfo(row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def _run_record(row: Sequence[Any]) -> RunRecord:

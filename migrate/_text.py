@@ -20,15 +20,20 @@ def format_time(timestamp: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def plural(count: int, noun: str) -> str:
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """
-    *count* (with thousands separators) and *noun*, with an ``s`` unless *count* is 1.
+    *count* (with thousands separators) and *noun*, or *nouns* (default: *noun* + ``s``)
+    unless *count* is 1.
 
     Example:
         >>> plural(1, "item"), plural(0, "item"), plural(12345, "failed item")
         ('1 item', '0 items', '12,345 failed items')
+        >>> plural(2, "identity", "identities")
+        '2 identities'
     """
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+    if count == 1:
+        return f"{count:,} {noun}"
+    return f"{count:,} {nouns if nouns is not None else noun + 's'}"
 
 
 # C0 controls (escape sequences start with ESC), DEL, C1 controls (0x9b is a one-byte CSI), line

@@ -91,6 +91,7 @@ class WindowResult:
         interrupted: The run was stopped (Ctrl-C) during this window: *states* hold what was
             done until then (the items being processed as ``interrupted``); the lifecycle
             commits them, without the cursor, and stops the run.
+        notes: What the user should know (identities the source does not have).
     """
 
     states: tuple[StateWrite, ...]
@@ -102,6 +103,7 @@ class WindowResult:
     clear_positional: bool = False
     stop: str | None = None
     interrupted: bool = False
+    notes: tuple[str, ...] = ()
 
 
 class _Tally:
@@ -322,6 +324,7 @@ class WindowLoop:
             tally = _Tally()
             items: list[Item] = []
             states: list[StateWrite] = []
+            absent: list[str] = []
             for identity in chunk:
                 if batch_error is not None:
                     states.append(self._failed(identity, batch_error, prior.get(identity), tally))
@@ -345,13 +348,19 @@ class WindowLoop:
                         continue
                     entry = result.unwrap()
                 if entry is None:
+                    absent.append(identity)
+                    stored = prior.get(identity)
+                    if self.mode == "ids" and (stored is None or stored.status != "failed"):
+                        # Asked for by hand: reported, and nothing stored that no run could
+                        # ever clear; a state stored earlier is kept as it is.
+                        continue
                     evidence = ErrorEvidence(
                         kind="source",
                         type="NotFound",
                         message=f"identity {identity!r} was not found in {source.describe()}",
                         details={"source": source.describe()},
                     )
-                    states.append(self._failed(identity, evidence, prior.get(identity), tally))
+                    states.append(self._failed(identity, evidence, stored, tally))
                     continue
                 if isinstance(entry, Fault):
                     states.append(self._fault_state(entry, prior.get(identity), tally, identity))
@@ -362,7 +371,37 @@ class WindowLoop:
             except _Interrupted as stop:
                 yield self._stopped(_Interrupted([*states, *stop.states]), tally)
                 return
-            yield WindowResult(tuple(states), tally.counts(), tuple(tally.failures))
+            notes = self._absent_notes(absent, prior)
+            yield WindowResult(tuple(states), tally.counts(), tuple(tally.failures), notes=notes)
+
+    def _absent_notes(
+        self, absent: Sequence[str], prior: Mapping[str, PriorState]
+    ) -> tuple[str, ...]:
+        """What the user should know about targeted identities the source does not have."""
+        if not absent:
+            return ()
+        definition_id = self.definition_id
+        describe = self.migration.source.describe()
+        shown = ", ".join(repr(i) for i in absent[:5]) + (", ..." if len(absent) > 5 else "")
+        stored = [i for i in absent if i in prior]
+        forget = f"migrate forget {definition_id} " + " ".join(
+            f"--id {_shell_word(i)}" for i in (stored or absent)[:5]
+        )
+        if self.mode == "ids":
+            kept = (
+                f"; the stored states of {plural(len(stored), 'identity', 'identities')} are kept "
+                f"as they were (to drop them: {forget})"
+                if stored
+                else ""
+            )
+            return (
+                f"{definition_id}: {plural(len(absent), 'identity', 'identities')} not in "
+                f"{describe} ({shown}): nothing was stored for them{kept}",
+            )
+        return (
+            f"{definition_id}: {plural(len(absent), 'failed identity', 'failed identities')} no "
+            f"longer in {describe} ({shown}) stay failed; if they are gone for good: {forget}",
+        )
 
     @staticmethod
     def _stopped(
@@ -929,6 +968,10 @@ class _DaemonPool(concurrent.futures.Executor):
             threads = self._threads
         for _ in range(threads):
             self._jobs.put(None)
+
+
+def _shell_word(text: str) -> str:
+    return text if text and all(c.isalnum() or c in "-_.:/@" for c in text) else repr(text)
 
 
 def _run_in(scope: Scope, thunk: Callable[[], Result[_T, SourceError]]) -> Result[_T, SourceError]:

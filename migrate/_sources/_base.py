@@ -6,6 +6,7 @@ import abc
 import hashlib
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
@@ -273,6 +274,13 @@ class Source(abc.ABC):
     def count(self) -> int | None:
         """Number of items, when the source knows it cheaply; ``None`` otherwise."""
         return None
+
+    def resolve(self, base_dir: Path) -> None:
+        """
+        Take relative paths as relative to *base_dir*, the config's folder (a `Config` with a
+        ``base_dir`` calls this for each of its sources; file sources use it). Default: nothing.
+        """
+        return  # a hook: a source without paths has nothing to resolve
 
     def contract(self) -> Contract:
         """
