@@ -186,6 +186,11 @@ def open_store(
     return SqliteStore(path, read_only=read_only, timeout=timeout)
 
 
+def _writable(path: Path) -> bool:
+    """Whether *path* and its folder (for SQLite's -wal and -shm files) can be written."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+
+
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
@@ -211,8 +216,11 @@ def _header_problem(path: Path) -> str | None:
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
-    # The page count in the header is valid when its change counter matches "version valid for".
-    if pages and header[24:28] == header[92:96] and size < pages * page_size:
+    # The page count in the header is valid when its change counter matches "version valid for";
+    # pages still in a write-ahead log (a checkpoint cut short by a full disk) are not missing.
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    if pages and header[24:28] == header[92:96] and size < pages * page_size and not pending:
         return (
             f"is truncated ({size:,} bytes; its header says {pages:,} pages of {page_size:,} bytes)"
         )
@@ -263,6 +271,14 @@ class SqliteStore:
             raise
 
     def _connect(self) -> sqlite3.Connection:
+        if not self.read_only and self.path.exists() and not _writable(self.path):
+            # SQLite would open it for reading only, and fail at the first write (or sooner,
+            # when its folder cannot hold the write-ahead log): say so before anything.
+            raise StoreError(
+                f"store {self.path} is read-only (the file or its folder cannot be written); "
+                "this command writes to the store: give it a writable store",
+                read_only=True,
+            )
         if not self.read_only:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
