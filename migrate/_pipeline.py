@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sysconfig
 import threading
 import traceback
 from collections.abc import Callable, Generator, Mapping
@@ -297,13 +298,23 @@ _OURS = tuple(
     for file in (__file__, effects.__file__, schedules.__file__)
     if file
 )
+# Nor, when there is a better one, are frames of the standard library or installed packages (a
+# driver raising deep inside, the thread pool re-raising a worker's error).
+_LIBRARIES = tuple(
+    {
+        str(Path(path).resolve()) + os.sep
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_paths().get(key))
+    }
+)
 
 
 def _where(error: BaseException) -> str | None:
     """
     Where *error* was raised in the user's code: the deepest frame of its traceback outside
-    ``migrate``, ``effects`` and ``schedules`` (a destination call fails inside them, but the
-    line to fix is the process's); the deepest frame when every one is ours.
+    ``migrate``, ``effects`` and ``schedules`` and, when there is one, outside the standard
+    library and installed packages (a destination call fails deep inside them, but the line to
+    fix is the process's); the deepest frame when every one is ours.
     """
     try:
         frames = traceback.extract_tb(error.__traceback__)
@@ -311,11 +322,9 @@ def _where(error: BaseException) -> str | None:
         return None
     if not frames:
         return None
-    chosen = frames[-1]
-    for frame in reversed(frames):
-        if not frame.filename.startswith(_OURS):
-            chosen = frame
-            break
+    theirs = [frame for frame in frames if not frame.filename.startswith(_OURS)]
+    users = [frame for frame in theirs if not frame.filename.startswith(_LIBRARIES)]
+    chosen = (users or theirs or frames)[-1]
     return f"{chosen.filename}:{chosen.lineno} in {chosen.name}"
 
 

@@ -16,8 +16,6 @@ import contextlib
 import contextvars
 import inspect
 import json
-import queue
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -26,7 +24,7 @@ import attrs
 from returns.result import Failure, Result
 
 from migrate._definition import Migration
-from migrate._errors import Skip, SourceError, TrackingError
+from migrate._errors import DestinationError, Skip, SourceError, TrackingError
 from migrate._json import encode, encode_entries, plain, safe_text
 from migrate._pipeline import (
     _CURRENT,  # pyright: ignore[reportPrivateUsage]
@@ -41,6 +39,8 @@ from migrate._sources._base import MissingFieldError, duplicate_fault, excerpt
 from migrate._state import Counts, ErrorEvidence, ItemStatus
 from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
 from migrate._text import plural
+from migrate._window_writes import BatchFailure, WindowWrites, writing
+from migrate._workers import DaemonPool
 
 __all__ = ["FailureNote", "LoopStart", "WindowLoop", "WindowResult"]
 
@@ -175,7 +175,7 @@ class WindowLoop:
         self.process = migration.process
         self.is_async = is_async_process(migration.process)
         self.timeout = migration.timeout
-        self._pool: _DaemonPool | None = None
+        self._pool: DaemonPool | None = None
         self.next_tick = 0.0
         self._cursor: Cursor = None
         self._targets: list[str] = []
@@ -604,6 +604,58 @@ class WindowLoop:
             todo = [(item, prior.get(item.identity)) for item in items]
         if not todo:
             return []
+        writes = WindowWrites()
+        try:
+            with writing(writes):
+                states = self._process_todo(todo, tally)
+        except _Interrupted as stop:
+            # The finished items' states are committed: so must their destination writes be.
+            raise _Interrupted(self._after_writes(writes, stop.states, tally)) from None
+        except BaseException:
+            writes.abandon()
+            raise
+        return self._after_writes(writes, states, tally)
+
+    def _after_writes(
+        self, writes: WindowWrites, states: list[StateWrite], tally: _Tally
+    ) -> list[StateWrite]:
+        """Commit the window's batched destination writes; fail the items of a failed one."""
+        failures = writes.finish()
+        if not failures:
+            return states
+        failed: dict[str, tuple[BatchFailure, DestinationError]] = {}
+        for failure in failures:
+            error = DestinationError(
+                f"{failure.name}: committing the window's writes failed: "
+                f"{type(failure.error).__name__}: {safe_text(failure.error)}; none of them was "
+                "kept (the next run writes them again)",
+                failure.error,
+            )
+            for identity in failure.identities:
+                failed.setdefault(identity, (failure, error))
+        result: list[StateWrite] = []
+        for state in states:
+            hit = failed.get(state.identity)
+            if hit is None or state.status == "failed":
+                result.append(state)
+                continue
+            if state.status == "migrated":
+                tally.migrated -= 1
+            elif state.status == "skipped":
+                tally.skipped -= 1
+            elif state.status == "interrupted":
+                tally.interrupted -= 1
+            evidence = evidence_for(hit[1], None)
+            tally.failed += 1
+            tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
+            result.append(
+                state._replace(status="failed", reason=None, error=encode_evidence(evidence))
+            )
+        return result
+
+    def _process_todo(
+        self, todo: list[tuple[Item, PriorState | None]], tally: _Tally
+    ) -> list[StateWrite]:
         if self.is_async or self.concurrency > 1 or self.timeout is not None:
             states: list[StateWrite] = self.run_async(self._process_async(todo, tally))
             return states
@@ -730,9 +782,9 @@ class WindowLoop:
             raise _Interrupted(states) from None
         return [done[i] for i in range(len(todo))]
 
-    def _workers(self) -> _DaemonPool:
+    def _workers(self) -> DaemonPool:
         if self._pool is None:
-            self._pool = _DaemonPool(self.concurrency, f"migrate-{self.definition_id}")
+            self._pool = DaemonPool(self.concurrency, f"migrate-{self.definition_id}")
         return self._pool
 
     def close(self) -> None:
@@ -882,92 +934,6 @@ def encode_evidence(evidence: ErrorEvidence) -> str:
     except (TypeError, ValueError):
         data["details"] = plain(data["details"])
         return encode(data)
-
-
-_Job = tuple["concurrent.futures.Future[Any]", "Callable[..., Any]", "tuple[Any, ...]"]
-
-
-class _DaemonPool(concurrent.futures.Executor):
-    """
-    Worker threads for plain processes: *size* of them run at once.
-
-    They are daemon threads, so a process call stuck for good (a hung socket) cannot keep the
-    interpreter from exiting after Ctrl-C, and a call given up (`abandon`: its timeout
-    passed) is replaced by a new thread, so *size* calls still run at once; the old thread
-    retires when its call returns.
-    """
-
-    def __init__(self, size: int, name: str) -> None:
-        self._size = size
-        self._name = name
-        self._jobs: queue.SimpleQueue[
-            tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]] | None
-        ] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads = 0
-        self._abandoned: set[concurrent.futures.Future[Any]] = set()
-        self._closed = False
-
-    def submit(  # type: ignore[override]  # positional arguments only, as used here
-        self, fn: Callable[..., _T], /, *args: Any
-    ) -> concurrent.futures.Future[_T]:
-        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the worker threads were shut down")
-            self._jobs.put((future, fn, args))
-            if self._threads - len(self._abandoned) < self._size:
-                self._start()
-        return future
-
-    def _start(self) -> None:
-        self._threads += 1
-        thread = threading.Thread(
-            target=self._work, name=f"{self._name}-{self._threads}", daemon=True
-        )
-        thread.start()
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            future, fn, args = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args)
-                except BaseException as error:  # noqa: BLE001 - handed to the waiting task
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
-            with self._lock:
-                if future in self._abandoned:
-                    # A thread took this one's place when its call was given up: retire.
-                    self._abandoned.discard(future)
-                    self._threads -= 1
-                    return
-
-    def abandon(self, future: concurrent.futures.Future[Any]) -> None:
-        """*future*'s call was given up: start a thread in its place (its own retires later)."""
-        with self._lock:
-            if future.done() or self._closed:
-                return
-            self._abandoned.add(future)
-            self._start()
-
-    def abandon_all(self) -> None:
-        """Every call was given up (the run stops): no thread waits for them."""
-        self.shutdown(wait=False)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop taking calls; idle threads exit, busy ones when their call returns."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            threads = self._threads
-        for _ in range(threads):
-            self._jobs.put(None)
 
 
 def _shell_word(text: str) -> str:

@@ -32,12 +32,18 @@ def connect_dest():
     return sqlite3.connect(HERE / "dest.db", timeout=30)
 
 
+def connect_orders_dest():
+    # Its own file: a window holds its database's write lock until the window commits, and a
+    # run of people may be blocked mid-window while orders run.
+    return sqlite3.connect(HERE / "orders_dest.db", timeout=30)
+
+
 def connect_orders():
     return sqlite3.connect(HERE / "orders.db", timeout=30)
 
 
 people_table = migrate.SqlDestination(connect_dest, "people", "id")
-orders_table = migrate.SqlDestination(connect_dest, "orders", "id")
+orders_table = migrate.SqlDestination(connect_orders_dest, "orders", "id")
 
 
 def gate(identity):
@@ -113,7 +119,8 @@ def migrate_command() -> list[str]:
 
 @attrs.frozen
 class Project:
-    """A project folder: ``migrate_config.py``, ``people.csv``, ``orders.db``, ``dest.db``."""
+    """A project folder: ``migrate_config.py``, ``people.csv``, ``orders.db``, ``dest.db``
+    (people) and ``orders_dest.db`` (orders)."""
 
     root: Path
 
@@ -144,7 +151,7 @@ class Project:
 
     def dest_ids(self, table: str) -> list[int]:
         """The ids written to the destination *table*, sorted."""
-        db = sqlite3.connect(self.root / "dest.db")
+        db = sqlite3.connect(self.root / ("orders_dest.db" if table == "orders" else "dest.db"))
         try:
             return [row[0] for row in db.execute(f"SELECT id FROM {table} ORDER BY id")]
         finally:
@@ -199,6 +206,9 @@ def make_project(root: Path, states: Sequence[str], *, window: int = 10) -> Proj
     db = sqlite3.connect(root / "dest.db")
     with db:
         db.execute("CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT)")
+    db.close()
+    db = sqlite3.connect(root / "orders_dest.db")
+    with db:
         db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, person_id INTEGER, amount)")
     db.close()
     return project
