@@ -94,6 +94,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _identities(parser: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:  # noqa: A002
+    parser.add_argument(
+        "--id", action="append", default=[], dest="ids", metavar="ID", required=required, help=help
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="migrate",
@@ -140,15 +146,7 @@ def _parser() -> argparse.ArgumentParser:
         "gone from the source, a record without identity such as '<line 17>')",
     )
     p.add_argument("definition", metavar="DEF")
-    p.add_argument(
-        "--id",
-        action="append",
-        default=[],
-        dest="ids",
-        metavar="ID",
-        required=True,
-        help="an identity whose state is removed (repeatable)",
-    )
+    _identities(p, "an identity whose state is removed (repeatable)", required=True)
 
     p = commands.add_parser("run", help="run definitions (all when none is named)")
     p.add_argument("definitions", nargs="*", metavar="DEF")
@@ -160,14 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--failed", action="store_true", help="reprocess the saved failed items")
     p.add_argument("--skipped", action="store_true", help="re-evaluate the skipped items")
-    p.add_argument(
-        "--id",
-        action="append",
-        default=[],
-        dest="ids",
-        metavar="ID",
-        help="process this identity whatever its state (repeatable)",
-    )
+    _identities(p, "process this identity whatever its state (repeatable)")
     p.add_argument(
         "--update", action="store_true", help="mark migrated items needs-update and rediscover"
     )

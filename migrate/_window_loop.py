@@ -119,6 +119,17 @@ class _Tally:
         self.interrupted = 0
         self.failures: list[FailureNote] = []
 
+    def uncount(self, status: str) -> None:
+        """Take back one item counted as *status* (its state is about to become another)."""
+        if status == "migrated":
+            self.migrated -= 1
+        elif status == "skipped":
+            self.skipped -= 1
+        elif status == "failed":
+            self.failed -= 1
+        elif status == "interrupted":
+            self.interrupted -= 1
+
     def counts(self) -> Counts:
         return Counts(
             self.migrated, self.skipped, self.failed, self.unchanged, interrupted=self.interrupted
@@ -539,12 +550,7 @@ class WindowLoop:
                 continue
             # The earlier record was counted in its window; this window moves that count to
             # "failed", so the identity is counted once in the run.
-            if earlier.status == "migrated":
-                tally.migrated -= 1
-            elif earlier.status == "skipped":
-                tally.skipped -= 1
-            elif earlier.status == "failed":
-                tally.failed -= 1
+            tally.uncount(earlier.status)
             places = [earlier.position or "an earlier window"]
             if earlier.error is not None and earlier.error.type == "DuplicateIdentity":
                 places = [str(p) for p in earlier.error.details.get("positions", places)]
@@ -639,12 +645,7 @@ class WindowLoop:
             if hit is None or state.status == "failed":
                 result.append(state)
                 continue
-            if state.status == "migrated":
-                tally.migrated -= 1
-            elif state.status == "skipped":
-                tally.skipped -= 1
-            elif state.status == "interrupted":
-                tally.interrupted -= 1
+            tally.uncount(state.status)
             evidence = evidence_for(hit[1], None)
             tally.failed += 1
             tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
@@ -661,14 +662,17 @@ class WindowLoop:
             return states
         now = time.time()
         states = []
+        # The hot loop of a plain process: bound names, no per-item allocation of our own.
+        process = self._process_sync
+        keep = states.append
         try:
             if self.on_item is None:
                 for item, state in todo:
-                    states.append(self._process_sync(item, state, now, tally))
+                    keep(process(item, state, now, tally))
             else:
                 clock = time.monotonic
                 for item, state in todo:
-                    states.append(self._process_sync(item, state, now, tally))
+                    keep(process(item, state, now, tally))
                     if clock() >= self.next_tick:
                         self._tick(tally)
         except _Interrupted as stop:
@@ -885,15 +889,19 @@ class WindowLoop:
                 )
             tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
             error_json = encode_evidence(evidence)
-        return StateWrite(
-            item.identity,
-            status,
-            item.version,
-            reason,
-            error_json,
-            journal,
-            tracking,
-            item.position,
+        # tuple.__new__ skips StateWrite's generated __new__ (a Python call per item).
+        return tuple.__new__(  # pyright: ignore[reportUnknownMemberType]
+            StateWrite,
+            (
+                item.identity,
+                status,
+                item.version,
+                reason,
+                error_json,
+                journal,
+                tracking,
+                item.position,
+            ),
         )
 
 

@@ -34,6 +34,7 @@ __all__ = ["CsvSource", "JsonlSource"]
 
 _FINGERPRINT_BLOCK = 65536
 _REPLACEMENT = "\ufffd"
+_ABSENT: Any = object()
 
 
 class _BadBytes:
@@ -172,15 +173,19 @@ class _FileSource(Source):
         raw: str,
         problem: Fault | tuple[UnicodeDecodeError, int, int] | None,
     ) -> Item | Fault:
-        if isinstance(problem, Fault):
-            return problem
         if problem is not None:
+            if isinstance(problem, Fault):
+                return problem
             return self._decode_fault(record, problem)
         assert record is not None
-        try:
-            identity = identity_text(record[self.identity])
-        except (KeyError, IdentityProblem):
-            return identity_fault(self._describe, f"line {line}", self.identity, record)
+        identity = record.get(self.identity, _ABSENT)
+        if type(identity) is not str or not identity:  # a non-empty string needs no call
+            try:
+                if identity is _ABSENT:
+                    raise IdentityProblem("is absent", missing=True)
+                identity = identity_text(identity)
+            except IdentityProblem:
+                return identity_fault(self._describe, f"line {line}", self.identity, record)
         if self.version is None:
             return Item(identity, record, content_version(raw), f"line {line}")
         where = f"{self._describe} line {line}"
@@ -384,7 +389,7 @@ class CsvSource(_FileSource):
                 if not row:
                     bad.take()
                     continue
-                problem = bad.take()
+                problem = None if bad.error is None else bad.take()
                 if len(row) != width:
                     where = f"line {first}"
                     fault = Fault(
@@ -422,12 +427,21 @@ class JsonlSource(_FileSource):
 
     kind = "jsonl"
 
+    def _malformed(self, line: int, text: str, wrong: str) -> Fault:
+        where = f"line {line}"
+        return Fault(
+            where,
+            "MalformedRecord",
+            f"{self._describe} {where} {wrong}; the record was not migrated: fix the line in "
+            "the file",
+            details={"source": self._describe, "text": excerpt(text)},
+        )
+
     def _records(self, handle: IO[bytes], start: tuple[int, int] | None) -> Iterator[_Record]:
         handle.seek(0)
         opened, skip = self._opening(handle)
         offset, line = (skip, 0) if start is None else start
         handle.seek(offset)
-        describe = self._describe
         codec = opened.codec
         for raw in opened.lines(handle):
             begin = offset
@@ -447,35 +461,11 @@ class JsonlSource(_FileSource):
                 if problem is not None:
                     yield line, offset, None, text, problem
                     continue
-                where = f"line {line}"
-                yield (
-                    line,
-                    offset,
-                    None,
-                    text,
-                    Fault(
-                        where,
-                        "MalformedRecord",
-                        f"{describe} {where} is not valid JSON ({error}); the record was not "
-                        "migrated: fix the line in the file",
-                        details={"source": describe, "text": excerpt(text)},
-                    ),
-                )
+                wrong = f"is not valid JSON ({error})"
+                yield line, offset, None, text, self._malformed(line, text, wrong)
                 continue
             if not isinstance(record, dict):
-                where = f"line {line}"
-                yield (
-                    line,
-                    offset,
-                    None,
-                    text,
-                    Fault(
-                        where,
-                        "MalformedRecord",
-                        f"{describe} {where} is JSON but not an object; the record was not "
-                        "migrated",
-                        details={"source": describe, "text": excerpt(text)},
-                    ),
-                )
+                wrong = "is JSON but not an object"
+                yield line, offset, None, text, self._malformed(line, text, wrong)
                 continue
             yield line, offset, record, text, problem

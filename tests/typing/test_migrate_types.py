@@ -88,3 +88,24 @@ assert_type(summary.notes, tuple[str, ...])
 
 def on_progress(event: migrate.ProgressEvent) -> None:
     assert_type(event.kind, Literal["start", "item", "window", "end"])
+
+
+# Stores: the protocol, both implementations, and a config holding a store object.
+memory: migrate.Store = migrate.MemoryStore()
+sqlite_store: migrate.Store = migrate.SqliteStore("state.db")
+in_memory = migrate.Config([books], store=memory)
+assert_type(migrate.open_store("sqlite:///s.db", read_only=True), migrate.Store)
+assert_type(memory.failures("books"), tuple[migrate.FailureRecord, ...])
+commit = migrate.WindowCommit("books", "r1", [migrate.StateWrite("1", "migrated", None)], {})
+memory.commit_window(commit)
+
+# Identities, faults, forgetting, refusals, timeouts.
+assert_type(migrate.identity_text(7), str)
+fault = migrate.Fault("line 3", "MissingIdentity", "no id")
+assert_type(fault.key, str)
+assert_type(migrate.forget(config, "authors", ["7"]), tuple[migrate.ItemState, ...])
+assert_type(migrate.refusals(config), tuple[migrate.RefusedError, ...])
+timed = migrate.Migration("slow", migrate.MemorySource([]), process, timeout="30s")
+assert_type(timed.timeout, float | None)
+assert_type(summary.definitions["authors"].failed_stored, int)
+assert_type(migrate.Counts().interrupted, int)
