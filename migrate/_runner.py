@@ -403,6 +403,7 @@ class _Definition:
                 save_cursor=result.save_cursor,
                 mark_needs_update=result.mark_needs_update,
                 clear_positional=result.clear_positional,
+                forget=result.forget,
             )
         )
         # Counted only now that the window is stored: a failed commit counts nothing.

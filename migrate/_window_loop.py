@@ -92,6 +92,7 @@ class WindowResult:
             done until then (the items being processed as ``interrupted``); the lifecycle
             commits them, without the cursor, and stops the run.
         notes: What the user should know (identities the source does not have).
+        forget: Identities whose stored states go (failed records the source no longer has).
     """
 
     states: tuple[StateWrite, ...]
@@ -104,6 +105,7 @@ class WindowResult:
     stop: str | None = None
     interrupted: bool = False
     notes: tuple[str, ...] = ()
+    forget: tuple[str, ...] = ()
 
 
 class _Tally:
@@ -190,6 +192,7 @@ class WindowLoop:
         self.next_tick = 0.0
         self._cursor: Cursor = None
         self._targets: list[str] = []
+        self._positional: list[str] = []
         #: Whether an item whose stored state this run wrote is a duplicate (see `_met_before`).
         self._across_windows = True
 
@@ -208,24 +211,18 @@ class WindowLoop:
                 self.store.identities(self.definition_id, "failed")
                 + self.store.identities(self.definition_id, "interrupted")
             )
-            positional = [t for t in targets if self._is_positional(t)]
-            if positional:
-                targets = [t for t in targets if t not in set(positional)]
-                shown = ", ".join(positional[:3]) + (", ..." if len(positional) > 3 else "")
-                notes = (
-                    f"{self.definition_id}: {plural(len(positional), 'failed record')} without "
-                    f"a usable identity ({shown}) cannot be looked up by identity: fix them in "
-                    f"the source and run a normal run (migrate run {self.definition_id}), which "
-                    "reads them again and clears them once a pass over the whole source no "
-                    f"longer meets them; or drop them: migrate forget {self.definition_id} "
-                    "--id KEY",
-                )
+            # Records without a usable identity cannot be looked up by one: they are checked
+            # by reading the source through (see _positional_pass).
+            self._positional = [t for t in targets if self._is_positional(t)]
+            if self._positional:
+                positional = set(self._positional)
+                targets = [t for t in targets if t not in positional]
             self._targets = targets
         elif mode == "skipped":
             self._targets = self.store.identities(self.definition_id, "skipped")
         else:
             self._targets = list(self.ids)
-        return LoopStart(len(self._targets), notes)
+        return LoopStart(len(self._targets) + len(self._positional), notes)
 
     def _is_positional(self, identity: str) -> bool:
         if not (identity.startswith("<") and identity.endswith(">")):
@@ -305,7 +302,59 @@ class WindowLoop:
 
     # --- targeted: failed, skipped and ids runs -------------------------------------------------
 
+    def _positional_pass(self) -> Iterator[WindowResult]:
+        """
+        Check the failed records without a usable identity (``<line 17>``) by reading the whole
+        source once for its faults (items are not processed): those met again stay failed with
+        fresh evidence, the others are gone from the source (fixed or removed) and forgotten.
+        """
+        source = self.migration.source
+        retry = self.migration.source_cursor_retry
+        wanted = set(self._positional)
+        met: dict[str, Fault] = {}
+        cursor: Cursor = None
+        while True:
+            effect = source.read(cursor)
+            if retry is not None:
+                effect = effect.pipe(retry)
+            sink = Scope(self.run_id, self.definition_id, "")
+            outcome = _run_in(sink, effect.run)
+            if isinstance(outcome, Failure):
+                error: SourceError = outcome.failure()
+                yield WindowResult(
+                    (),
+                    Counts(),
+                    stop=f"reading {source.describe()} for its records without identity failed "
+                    f"after {plural(attempts_of(sink, error), 'attempt')}: "
+                    f"{type(error).__name__}: {error}",
+                )
+                return
+            window = outcome.unwrap()
+            met.update((f.key, f) for f in window.faults if f.key in wanted)
+            cursor = window.next_cursor
+            if window.done or not (window.items or window.faults):
+                break
+        prior = self.store.prior_states(self.definition_id, self._positional)
+        tally = _Tally()
+        states = [self._fault_state(met[k], prior.get(k), tally) for k in sorted(met)]
+        gone = tuple(k for k in self._positional if k not in met)
+        notes: tuple[str, ...] = ()
+        if gone:
+            shown = ", ".join(gone[:3]) + (", ..." if len(gone) > 3 else "")
+            notes = (
+                f"{self.definition_id}: {plural(len(gone), 'failed record')} without a usable "
+                f"identity ({shown}) no longer in {source.describe()}: forgotten",
+            )
+        yield WindowResult(
+            tuple(states), tally.counts(), tuple(tally.failures), forget=gone, notes=notes
+        )
+
     def _targeted(self) -> Iterator[WindowResult]:
+        if self._positional:
+            for checked in self._positional_pass():
+                yield checked
+                if checked.stop is not None:
+                    return
         source = self.migration.source
         retry = self.migration.source_lookup_retry
         targets = self._targets

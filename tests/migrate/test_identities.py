@@ -268,14 +268,49 @@ def test_bytes_identities_round_trip_through_hex(value: bytes) -> None:
 
 
 def test_a_fixed_record_clears_its_positional_failure(tmp_path: Path) -> None:
-    """Once the record gets an identity, a normal run migrates it and clears <line N>."""
+    """--failed reads the source for <line N>: still broken it stays, fixed it is forgotten."""
     path = write_csv(tmp_path / "p.csv", [{"id": "1"}, {"id": ""}, {"id": "3"}])
     config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder([])))
     migrate.run(config)
     assert "failed" == states(config, "p")["<line 3>"]
-    failed_run = migrate.run(config, migrate.RunOptions(failed=True))
-    assert 0 == failed_run.definitions["p"].counts.total
-    assert any("<line 3>" in note and "migrate forget p" in note for note in failed_run.notes)
+    still = migrate.run(config, migrate.RunOptions(failed=True))
+    assert (1, "failed") == (still.definitions["p"].counts.failed, states(config, "p")["<line 3>"])
     write_csv(path, [{"id": "1"}, {"id": "2"}, {"id": "3"}])
-    migrate.run(config)
+    fixed = migrate.run(config, migrate.RunOptions(failed=True))
+    assert ("succeeded", "<line 3>" not in states(config, "p")) == (fixed.status, True)
+    assert any("no longer in csv:" in note and "forgotten" in note for note in fixed.notes)
+    migrate.run(config)  # the file changed: read again from the top, 2 migrates
     assert {"1": "migrated", "2": "migrated", "3": "migrated"} == states(config, "p")
+
+
+def test_a_normal_pass_from_the_top_clears_positional_failures_it_no_longer_meets(
+    tmp_path: Path,
+) -> None:
+    """A normal run reading the whole (changed) file forgets <line N> it does not meet again."""
+    path = write_csv(tmp_path / "p.csv", [{"id": "1"}, {"id": ""}, {"id": "3"}])
+    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder([])))
+    migrate.run(config)
+    write_csv(path, [{"id": "1"}, {"id": "2"}, {"id": "3"}])
+    summary = migrate.run(config)
+    assert ("succeeded", {"1": "migrated", "2": "migrated", "3": "migrated"}) == (
+        summary.status,
+        states(config, "p"),
+    )
+
+
+def test_a_sql_row_given_an_id_clears_its_null_failure_with_failed(tmp_path: Path) -> None:
+    """A NULL-id row fixed in the table migrates under its id; --failed forgets its old key."""
+    path = tmp_path / "src.db"
+    _sql_table(path, [1, None, 2])
+    seen: list[str] = []
+    source = migrate.SqlSource(lambda: sqlite3.connect(path), "t")
+    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen)))
+    migrate.run(config)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE t SET id = 99 WHERE id IS NULL")
+    db.close()
+    migrate.run(config)
+    assert "failed" == states(config, "t")["<row 1 with a null id>"]
+    summary = migrate.run(config, migrate.RunOptions(failed=True))
+    assert ("succeeded", ["1", "2", "99"]) == (summary.status, seen)
+    assert {"1": "migrated", "2": "migrated", "99": "migrated"} == states(config, "t")
