@@ -40,7 +40,7 @@ from migrate._state import (
 )
 from migrate._store import POSITIONAL_TYPES, PriorState, Store, WindowCommit
 from migrate._store_memory import MemoryStore
-from migrate._text import natural_key
+from migrate._text import natural_key, stored_text
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "open_store", "store_path"]
 
@@ -489,7 +489,7 @@ class SqliteStore:
             params.append(_definitions_json(definitions))
         if error is not None:
             sets.append("error = ?")
-            params.append(error)
+            params.append(stored_text(error))
         if ended:
             sets.append("ended_at = ?")
             params.append(time.time())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import re
 
-__all__ = ["format_time", "natural_key", "plural", "printable"]
+__all__ = ["format_time", "natural_key", "plural", "printable", "storable", "stored_text"]
 
 
 def format_time(timestamp: float) -> str:
@@ -88,3 +88,34 @@ def natural_key(identity: str) -> tuple[tuple[int, int, str], ...]:
         for index, part in enumerate(parts)
         if part
     )
+
+
+def storable(text: str) -> bool:
+    """
+    Whether *text* can be stored as it is: it encodes as UTF-8, so it holds no lone surrogate
+    (which JSON's ``\\ud800`` escapes produce, and which no database accepts).
+
+    Example:
+        >>> storable("Zoë"), storable("a\\ud800")
+        (True, False)
+    """
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def stored_text(text: str) -> str:
+    """
+    *text* made storable: lone surrogates become ``\\udXXX`` escapes; other text is kept.
+
+    Example:
+        >>> stored_text("a\\ud800b")
+        'a\\\\ud800b'
+    """
+    if storable(text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -38,7 +38,7 @@ from migrate._sources import Cursor, Fault, Item
 from migrate._sources._base import MissingFieldError, duplicate_fault, excerpt
 from migrate._state import Counts, ErrorEvidence, ItemStatus
 from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
-from migrate._text import plural
+from migrate._text import plural, storable, stored_text
 from migrate._window_writes import BatchFailure, WindowWrites, writing
 from migrate._workers import DaemonPool
 
@@ -523,6 +523,8 @@ class WindowLoop:
         discovery: bool,
         update: bool,
     ) -> list[StateWrite]:
+        if not all(storable(item.identity) for item in items):
+            items, faults = self._unstorable(items, faults)
         keys = [item.identity for item in items]
         if faults:
             keys += [fault.key for fault in faults]
@@ -541,6 +543,30 @@ class WindowLoop:
             raise _Interrupted([*states, *stop.states]) from None
         states.extend(processed)
         return states
+
+    def _unstorable(
+        self, items: Sequence[Item], faults: Sequence[Fault]
+    ) -> tuple[list[Item], list[Fault]]:
+        """Turn items whose identity no store can hold (a lone surrogate) into faults."""
+        describe = self.migration.source.describe()
+        kept: list[Item] = []
+        more = list(faults)
+        for item in items:
+            if storable(item.identity):
+                kept.append(item)
+                continue
+            place = self._place(item)
+            more.append(
+                Fault(
+                    place,
+                    "BadIdentity",
+                    f"{describe} {place} has an identity with a lone surrogate "
+                    f"({stored_text(item.identity)!r}), which no store can hold; the record "
+                    "was not migrated",
+                    details={"source": describe, "record": excerpt(item.data)},
+                )
+            )
+        return kept, more
 
     def _place(self, entry: Item | Fault) -> str:
         if entry.position is not None:
@@ -872,7 +898,7 @@ class WindowLoop:
             )
             wrong.__traceback__ = skip.__traceback__
             return self._state(item, scope, state, "failed", None, wrong, tally)
-        return self._state(item, scope, state, "skipped", reason, None, tally)
+        return self._state(item, scope, state, "skipped", stored_text(reason), None, tally)
 
     def _interrupted(
         self, item: Item, scope: Scope, state: PriorState | None, tally: _Tally

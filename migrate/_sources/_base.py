@@ -14,6 +14,7 @@ import attrs
 from effects import Effect
 from migrate._errors import SourceError
 from migrate._sources._identity import IdentityProblem, identity_text
+from migrate._text import stored_text
 
 __all__ = [
     "Contract",
@@ -350,6 +351,7 @@ def excerpt(record: object, limit: int = 200) -> str:
             text = repr(record)
         except Exception:  # noqa: BLE001 - evidence must not fail on a hostile record
             text = f"<{type(record).__name__} object>"
+    text = stored_text(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -417,4 +419,4 @@ def version_of(
         raise missing_field(where, "version", field, record) from None
     if value is None or value == "":
         return content_version(content())
-    return str(value)
+    return stored_text(str(value))

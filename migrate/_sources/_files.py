@@ -179,7 +179,7 @@ class _FileSource(Source):
             return self._decode_fault(record, problem)
         assert record is not None
         identity = record.get(self.identity, _ABSENT)
-        if type(identity) is not str or not identity:  # a non-empty string needs no call
+        if type(identity) is not str or not identity or not identity.isascii():
             try:
                 if identity is _ABSENT:
                     raise IdentityProblem("is absent", missing=True)

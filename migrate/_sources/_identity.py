@@ -9,6 +9,8 @@ import numbers
 import uuid
 from typing import Any, cast
 
+from migrate._text import storable, stored_text
+
 __all__ = ["IdentityProblem", "identity_text"]
 
 
@@ -44,7 +46,8 @@ def identity_text(value: Any) -> str:
     =====================================  ================================================
     value                                  identity
     =====================================  ================================================
-    ``str``                                itself (an empty string has no identity)
+    ``str``                                itself (an empty string has no identity; one with
+                                           a lone surrogate is refused)
     ``int``                                decimal digits: ``42``, ``-7``
     ``float``, ``Decimal``                 by value: integral ones as an ``int`` (``1.0``
                                            and ``Decimal("1.00")`` are ``1``), others in
@@ -75,6 +78,11 @@ def identity_text(value: Any) -> str:
     if type(value) is str:  # the common case first
         if not value:
             raise IdentityProblem("is empty", missing=True)
+        if not storable(value):
+            raise IdentityProblem(
+                f"holds a lone surrogate ({stored_text(value)!r}), which no store can hold",
+                missing=False,
+            )
         return value
     if value is None:
         raise IdentityProblem("is null", missing=True)
@@ -83,9 +91,7 @@ def identity_text(value: Any) -> str:
     if isinstance(value, numbers.Integral):
         return str(int(value))
     if isinstance(value, str):
-        if not value:
-            raise IdentityProblem("is empty", missing=True)
-        return str.__str__(value)
+        return identity_text(str.__str__(value))
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
             raise IdentityProblem(f"is {value!r}, which cannot be an identity", missing=False)

@@ -315,3 +315,33 @@ def test_evidence_always_encodes_as_strict_json(value: object, message: str, hos
     error.details = {"value": value, "again": [value]}  # type: ignore[attr-defined]
     document = _strict(encode_evidence(evidence_for(error, None)))
     assert {"kind", "type", "message", "details", "attempts"} == set(document)
+
+
+def test_text_no_store_can_hold_fails_alone_and_never_wedges(tmp_path: Path) -> None:
+    """A lone surrogate (JSON allows "\\ud800") in an identity, version or Skip reason is safe."""
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        '{"id": "a\\ud800", "v": "1"}\n{"id": "b", "v": "x\\udfff"}\n{"id": "c", "v": "1"}\n'
+        '{"id": "d", "v": "1"}\n'
+    )
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        if item.identity == "c":
+            raise migrate.Skip("no \udc80 thanks")
+
+    source = migrate.JsonlSource(path, version="v")
+    config = config_of(tmp_path, migrate.Migration("p", source, process))
+    for _ in range(2):  # the rerun meets the same records and gets past them again
+        migrate.run(config)
+    (failure,) = migrate.failures(config, "p")
+    assert ("<line 1>", "BadIdentity") == (failure.identity, failure.error.type)
+    assert "lone surrogate" in failure.error.message
+    with config.open_store() as store:
+        skipped = store.item("p", "c")
+        versioned = store.item("p", "b")
+    assert skipped is not None
+    assert versioned is not None
+    assert ("no \\udc80 thanks", "x\\udfff") == (skipped.reason, versioned.version)
+    assert {"b": "migrated", "c": "skipped", "d": "migrated"} == {
+        k: v for k, v in states(config, "p").items() if k != "<line 1>"
+    }
