@@ -314,3 +314,35 @@ def test_a_sql_row_given_an_id_clears_its_null_failure_with_failed(tmp_path: Pat
     summary = migrate.run(config, migrate.RunOptions(failed=True))
     assert ("succeeded", ["1", "2", "99"]) == (summary.status, seen)
     assert {"1": "migrated", "2": "migrated", "99": "migrated"} == states(config, "t")
+
+
+json_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@given(json_values)
+def test_a_file_source_gives_every_value_the_identity_identity_text_gives(value: Any) -> None:
+    """The JSONL fast path for string identities agrees with identity_text on every value."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "p.jsonl"
+        path.write_text(json.dumps({"id": "first"}) + "\n" + json.dumps({"id": value}) + "\n")
+        window = migrate.JsonlSource(path).read_window(None)
+    try:
+        expected = migrate.identity_text(value)
+    except ValueError:
+        assert (["first"], ["<line 2>"]) == (
+            [item.identity for item in window.items],
+            [f.key for f in window.faults],
+        )
+    else:
+        # Two records holding "first" are a duplicate: the window has no item, one fault for it.
+        identities = [] if expected == "first" else ["first", expected]
+        assert identities == [item.identity for item in window.items]

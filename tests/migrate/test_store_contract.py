@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import migrate
 from migrate import DefinitionResult, StateWrite, WindowCommit
@@ -226,3 +230,42 @@ def test_a_memory_store_serves_several_runs_of_a_config() -> None:
     second = migrate.run(config)
     assert (3, 0) == (first.definitions["p"].counts.migrated, second.definitions["p"].counts.total)
     assert 3 == migrate.status(config).definitions["p"].migrated
+
+
+statuses = st.sampled_from(["migrated", "skipped", "failed", "interrupted"])
+windows = st.lists(
+    st.tuples(
+        st.dictionaries(st.sampled_from("abcdefgh"), statuses, max_size=5),
+        st.sets(st.sampled_from("abcdefgh"), max_size=2),
+        st.booleans(),
+    ),
+    max_size=6,
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=40)
+@given(windows)
+def test_the_sqlite_store_and_the_memory_store_agree(tmp_path: Path, sequence: Any) -> None:
+    """Any sequence of window commits (writes, forgets, needs-update marks) leaves both alike."""
+    memory = migrate.MemoryStore()
+    with (
+        tempfile.TemporaryDirectory(dir=tmp_path) as folder,
+        migrate.open_store(f"sqlite:///{folder}/s.db") as sqlite_store,
+    ):
+        for store in (memory, sqlite_store):
+            store.create_run("r", "normal", {})
+            for written, forgotten, mark in sequence:
+                states = [StateWrite(k, v, f"v{k}") for k, v in sorted(written.items())]
+                store.commit_window(
+                    WindowCommit(
+                        "d",
+                        "r",
+                        states,
+                        {},
+                        forget=tuple(sorted(forgotten)),
+                        mark_needs_update=mark,
+                    )
+                )
+        expected = [(s.identity, s.status, s.version) for s in memory.items("d")]
+        assert expected == [(s.identity, s.status, s.version) for s in sqlite_store.items("d")]
+        assert memory.counts("d") == sqlite_store.counts("d")
