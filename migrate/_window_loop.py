@@ -798,44 +798,40 @@ class WindowLoop:
         timeout = self.timeout
         done: dict[int, StateWrite] = {}
         running: dict[int, tuple[Item, Scope, PriorState | None]] = {}
+        calls: dict[int, concurrent.futures.Future[Any]] = {}
 
         async def one(index: int, item: Item, state: PriorState | None) -> None:
             async with semaphore:
                 scope = self._scope(item, state)
                 _CURRENT.set(scope)  # each task has its own context
                 running[index] = (item, scope, state)
-                done[index] = await attempt(item, scope, state)
+                done[index] = await attempt(index, item, scope, state)
                 del running[index]
             if ticking and time.monotonic() >= self.next_tick:
                 self._tick(tally)
 
-        async def attempt(item: Item, scope: Scope, state: PriorState | None) -> StateWrite:
-            future: concurrent.futures.Future[Any] | None = None
+        async def attempt(
+            index: int, item: Item, scope: Scope, state: PriorState | None
+        ) -> StateWrite:
             try:
                 async with asyncio.timeout(timeout):
-                    if is_async:
-                        result = self.process(item, scope)
-                        if inspect.isawaitable(result):
-                            await result
-                    else:
+                    if not is_async:
                         # The worker thread runs in a copy of this task's context: its scope
                         # and the definition's retry tally.
                         call = contextvars.copy_context().run
-                        future = self._workers().submit(call, self.process, item, scope)
-                        result = await asyncio.wrap_future(future)
-                        if result is not None:
-                            returned = _returned_problem(result, self.process)
-                            if returned is not None:
-                                return self._state(
-                                    item, scope, state, "failed", None, returned, tally
-                                )
+                        calls[index] = self._workers().submit(call, self.process, item, scope)
+                        await asyncio.wait([asyncio.wrap_future(calls[index])])
+                        return self._returned(calls[index], item, scope, state, tally)
+                    result = self.process(item, scope)
+                    if inspect.isawaitable(result):
+                        await result
             except Skip as skip:
                 return self._skipped(item, scope, state, skip, tally)
             except TimeoutError as error:
-                if future is not None and self._pool is not None:
-                    self._pool.abandon(future)  # it may run on: another thread takes its place
-                late = self._late(error)
-                return self._state(item, scope, state, "failed", None, late, tally)
+                late = calls.get(index)
+                if late is not None and self._pool is not None:
+                    self._pool.abandon(late)  # it may run on: another thread takes its place
+                return self._state(item, scope, state, "failed", None, self._late(error), tally)
             except (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit):
                 raise
             except BaseException as error:  # noqa: BLE001 - sys.exit() in a process fails it
@@ -851,15 +847,43 @@ class WindowLoop:
         except (KeyboardInterrupt, asyncio.CancelledError):
             for task in tasks:
                 task.cancel()
-            # What finished is kept; what was running when the run was stopped is recorded
-            # as interrupted. A plain process stuck in its thread cannot be stopped: its
-            # thread is abandoned (a daemon) and whatever it does later is ignored.
+            # What finished is kept (also a call whose thread returned just before the stop);
+            # what was running is recorded as interrupted. A plain process stuck in its thread
+            # cannot be stopped: its thread is abandoned (a daemon), whatever it does ignored.
             if self._pool is not None:
                 self._pool.abandon_all()
-            states = [done[i] for i in sorted(done)]
-            states += [self._interrupted(*running[i], tally) for i in sorted(running)]
-            raise _Interrupted(states) from None
+            for index in sorted(running):
+                call = calls.get(index)
+                item, scope, state = running[index]
+                done[index] = (
+                    self._returned(call, item, scope, state, tally)
+                    if call is not None and call.done()
+                    else self._interrupted(item, scope, state, tally)
+                )
+            raise _Interrupted([done[i] for i in sorted(done)]) from None
         return [done[i] for i in range(len(todo))]
+
+    def _returned(
+        self,
+        call: concurrent.futures.Future[Any],
+        item: Item,
+        scope: Scope,
+        state: PriorState | None,
+        tally: _Tally,
+    ) -> StateWrite:
+        """The state of an item whose plain process *call* (in a worker thread) ended."""
+        error = call.exception()
+        if error is None:
+            result = call.result()
+            returned = None if result is None else _returned_problem(result, self.process)
+            if returned is not None:
+                return self._state(item, scope, state, "failed", None, returned, tally)
+            return self._state(item, scope, state, "migrated", None, None, tally)
+        if isinstance(error, Skip):
+            return self._skipped(item, scope, state, error, tally)
+        if isinstance(error, KeyboardInterrupt):
+            return self._interrupted(item, scope, state, tally)
+        return self._state(item, scope, state, "failed", None, error, tally)
 
     def _workers(self) -> DaemonPool:
         if self._pool is None:

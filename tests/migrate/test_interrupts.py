@@ -26,6 +26,7 @@ def process(item, scope):
     if item.identity in STUCK and not (HERE / "unstick").exists():
         (HERE / f"blocked-{item.identity}").write_text("")
         threading.Event().wait()  # stuck for good: only Ctrl-C ends this run
+    (HERE / f"done-{item.identity}").write_text("")
 
 
 config = migrate.Config(
@@ -68,9 +69,10 @@ def test_ctrl_c_stops_a_run_with_stuck_calls_and_marks_them_interrupted(
         text=True,
     )
     stuck = ["3"] if concurrency == "1" else ["3", "4"]
+    finished = ["1", "2"] if concurrency == "1" else ["1", "2", "5", "6", "7", "8"]
     try:
-        for identity in stuck:
-            while not (tmp_path / f"blocked-{identity}").exists():
+        for marker in [f"blocked-{i}" for i in stuck] + [f"done-{i}" for i in finished]:
+            while not (tmp_path / marker).exists():
                 assert running.poll() is None, running.communicate()
                 time.sleep(0.01)
         running.send_signal(signal.SIGINT)

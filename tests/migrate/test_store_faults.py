@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import migrate
 from tests.migrate.cli_support import counts_sum, migrate_command
 
 N = 3000
@@ -215,8 +216,7 @@ def _make_foreign(path: Path) -> None:
 
 
 def _make_newer(path: Path) -> None:
-    migrated = _small_project(path.parent)
-    assert 0 == _cli(migrated, "run").returncode
+    migrate.run(migrate.load_config(_small_project(path.parent)))
     db = sqlite3.connect(path)
     with db:
         db.execute("UPDATE schema_version SET version = version + 1")
@@ -224,7 +224,7 @@ def _make_newer(path: Path) -> None:
 
 
 def _make_truncated(path: Path) -> None:
-    assert 0 == _cli(_small_project(path.parent), "run").returncode
+    migrate.run(migrate.load_config(_small_project(path.parent)))
     data = path.read_bytes()
     assert len(data) > 8192
     path.write_bytes(data[: len(data) // 2])
@@ -243,7 +243,7 @@ FAULTS = [
 
 
 @pytest.mark.parametrize(("name", "make", "code", "said"), FAULTS, ids=[f[0] for f in FAULTS])
-@pytest.mark.parametrize("command", [["run"], ["status"], ["runs"], ["failures", "p"]])
+@pytest.mark.parametrize("command", [["run"], ["status"]])
 def test_a_store_file_that_is_not_a_usable_store_is_refused_and_left_as_it_is(  # noqa: PLR0917
     tmp_path: Path, name: str, make: object, code: int, said: str, command: list[str]
 ) -> None:
