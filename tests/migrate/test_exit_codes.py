@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.migrate.cli_support import make_project, migrate_command
+from tests.migrate.cli_support import make_project, run_main
 
 
 def _project_config(root: Path, body: str) -> Path:
@@ -20,38 +19,28 @@ def _project_config(root: Path, body: str) -> Path:
     return path
 
 
-def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*migrate_command(), "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_failures_left_behind_the_cursor_keep_the_exit_code_at_1(tmp_path: Path) -> None:
     """A later run with nothing new still exits 1 while failed items wait for --failed."""
     project = make_project(tmp_path, ["ok", "bad", "ok"])
-    assert 1 == project.cli("run", "people").returncode
-    again = project.cli("run", "people")
+    assert 1 == project.main("run", "people").returncode
+    again = project.main("run", "people")
     assert 1 == again.returncode, again.stderr
     assert "1 failed item from earlier runs waits for: migrate run people --failed" in again.stdout
-    document = json.loads(project.cli("run", "people", "--json").stdout)
+    document = json.loads(project.main("run", "people", "--json").stdout)
     assert ("failed", 1) == (
         document["status"],
         document["definitions"]["people"]["failed_stored"],
     )
     project.write_people(["ok", "ok", "ok"])
-    assert 0 == project.cli("run", "people", "--failed").returncode
-    assert 0 == project.cli("run", "people").returncode
+    assert 0 == project.main("run", "people", "--failed").returncode
+    assert 0 == project.main("run", "people").returncode
 
 
 def test_an_unreadable_source_has_its_own_exit_code(tmp_path: Path) -> None:
     """A source that cannot be read exits 4 naming it, not 1 "finished with failed items"."""
     project = make_project(tmp_path, ["ok"])
     (tmp_path / "people.csv").unlink()
-    done = project.cli("run", "people")
+    done = project.main("run", "people")
     assert 4 == done.returncode
     assert f"source unreadable: people: reading csv:{tmp_path}/people.csv failed" in done.stderr
     assert "No such file or directory" in done.stderr
@@ -60,7 +49,7 @@ def test_an_unreadable_source_has_its_own_exit_code(tmp_path: Path) -> None:
 def test_sys_exit_in_a_config_is_a_config_error(tmp_path: Path) -> None:
     """A config that calls sys.exit(0) while loading exits 2, naming the file and line."""
     config = _project_config(tmp_path, "sys.exit(0)\n")
-    done = _cli(config, "run")
+    done = run_main(config, "run")
     assert 2 == done.returncode
     assert f"{config}, line 8: the config called sys.exit(0)" in done.stderr
 
@@ -75,7 +64,7 @@ def test_sys_exit_in_a_process_never_exits_0(tmp_path: Path) -> None:
         "config = migrate.Config([migrate.Migration('p', migrate.MemorySource("
         "[{'id': i} for i in (1, 2, 3)]), process)], store='sqlite:///s.db')\n",
     )
-    done = _cli(config, "run", "--json")
+    done = run_main(config, "run", "--json")
     assert 1 == done.returncode, done.stderr
     assert 2 == json.loads(done.stdout)["definitions"]["p"]["migrated"]
 
@@ -90,29 +79,30 @@ def test_sys_exit_in_a_source_never_exits_0(tmp_path: Path) -> None:
         "config = migrate.Config([migrate.Migration('p', Quitter([{'id': 1}]), "
         "lambda item, scope: None)], store='sqlite:///s.db')\n",
     )
-    done = _cli(config, "run")
+    done = run_main(config, "run")
     assert 1 == done.returncode
     assert "sys.exit(0) was called while the command ran" in done.stderr
-    runs = json.loads(_cli(config, "runs", "--json").stdout)["runs"]
+    runs = json.loads(run_main(config, "runs", "--json").stdout)["runs"]
     assert ["failed"] == [r["status"] for r in runs]
 
 
 def test_plan_predicts_a_preflight_refusal_and_status_hides_refused_runs(tmp_path: Path) -> None:
     """--plan exits 3 with the refusal the run makes; status does not show refused runs."""
     project = make_project(tmp_path, ["ok"])
-    planned = project.cli("run", "orders", "--plan")
+    planned = project.main("run", "orders", "--plan")
     assert 3 == planned.returncode
     assert "would be refused: refusing to run 'orders': required dependency 'people'" in (
         planned.stdout
     )
-    assert "refusals" in json.loads(project.cli("run", "orders", "--plan", "--json").stdout)
-    refused = project.cli("run", "orders")
+    assert "refusals" in json.loads(project.main("run", "orders", "--plan", "--json").stdout)
+    refused = project.main("run", "orders")
     assert 3 == refused.returncode
-    status = project.json("status")["definitions"]["orders"]
+    status = json.loads(project.main("status", "--json").stdout)["definitions"]["orders"]
     assert status["latest_run"] is None
-    assert ["start-failed"] == [r["status"] for r in project.json("runs")["runs"]]
-    assert 0 == project.cli("run", "people").returncode
-    assert 0 == project.cli("run", "orders", "--plan").returncode
+    runs = json.loads(project.main("runs", "--json").stdout)["runs"]
+    assert ["start-failed"] == [r["status"] for r in runs]
+    assert 0 == project.main("run", "people").returncode
+    assert 0 == project.main("run", "orders", "--plan").returncode
 
 
 @pytest.mark.timeout(120)
@@ -135,11 +125,11 @@ def test_plan_predicts_a_held_lock(tmp_path: Path) -> None:
 def test_forget_from_the_command_line(tmp_path: Path) -> None:
     """migrate forget DEF --id X drops a state and says so; unknown ones are named."""
     project = make_project(tmp_path, ["ok", "bad"])
-    project.cli("run", "people")
-    done = project.cli("forget", "people", "--id", "2", "--id", "99")
+    project.main("run", "people")
+    done = project.main("forget", "people", "--id", "2", "--id", "99")
     assert 0 == done.returncode, done.stderr
     assert "forgot people 2 (was failed)\npeople 99: no stored state\n" == done.stdout
-    assert 0 == project.cli("run", "people").returncode
+    assert 0 == project.main("run", "people").returncode
 
 
 def test_control_characters_from_the_source_never_reach_the_terminal(tmp_path: Path) -> None:
@@ -152,9 +142,9 @@ def test_control_characters_from_the_source_never_reach_the_terminal(tmp_path: P
         "{'id': 'x\\x1b]0;owned\\x07', 'name': '\\x1b[2J\\x1b[31mRED\\u202e'}]), process)], "
         "store='sqlite:///s.db')\n",
     )
-    ran = _cli(config, "run")
-    shown = _cli(config, "failures", "p")
-    listed = _cli(config, "runs")
+    ran = run_main(config, "run")
+    shown = run_main(config, "failures", "p")
+    listed = run_main(config, "runs")
     for done in (ran, shown, listed):
         assert "\x1b" not in done.stdout + done.stderr
         assert "\u202e" not in done.stdout + done.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import migrate
-from tests.migrate.cli_support import counts_sum, migrate_command
+from tests.migrate.cli_support import counts_sum, migrate_command, run_main
 
 N = 3000
 WINDOW = 100
@@ -254,7 +254,7 @@ def test_a_store_file_that_is_not_a_usable_store_is_refused_and_left_as_it_is(  
     make(store)  # type: ignore[operator]
     config = _small_project(root)
     before = _digest(store)
-    done = _cli(config, *command)
+    done = run_main(config, *command)
     assert code == done.returncode, done.stdout + done.stderr
     line = _one_line(done.stderr)
     assert f"store {store}" in line
@@ -272,19 +272,19 @@ def test_a_read_only_store_serves_the_read_commands_and_refuses_a_run(
     root = tmp_path / "project"
     config = _project(root, f"sqlite:///{small_disk / 'state.db'}")
     (root / "p.csv").write_text("id,name\n1,a\n2,b\n,c\n")
-    assert 1 == _cli(config, "run").returncode  # the row without id fails
+    assert 1 == run_main(config, "run").returncode  # the row without id fails
     _remount(small_disk, "ro")
     before = _digest(small_disk / "state.db")
-    status = _cli(config, "status", "--json")
+    status = run_main(config, "status", "--json")
     assert 0 == status.returncode, status.stderr
     assert (2, 1) == (
         json.loads(status.stdout)["definitions"]["p"]["migrated"],
         json.loads(status.stdout)["definitions"]["p"]["failed"],
     )
-    assert 0 == _cli(config, "runs").returncode
-    failures = _cli(config, "failures", "p", "--json")
+    assert 0 == run_main(config, "runs").returncode
+    failures = run_main(config, "failures", "p", "--json")
     assert ["<line 4>"] == [f["identity"] for f in json.loads(failures.stdout)]
-    refused = _cli(config, "run")
+    refused = run_main(config, "run")
     assert 5 == refused.returncode
     assert "is read-only" in _one_line(refused.stderr)
     assert before == _digest(small_disk / "state.db")
@@ -293,10 +293,10 @@ def test_a_read_only_store_serves_the_read_commands_and_refuses_a_run(
 def test_a_store_that_does_not_exist_yet_is_not_created_by_read_commands(tmp_path: Path) -> None:
     """status and runs on a project that never ran report nothing and create no file."""
     config = _small_project(tmp_path)
-    status = _cli(config, "status", "--json")
+    status = run_main(config, "status", "--json")
     assert (0, None) == (
         status.returncode,
         json.loads(status.stdout)["definitions"]["p"]["latest_run"],
     )
-    assert 0 == _cli(config, "runs").returncode
+    assert 0 == run_main(config, "runs").returncode
     assert not (tmp_path / "state.db").exists()
