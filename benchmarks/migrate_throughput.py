@@ -20,14 +20,20 @@ a failed-item run.
    read to find them (target: once), counted by wrapping the source's ``find`` and by counting
    opens of the CSV file.
 
-3. Memory: the same no-op run, and the floor loop, over N / 10 and N rows (``--rows``), each in a
+3. ``SqlDestination`` load: ``--load-rows`` rows (default 1,000) upserted into a SQLite table
+   with sqlite3's defaults (rollback journal, ``synchronous=FULL``: a commit is an fsync), side by
+   side: ours (a run: one connection and one transaction per window, a savepoint per write), the
+   same upserts called outside a run (a connection and a commit per row, what each call does
+   without a window), and the floor (``executemany`` and one commit).
+
+4. Memory: the same no-op run, and the floor loop, over N / 10 and N rows (``--rows``), each in a
    fresh process: the tracemalloc peak (Python's allocations; SQLite's page cache, bounded by its
    ``cache_size``, is not traced) and the peak RSS of a run without tracemalloc. Streaming keeps
    the peak bounded by the window, not the source: target, peak at N <= 1.5 x peak at N / 10.
 
 Run with ``.venv/bin/python benchmarks/migrate_throughput.py [--rows N] [--failed N]
-[--naive-rows N] [--rounds N] [--profile] [--no-memory]``; ``--profile`` prints the top of a
-cProfile of one throughput run.
+[--naive-rows N] [--load-rows N] [--rounds N] [--profile] [--no-memory]``; ``--profile`` prints
+the top of a cProfile of one throughput run.
 """
 
 from __future__ import annotations
@@ -82,7 +88,7 @@ class CountingCsvSource(migrate.CsvSource):
     finds = 0
     identities_asked = 0
 
-    def find(self, identities: Collection[str]) -> dict[str, migrate.Item]:
+    def find(self, identities: Collection[str]) -> dict[str, migrate.Item | migrate.Fault]:
         CountingCsvSource.finds += 1
         CountingCsvSource.identities_asked += len(identities)
         return super().find(identities)
@@ -227,6 +233,88 @@ def throughput(work: Path, rows: int, naive_rows: int, rounds: int, *, profile: 
     return rate
 
 
+LOAD_TABLE = "CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT, email TEXT)"
+
+
+def _load_db(path: Path) -> Path:
+    db = sqlite3.connect(path)
+    db.execute(LOAD_TABLE)
+    db.commit()
+    db.close()
+    return path
+
+
+def load_ours(work: Path, rows: int, round_: int) -> float:
+    """Upsert *rows* rows through SqlDestination inside a run; seconds."""
+    dest = _load_db(work / f"load-ours-{round_}.db")
+    table = migrate.SqlDestination(lambda: sqlite3.connect(dest), "people", "id")
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        record = {"id": int(item.identity), "name": f"n{item.identity}", "email": "e@x.org"}
+        table.upsert(record).run_or_raise()
+
+    source = migrate.MemorySource([{"id": i} for i in range(1, rows + 1)], window_size=WINDOW)
+    config = migrate.Config(
+        [migrate.Migration("load", source, process)],
+        store=f"sqlite:///{work / f'load-store-{round_}.db'}",
+    )
+    started = time.perf_counter()
+    summary = migrate.run(config)
+    took = time.perf_counter() - started
+    if summary.definitions["load"].counts.migrated != rows:
+        raise SystemExit(f"load: expected {rows} migrated, got {summary.definitions['load']}")
+    return took
+
+
+def load_per_call(work: Path, rows: int, round_: int) -> float:
+    """The same upserts outside a run: a connection and a commit per row; seconds."""
+    dest = _load_db(work / f"load-call-{round_}.db")
+    table = migrate.SqlDestination(lambda: sqlite3.connect(dest), "people", "id")
+    started = time.perf_counter()
+    for i in range(1, rows + 1):
+        table.upsert({"id": i, "name": f"n{i}", "email": "e@x.org"}).run_or_raise()
+    return time.perf_counter() - started
+
+
+def load_floor(work: Path, rows: int, round_: int) -> float:
+    """executemany of the rows and one commit; seconds."""
+    dest = _load_db(work / f"load-floor-{round_}.db")
+    started = time.perf_counter()
+    db = sqlite3.connect(dest)
+    db.executemany(
+        "INSERT INTO people VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET name = excluded.name",
+        [(i, f"n{i}", "e@x.org") for i in range(1, rows + 1)],
+    )
+    db.commit()
+    db.close()
+    return time.perf_counter() - started
+
+
+def destination_load(work: Path, rows: int, rounds: int) -> float:
+    """Time the three loads of the module docstring (item 3); print; return our rate."""
+    best = {"ours": float("inf"), "call": float("inf"), "floor": float("inf")}
+    for round_ in range(rounds):
+        took = {
+            "ours": load_ours(work, rows, round_),
+            "call": load_per_call(work, rows, round_),
+            "floor": load_floor(work, rows, round_),
+        }
+        for name, seconds in took.items():
+            best[name] = min(best[name], seconds)
+    rates = {name: rows / seconds for name, seconds in best.items()}
+    labels = {
+        "ours": f"ours: upserts in a run, {rows:,} rows",
+        "call": "per call: the same upserts outside a run (a commit each)",
+        "floor": "executemany and one commit",
+    }
+    print(f"SqlDestination load, best of {rounds}, SQLite defaults (rollback journal, FULL sync):")
+    width = max(len(label) for label in labels.values()) + 2
+    print(f"  {'loop':<{width}}{'rows/s':>10}{'ours / it':>11}")
+    for name, label in labels.items():
+        print(f"  {label:<{width}}{rates[name]:>10,.0f}{rates['ours'] / rates[name]:>11.2f}")
+    return rates["ours"]
+
+
 def failed_run_reads(work: Path, rows: int) -> int:
     """Fail *rows* items, then reprocess them with ``--failed``; return source reads."""
     path = work / "failing.csv"
@@ -345,6 +433,9 @@ def main() -> None:
     parser.add_argument(
         "--naive-rows", type=int, default=5_000, help="rows of the commit-per-item loop"
     )
+    parser.add_argument(
+        "--load-rows", type=int, default=1_000, help="rows of the SqlDestination load"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds, best kept")
     parser.add_argument("--profile", action="store_true", help="cProfile one throughput run")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory comparison")
@@ -356,12 +447,13 @@ def main() -> None:
         source, db_path = args.paths
         emit(memory_case(loop, mode, source, db_path, args.rows))
         return
-    if min(args.rows, args.failed, args.naive_rows, args.rounds) < 1:
-        parser.error("--rows, --failed, --naive-rows and --rounds must be >= 1")
+    if min(args.rows, args.failed, args.naive_rows, args.load_rows, args.rounds) < 1:
+        parser.error("--rows, --failed, --naive-rows, --load-rows and --rounds must be >= 1")
     with tempfile.TemporaryDirectory(prefix="migrate-bench-") as folder:
         work = Path(folder)
         throughput(work, args.rows, args.naive_rows, args.rounds, profile=args.profile)
         failed_run_reads(work, args.failed)
+        destination_load(work, args.load_rows, args.rounds)
         if not args.no_memory:
             memory(work, args.rows)
 

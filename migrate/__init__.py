@@ -14,21 +14,21 @@ from migrate._errors import (
     ContractChanged,
     DestinationError,
     LockHeld,
-    LockInfo,
     MigrateError,
     PreflightRefused,
     RefusedError,
     Skip,
     SourceError,
+    StoreError,
     StoreSchemaError,
     TrackingError,
     UsageError,
-    format_time,
 )
 from migrate._loading import load_config
 from migrate._pipeline import Journal, Scope, current_scope
 from migrate._planner import Mode, Plan, PlanStep, RunOptions, plan
-from migrate._queries import failures, runs, status, unlock
+from migrate._queries import failures, forget, runs, status, unlock
+from migrate._refusals import refusals
 from migrate._reports import (
     DefinitionStatus,
     ErrorCount,
@@ -42,6 +42,7 @@ from migrate._sources import (
     Contract,
     CsvSource,
     Cursor,
+    Fault,
     Item,
     JsonlSource,
     LookupStrategy,
@@ -49,6 +50,7 @@ from migrate._sources import (
     Source,
     SqlSource,
     Window,
+    identity_text,
 )
 from migrate._state import (
     Counts,
@@ -57,10 +59,14 @@ from migrate._state import (
     FailureRecord,
     ItemState,
     ItemStatus,
+    LockInfo,
     RunRecord,
     RunStatus,
 )
-from migrate._store_sqlite import SCHEMA_VERSION, Store, open_store
+from migrate._store import StateWrite, Store, WindowCommit
+from migrate._store_memory import MemoryStore
+from migrate._store_sqlite import SCHEMA_VERSION, SqliteStore, open_store
+from migrate._text import format_time
 
 __all__ = [
     "Config",
@@ -76,6 +82,7 @@ __all__ = [
     "ErrorCount",
     "ErrorEvidence",
     "FailureRecord",
+    "Fault",
     "Item",
     "ItemState",
     "ItemStatus",
@@ -85,6 +92,7 @@ __all__ = [
     "LockInfo",
     "LookupStrategy",
     "MemorySource",
+    "MemoryStore",
     "MigrateError",
     "Migration",
     "Mode",
@@ -107,21 +115,42 @@ __all__ = [
     "SourceRetryStrategy",
     "SqlDestination",
     "SqlSource",
+    "SqliteStore",
+    "StateWrite",
     "StatusReport",
     "Store",
+    "StoreError",
     "StoreSchemaError",
     "TrackingError",
     "UsageError",
     "Window",
+    "WindowCommit",
     "current_scope",
     "destination",
     "failures",
+    "forget",
     "format_time",
+    "identity_text",
     "load_config",
     "open_store",
     "plan",
+    "refusals",
     "run",
     "runs",
     "status",
     "unlock",
 ]
+
+
+def _publish() -> None:
+    # Users read `migrate.ConfigError`, not `migrate._errors.ConfigError`, in reprs, tracebacks
+    # and pickles (httpx does the same); every such name is importable from here.
+    namespace = globals()
+    for name in __all__:
+        value = namespace[name]
+        if isinstance(value, type) and value.__module__.startswith("migrate._"):
+            value.__module__ = __name__
+
+
+_publish()
+del _publish

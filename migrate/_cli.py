@@ -5,10 +5,14 @@ The ``migrate`` command line.
 ``failures``, ``unlock`` and ``run``. ``--json`` prints one JSON document on stdout for scripts;
 progress and messages go to stderr.
 
-Exit codes: 0 done with no failed items; 1 the run finished with failed items; 2 bad usage or
-config (the message names the problem); 3 refused (lock held, dependency preflight, changed
-source contract, store schema). A reader that goes away (``migrate runs | head``) ends the output
-quietly; the exit code stays the command's.
+Exit codes: 0 done, and no failed item is stored for the definitions run; 1 the run finished
+with failed items (this run's or earlier ones' waiting for ``--failed``); 2 bad usage or config
+(the message names the problem); 3 refused (lock held, dependency preflight, changed source
+contract, store schema newer than this ``migrate``); 4 a source could not be read; 5 the store
+cannot be used (not a migrate store, corrupt, read-only for a command that writes, a commit that
+failed); 130 interrupted (Ctrl-C). Errors are one line on stderr; source data in any output is
+shown with control characters escaped. A reader that goes away (``migrate runs | head``) ends the
+output quietly; the exit code stays the command's.
 """
 
 from __future__ import annotations
@@ -29,27 +33,33 @@ from migrate import (
     RefusedError,
     RunOptions,
     RunSummary,
+    StoreError,
     UsageError,
     failures,
-    format_time,
+    forget,
     load_config,
     plan,
+    refusals,
     run,
     runs,
     status,
     unlock,
 )
-from migrate._errors import plural
+from migrate._text import format_time, plural, printable
 
 __all__ = [
     "EXIT_FAILED_ITEMS",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_REFUSED",
+    "EXIT_SOURCE",
+    "EXIT_STORE",
     "EXIT_USAGE",
     "BarProgress",
     "LogProgress",
     "QuietPipe",
     "Writer",
+    "exit_code",
     "main",
     "summary_text",
 ]
@@ -58,6 +68,9 @@ EXIT_OK: Final = 0
 EXIT_FAILED_ITEMS: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_REFUSED: Final = 3
+EXIT_SOURCE: Final = 4
+EXIT_STORE: Final = 5
+EXIT_INTERRUPTED: Final = 130
 
 _COUNT_COLUMNS: Final = (
     ("migrated", "migrated"),
@@ -65,6 +78,7 @@ _COUNT_COLUMNS: Final = (
     ("failed", "failed"),
     ("unchanged", "unchanged"),
     ("needs_update", "needs-update"),
+    ("interrupted", "interrupted"),
 )
 _BAR_WIDTH: Final = 24
 _REDRAW_EVERY: Final = 0.1  # seconds between bar redraws; windows can come much faster
@@ -80,12 +94,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _identities(parser: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:  # noqa: A002
+    parser.add_argument(
+        "--id", action="append", default=[], dest="ids", metavar="ID", required=required, help=help
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="migrate",
         description="Run migration definitions, see item states and reprocess failures.",
-        epilog="Exit codes: 0 done, 1 finished with failed items, 2 bad usage or config, "
-        "3 refused (lock held, dependency preflight, changed source contract, store schema).",
+        epilog="Exit codes: 0 done (no failed item stored for the definitions run), 1 finished "
+        "with failed items, 2 bad usage or config, 3 refused (lock held, dependency preflight, "
+        "changed source contract, store schema), 4 a source could not be read, 5 the store "
+        "cannot be used, 130 interrupted.",
     )
     parser.add_argument(
         "--config",
@@ -118,6 +140,14 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("unlock", help="break a definition's stale lock")
     p.add_argument("definition", metavar="DEF")
 
+    p = commands.add_parser(
+        "forget",
+        help="remove the stored states of identities (a failure no run can clear: an identity "
+        "gone from the source, a record without identity such as '<line 17>')",
+    )
+    p.add_argument("definition", metavar="DEF")
+    _identities(p, "an identity whose state is removed (repeatable)", required=True)
+
     p = commands.add_parser("run", help="run definitions (all when none is named)")
     p.add_argument("definitions", nargs="*", metavar="DEF")
     p.add_argument("--all", action="store_true", help="every definition")
@@ -128,14 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--failed", action="store_true", help="reprocess the saved failed items")
     p.add_argument("--skipped", action="store_true", help="re-evaluate the skipped items")
-    p.add_argument(
-        "--id",
-        action="append",
-        default=[],
-        dest="ids",
-        metavar="ID",
-        help="process this identity whatever its state (repeatable)",
-    )
+    _identities(p, "process this identity whatever its state (repeatable)")
     p.add_argument(
         "--update", action="store_true", help="mark migrated items needs-update and rediscover"
     )
@@ -144,7 +167,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the dependency preflight and accept a changed source contract",
     )
-    p.add_argument("--plan", action="store_true", help="print the plan and exit")
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the plan and the refusals the run would meet, and exit (3 if refused)",
+    )
     p.add_argument(
         "--progress",
         choices=("auto", "log", "none"),
@@ -229,8 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Run the ``migrate`` command line with *argv* (default ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0 done, 1 finished with failed items, 2 bad usage or config, 3 refused
-        (130 when interrupted).
+        The exit code: 0 done, 1 finished with failed items, 2 bad usage or config, 3 refused,
+        4 a source could not be read, 5 the store cannot be used, 130 interrupted.
     """
     parser = _parser()
     try:
@@ -250,15 +277,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RefusedError as error:
         _error(f"refused: {error}")
         return EXIT_REFUSED
+    except StoreError as error:
+        _error(f"store error: {error}")
+        return EXIT_STORE
     except KeyboardInterrupt:
         _error("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
+    except SystemExit as exit_:
+        # Code a command ran (a source, a destination) called sys.exit(): the command did not
+        # finish, whatever code it passed, so it never reads as success.
+        code = exit_.code if isinstance(exit_.code, int) and exit_.code else EXIT_FAILED_ITEMS
+        _error(f"error: sys.exit({exit_.code!r}) was called while the command ran; it stopped")
+        return code
     finally:
         out.flush()
 
 
 def _error(message: str) -> None:
-    print(f"migrate: {message}", file=QuietPipe(sys.stderr), flush=True)
+    text = "\n".join(printable(line) for line in message.split("\n"))
+    print(f"migrate: {text}", file=QuietPipe(sys.stderr), flush=True)
 
 
 def _dump(document: object, out: Writer) -> None:
@@ -335,6 +372,7 @@ def _cmd_status(config: Config, args: argparse.Namespace, out: Writer) -> int:
         _dump(report.to_json(), out)
         return EXIT_OK
     rows: list[list[str]] = []
+    interrupted = any(state.interrupted for state in report.definitions.values())
     for definition_id, state in report.definitions.items():
         latest = state.latest_run
         rows.append(
@@ -344,12 +382,23 @@ def _cmd_status(config: Config, args: argparse.Namespace, out: Writer) -> int:
                 _n(state.skipped),
                 _n(state.failed),
                 _n(state.needs_update),
+                *([_n(state.interrupted)] if interrupted else []),
                 "-" if latest is None else f"{latest.run_id} ({latest.status})",
                 "-" if latest is None or latest.ended_at is None else format_time(latest.ended_at),
             ]
         )
-    header = ["definition", "migrated", "skipped", "failed", "needs-update", "latest run", "ended"]
-    print(_table(header, rows, numeric={1, 2, 3, 4}), file=out)
+    header = [
+        "definition",
+        "migrated",
+        "skipped",
+        "failed",
+        "needs-update",
+        *(["interrupted"] if interrupted else []),
+        "latest run",
+        "ended",
+    ]
+    numeric = {1, 2, 3, 4, 5} if interrupted else {1, 2, 3, 4}
+    print(_table(header, rows, numeric=numeric), file=out)
     return EXIT_OK
 
 
@@ -380,7 +429,8 @@ def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
             parts.append(f"{definition_id}: {brief or 'nothing'}")
         detail = "; ".join(parts)
         if record.error:
-            detail = f"{detail}; error: {record.error}" if detail else f"error: {record.error}"
+            error = printable(record.error)
+            detail = f"{detail}; error: {error}" if detail else f"error: {error}"
         rows.append(
             [
                 record.run_id,
@@ -411,14 +461,31 @@ def _cmd_failures(config: Config, args: argparse.Namespace, out: Writer) -> int:
     for record in records:
         error = record.error
         tries = "attempt" if error.attempts == 1 else "attempts"
-        print(f"\n{record.identity}  (run {record.run_id})", file=out)
-        print(f"  {error.kind} error {error.type}: {error.message}", file=out)
+        # Everything below comes from source data and error messages: escaped, so no control
+        # or escape sequence in a record reaches the terminal.
+        where = f", {printable(record.position)}" if record.position else ""
+        print(f"\n{printable(record.identity)}  (run {record.run_id}{where})", file=out)
+        print(f"  {error.kind} error {printable(error.type)}: {printable(error.message)}", file=out)
         print(f"  after {error.attempts} {tries}", file=out)
         for key, value in error.details.items():
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-            print(f"  {key}: {text}", file=out)
+            print(f"  {printable(key)}: {printable(text)}", file=out)
         for entry in record.journal:
-            print(f"  journal: {json.dumps(entry, sort_keys=True)}", file=out)
+            print(f"  journal: {printable(json.dumps(entry, sort_keys=True))}", file=out)
+    return EXIT_OK
+
+
+def _cmd_forget(config: Config, args: argparse.Namespace, out: Writer) -> int:
+    config.get(args.definition)
+    removed = forget(config, args.definition, tuple(args.ids))
+    gone = {state.identity for state in removed}
+    for state in removed:
+        print(
+            f"forgot {args.definition} {printable(state.identity)} (was {state.status})", file=out
+        )
+    for identity in dict.fromkeys(args.ids):
+        if identity not in gone:
+            print(f"{args.definition} {printable(identity)}: no stored state", file=out)
     return EXIT_OK
 
 
@@ -577,13 +644,19 @@ def _progress(
 
 def summary_text(summary: RunSummary) -> str:
     """
-    The run's summary for people: a table of counts and retries per definition, notes, and the
-    most common errors.
+    The run's summary for people: a table of counts and retries per definition, notes, the
+    most common errors and the failures that wait for ``--failed``. Source data in it (error
+    messages, notes) is shown with control characters escaped.
     """
     took = max(0.0, summary.ended_at - summary.started_at)
     lines = [f"run {summary.run_id} {summary.status} in {took:.1f}s", ""]
+    columns = [
+        (key, label)
+        for key, label in _COUNT_COLUMNS
+        if key != "interrupted" or any(r.counts.interrupted for r in summary.definitions.values())
+    ]
     rows: list[list[str]] = []
-    totals = dict.fromkeys((key for key, _ in _COUNT_COLUMNS), 0)
+    totals = dict.fromkeys((key for key, _ in columns), 0)
     total_retries = 0
     notes: list[str] = []
     for definition_id, result in summary.definitions.items():
@@ -592,7 +665,7 @@ def summary_text(summary: RunSummary) -> str:
             [
                 definition_id,
                 result.mode,
-                *(_n(getattr(counts, key)) for key, _ in _COUNT_COLUMNS),
+                *(_n(getattr(counts, key)) for key, _ in columns),
                 _n(result.retries),
             ]
         )
@@ -603,40 +676,60 @@ def summary_text(summary: RunSummary) -> str:
             notes.append(f"{definition_id}: not run: {result.blocked}")
         if result.error:
             notes.append(f"{definition_id}: stopped: {result.error}")
+        earlier = result.failed_stored - result.counts.failed - result.counts.interrupted
+        if earlier > 0:
+            notes.append(
+                f"{definition_id}: {plural(earlier, 'failed item')} from earlier runs "
+                f"{'waits' if earlier == 1 else 'wait'} for: migrate run {definition_id} --failed"
+            )
         if result.gave_up:
             notes.append(
                 f"{definition_id}: {plural(result.gave_up, 'retried call')} failed all the same "
                 "(retries ran out, the retry budget refused, or a later error was not retryable)"
             )
     if len(rows) > 1:
-        rows.append(
-            ["total", "", *(_n(totals[key]) for key, _ in _COUNT_COLUMNS), _n(total_retries)]
-        )
-    header = ["definition", "mode", *(label for _, label in _COUNT_COLUMNS), "retries"]
-    lines.append(_table(header, rows, numeric={2, 3, 4, 5, 6, 7}))
+        rows.append(["total", "", *(_n(totals[key]) for key, _ in columns), _n(total_retries)])
+    header = ["definition", "mode", *(label for _, label in columns), "retries"]
+    lines.append(_table(header, rows, numeric=set(range(2, len(header)))))
     notes += summary.notes
     if notes:
-        lines += ["", *notes]
+        lines += ["", *(printable(note) for note in notes)]
     if summary.top_errors:
         lines += ["", "most common errors:"]
         error_rows = [
-            [_n(e.count), e.definition_id, e.kind, f"{e.type}: {_one_line(e.message)}"]
+            [
+                _n(e.count),
+                e.definition_id,
+                e.kind,
+                printable(f"{e.type}: {_one_line(e.message)}"),
+            ]
             for e in summary.top_errors
         ]
         lines.append(_table(["count", "definition", "kind", "error"], error_rows, numeric={0}))
-        failed = [d for d, r in summary.definitions.items() if r.counts.failed]
-        if failed:
-            lines += [
-                "",
-                f"see the evidence: migrate failures {failed[0]}",
-                f"after fixing the cause: migrate run {' '.join(failed)} --failed",
-            ]
+    failed = [d for d, r in summary.definitions.items() if r.failed_stored or r.counts.failed]
+    if failed:
+        lines += [
+            "",
+            f"see the evidence: migrate failures {failed[0]}",
+            f"after fixing the cause: migrate run {' '.join(failed)} --failed",
+        ]
     return "\n".join(lines)
 
 
 def _one_line(text: str, limit: int = 100) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def exit_code(summary: RunSummary) -> int:
+    """
+    The exit code of a finished run: 4 when a definition stopped because its source could not
+    be read, else 1 when any definition failed (an item failed in this run, or a failed item of
+    an earlier run is still stored, or it was blocked), else 0.
+    """
+    if any(result.error for result in summary.definitions.values()):
+        return EXIT_SOURCE
+    return EXIT_FAILED_ITEMS if summary.status == "failed" else EXIT_OK
 
 
 def _cmd_run(config: Config, args: argparse.Namespace, out: Writer) -> int:
@@ -655,17 +748,27 @@ def _cmd_run(config: Config, args: argparse.Namespace, out: Writer) -> int:
     )
     the_plan = plan(config, options)
     if args.plan:
+        refused = refusals(config, the_plan)
         if args.json:
-            _dump(the_plan.to_json(), out)
+            _dump({**the_plan.to_json(), "refusals": [str(r) for r in refused]}, out)
         else:
             print(the_plan, file=out)
-        return EXIT_OK
+            for refusal in refused:
+                lines = str(refusal).split("\n")
+                print(f"  would be refused: {printable(lines[0])}", file=out)
+                for line in lines[1:]:
+                    print(f"                    {printable(line)}", file=out)
+        return EXIT_REFUSED if refused else EXIT_OK
     summary = run(config, options, progress=_progress(args.progress, args.json))
+    code = exit_code(summary)
     if args.json:
         _dump(summary.to_json(), out)
     else:
         print(summary_text(summary), file=out, flush=True)
-    return EXIT_FAILED_ITEMS if summary.status == "failed" else EXIT_OK
+    if code == EXIT_SOURCE:
+        stopped = [d for d, r in summary.definitions.items() if r.error]
+        _error(f"source unreadable: {stopped[0]}: {summary.definitions[stopped[0]].error}")
+    return code
 
 
 _COMMANDS: Final[Mapping[str, Callable[[Config, argparse.Namespace, Writer], int]]] = {
@@ -675,5 +778,6 @@ _COMMANDS: Final[Mapping[str, Callable[[Config, argparse.Namespace, Writer], int
     "runs": _cmd_runs,
     "failures": _cmd_failures,
     "unlock": _cmd_unlock,
+    "forget": _cmd_forget,
     "run": _cmd_run,
 }

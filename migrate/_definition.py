@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -12,10 +14,14 @@ import attrs
 from effects import Effect
 from migrate._errors import ConfigError, SourceError, UsageError
 from migrate._sources import Item, Source
+from migrate._store import Store
+from migrate._store_sqlite import open_store
+from schedules import to_seconds
 
 if TYPE_CHECKING:
+    from collections.abc import Generator
+
     from migrate._pipeline import Scope
-    from migrate._store_sqlite import Store
 
 __all__ = ["DEFAULT_STORE", "Config", "Migration", "Process", "SourceRetryStrategy"]
 
@@ -63,6 +69,35 @@ def _check_id(instance: object, attribute: attrs.Attribute[Any], value: object) 
         )
 
 
+def _timeout(value: object) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = to_seconds(value, name="timeout")  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"timeout: {error}") from None
+    if seconds <= 0:
+        raise ConfigError(f"timeout must be more than 0 seconds, got {value!r}")
+    return seconds
+
+
+def _generator_kind(process: Callable[..., Any]) -> str | None:
+    for candidate in (process, getattr(type(process), "__call__", None)):  # noqa: B004
+        if candidate is None:
+            continue
+        target = inspect.unwrap(candidate) if callable(candidate) else candidate
+        if inspect.isasyncgenfunction(target):
+            return "an async generator function"
+        if inspect.isgeneratorfunction(target):
+            return "a generator function"
+    return None
+
+
+def _name_of(process: Callable[..., Any]) -> str:
+    name = getattr(process, "__qualname__", None) or type(process).__qualname__
+    return f"{name}()"
+
+
 @attrs.frozen
 class Migration:
     """
@@ -79,11 +114,18 @@ class Migration:
         optional: Ids of definitions that run first when they are in the same plan; not checked.
         source_cursor_retry: Wraps each window read (e.g. an ``effects.Retry``); ``None``: none.
         source_lookup_retry: Wraps each lookup by identity (failed/skipped/id runs).
-        concurrency: Items of a window processed at once (>= 1).
+        concurrency: Items of a window processed at once (>= 1): ``async`` processes as tasks
+            of one event loop, plain ones in that many threads.
+        timeout: Longest time one item's process may take, in seconds (or a ``timedelta``, or
+            a string like ``"30s"``); ``None``: no limit. An item over it fails with a
+            ``TimeoutError`` in its evidence. An ``async`` process is cancelled; a plain one
+            cannot be stopped, so it is left to finish in its thread and its outcome ignored
+            (with a timeout, a plain process always runs in a worker thread).
 
     Raises:
-        ConfigError: For a bad id, a non-positive *concurrency*, a *source* that is not a
-            `Source`, a *process* that is not callable, or a string given as *requires*.
+        ConfigError: For a bad id, a non-positive *concurrency*, a bad *timeout*, a *source*
+            that is not a `Source`, a *process* that is not callable or is a generator function
+            (calling it would run none of its body), or a string given as *requires*.
     """
 
     id: str = attrs.field(validator=_check_id)
@@ -94,6 +136,7 @@ class Migration:
     source_cursor_retry: SourceRetryStrategy | None = attrs.field(default=None, kw_only=True)
     source_lookup_retry: SourceRetryStrategy | None = attrs.field(default=None, kw_only=True)
     concurrency: int = attrs.field(default=1, kw_only=True)
+    timeout: float | None = attrs.field(default=None, kw_only=True, converter=_timeout)
 
     def __attrs_post_init__(self) -> None:
         source = cast(object, self.source)
@@ -104,6 +147,13 @@ class Migration:
             )
         if not callable(self.process):
             raise ConfigError(f"migration {self.id!r}: process must be callable")
+        generator = _generator_kind(self.process)
+        if generator is not None:
+            raise ConfigError(
+                f"migration {self.id!r}: process {_name_of(self.process)} is {generator} (it "
+                "uses yield), so calling it would run none of its body; a process does its "
+                "work and returns: remove the yield"
+            )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise ConfigError(
                 f"migration {self.id!r}: concurrency must be an int, got {self.concurrency!r}"
@@ -155,9 +205,12 @@ class Config:
 
     Args:
         migrations: The definitions, in the order ``list`` shows them.
-        store: ``"sqlite:///path"``; a relative path is relative to *base_dir* (the config
-            file's folder when loaded with `load_config`).
-        base_dir: The folder relative store paths start from; ``None``: the working folder.
+        store: ``"sqlite:///path"`` (a relative path is relative to *base_dir*: the config
+            file's folder when loaded with `load_config`; ``?timeout=SECONDS`` sets how long a
+            write waits for another connection's lock), or a `Store` object such as a
+            `MemoryStore`, used as it is by every run and query of this config.
+        base_dir: The folder relative store paths, and relative paths of file sources, start
+            from; ``None``: the working folder.
 
     Raises:
         ConfigError: Naming duplicate ids, unknown ids in ``requires``/``optional``, or a
@@ -172,11 +225,11 @@ class Config:
         ... ])
         Traceback (most recent call last):
         ...
-        migrate._errors.ConfigError: dependency cycle: books -> authors -> books
+        migrate.ConfigError: dependency cycle: books -> authors -> books
     """
 
     migrations: tuple[Migration, ...] = attrs.field(converter=_migrations)
-    store: str = DEFAULT_STORE
+    store: str | Store = DEFAULT_STORE
     base_dir: Path | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -203,9 +256,16 @@ class Config:
         cycle = _find_cycle(edges)
         if cycle is not None:
             raise ConfigError(f"dependency cycle: {' -> '.join(cycle)}")
+        if self.base_dir is not None:
+            # Relative source paths mean the same folder as a relative store path: the
+            # config's, not wherever the command happens to run.
+            for migration in self.migrations:
+                migration.source.resolve(Path(self.base_dir))
         store = cast(object, self.store)
-        if not isinstance(store, str):
-            raise ConfigError(f"store must be a 'sqlite:///path' string, got {self.store!r}")
+        if not isinstance(store, str | Store):
+            raise ConfigError(
+                f"store must be a 'sqlite:///path' string or a migrate Store, got {self.store!r}"
+            )
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -254,8 +314,25 @@ class Config:
         """Ids of the definitions that require or optionally follow *definition_id*."""
         return tuple(m.id for m in self.migrations if definition_id in (*m.requires, *m.optional))
 
-    def open_store(self) -> Store:
-        """Open this config's store (see `open_store`)."""
-        from migrate._store_sqlite import open_store  # noqa: PLC0415 - the store imports this module
+    def open_store(self, *, read_only: bool = False) -> Store:
+        """
+        Open this config's store (see `open_store`); the caller closes it.
 
-        return open_store(self.store, base_dir=self.base_dir)
+        A `Store` object given as ``store`` is returned as it is.
+
+        Args:
+            read_only: Open for reading only (nothing created or written).
+        """
+        if not isinstance(self.store, str):
+            return self.store
+        return open_store(self.store, base_dir=self.base_dir, read_only=read_only)
+
+    @contextlib.contextmanager
+    def using_store(self, *, read_only: bool = False) -> Generator[Store]:
+        """The store for one run or query: opened and closed around it, unless it is an object."""
+        store = self.open_store(read_only=read_only)
+        if store is self.store:
+            yield store
+            return
+        with store:
+            yield store

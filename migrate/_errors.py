@@ -9,6 +9,8 @@ builtin it means, so ``except MigrateError`` never hides a bug::
      +-- MigrateError
      |    +-- SourceError          a source read or lookup failed; ``cause`` is the provider's error
      |    +-- DestinationError     a destination call failed; ``cause`` is the provider's error
+     |    +-- StoreError           the store cannot be used: not a migrate store, corrupt,
+     |    |                        read-only, or a commit failed (disk full, ...) (CLI exit code 5)
      |    +-- RefusedError         the run was refused before it started (CLI exit code 3)
      |         +-- LockHeld            another run holds a definition's lock
      |         +-- PreflightRefused    a required dependency is not in a good state
@@ -23,50 +25,26 @@ builtin it means, so ``except MigrateError`` never hides a bug::
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 
-import attrs
+from migrate._state import LockInfo
+from migrate._text import format_time
 
 __all__ = [
     "ConfigError",
     "ContractChanged",
     "DestinationError",
     "LockHeld",
-    "LockInfo",
     "MigrateError",
     "PreflightRefused",
     "RefusedError",
     "Skip",
     "SourceError",
+    "StoreError",
     "StoreSchemaError",
     "TrackingError",
     "UsageError",
-    "format_time",
 ]
-
-
-def format_time(timestamp: float) -> str:
-    """
-    Format *timestamp* (epoch seconds) as ISO-8601 UTC with second precision.
-
-    Example:
-        >>> format_time(0)
-        '1970-01-01T00:00:00Z'
-    """
-    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def plural(count: int, noun: str) -> str:
-    """
-    *count* (with thousands separators) and *noun*, with an ``s`` unless *count* is 1.
-
-    Example:
-        >>> plural(1, "item"), plural(0, "item"), plural(12345, "failed item")
-        ('1 item', '0 items', '12,345 failed items')
-    """
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 class Skip(Exception):  # noqa: N818 - the issue fixes this name: `raise migrate.Skip(reason)`
@@ -125,28 +103,35 @@ class DestinationError(MigrateError):
             self.__cause__ = cause
 
 
+class StoreError(MigrateError):
+    """
+    The store cannot be used, or an operation on it failed; nothing was half-written.
+
+    Raised when the store file is not a SQLite database, is truncated or corrupt, is a SQLite
+    database of something else, is read-only for a command that writes, or when a commit fails
+    (a full disk, an I/O error, a lock another connection held past the timeout). A failed window
+    commit leaves the run's stored counts at the last committed window.
+
+    Args:
+        message: What failed, naming the store (its path) and the cause.
+        cause: The backend's error (also ``__cause__``), if any.
+        read_only: The store could not be written because it is read-only (a command that
+            only reads can still open it read-only); kept as ``read_only``.
+    """
+
+    def __init__(
+        self, message: str, cause: BaseException | None = None, *, read_only: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.cause = cause
+        self.read_only = read_only
+        if cause is not None:
+            self.__cause__ = cause
+
+
 class RefusedError(MigrateError):
     """A run was refused before it processed anything (lock held, preflight, newer store)."""
-
-
-@attrs.frozen
-class LockInfo:
-    """
-    A definition's lock: which run holds it, from which process, since when.
-
-    Attributes:
-        definition_id: The locked definition.
-        run_id: The run holding the lock.
-        pid: Process id of that run.
-        host: Host name of that run's machine.
-        acquired_at: Epoch seconds when the lock was taken.
-    """
-
-    definition_id: str
-    run_id: str
-    pid: int
-    host: str
-    acquired_at: float
 
 
 class LockHeld(RefusedError):  # noqa: N818 - named in the CLI contract; reads as a verdict

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import sysconfig
 import threading
 import traceback
 from collections.abc import Callable, Generator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, cast
 
+import effects
+import schedules
 from effects import RetryEvent
 from migrate._errors import DestinationError, SourceError, TrackingError
+from migrate._json import plain, safe_text
 from migrate._state import ErrorEvidence, ErrorKind
 
 __all__ = ["Journal", "Scope", "current_scope", "evidence_for"]
@@ -145,7 +152,7 @@ class Scope:
         if not isinstance(candidate, Mapping):
             raise TrackingError(f"a tracking record must be a mapping, got {record!r}")
         try:
-            json.dumps(record)
+            json.dumps(record, allow_nan=False)
         except (TypeError, ValueError) as error:
             raise TrackingError(f"tracking record is not JSON-able: {error}") from error
         self.tracking = dict(record)
@@ -285,21 +292,59 @@ def attempts_of(scope: Scope, error: BaseException) -> int:
     return scope.attempts_of(error)
 
 
+# The packages of this distribution: frames in them are never the line a user has to fix.
+_OURS = tuple(
+    str(Path(file).resolve().parent) + os.sep
+    for file in (__file__, effects.__file__, schedules.__file__)
+    if file
+)
+# Nor, when there is a better one, are frames of the standard library or installed packages (a
+# driver raising deep inside, the thread pool re-raising a worker's error).
+_LIBRARIES = tuple(
+    {
+        str(Path(path).resolve()) + os.sep
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_paths().get(key))
+    }
+)
+
+
 def _where(error: BaseException) -> str | None:
-    frames = traceback.extract_tb(error.__traceback__)
+    """
+    Where *error* was raised in the user's code: the deepest frame of its traceback outside
+    ``migrate``, ``effects`` and ``schedules`` and, when there is one, outside the standard
+    library and installed packages (a destination call fails deep inside them, but the line to
+    fix is the process's); the deepest frame when every one is ours.
+    """
+    try:
+        frames = traceback.extract_tb(error.__traceback__)
+    except Exception:  # noqa: BLE001 - evidence must not fail on a broken traceback
+        return None
     if not frames:
         return None
-    frame = frames[-1]
-    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    theirs = [frame for frame in frames if not frame.filename.startswith(_OURS)]
+    users = [frame for frame in theirs if not frame.filename.startswith(_LIBRARIES)]
+    chosen = (users or theirs or frames)[-1]
+    return f"{chosen.filename}:{chosen.lineno} in {chosen.name}"
 
 
-def _cause_details(cause: BaseException | None, details: dict[str, Any]) -> None:
-    if cause is None:
+def _attribute(value: object, name: str) -> object:
+    """``getattr(value, name, None)``, also when the attribute itself raises."""
+    try:
+        return getattr(value, name, None)
+    except Exception:  # noqa: BLE001 - a property that raises is an attribute we cannot read
+        return None
+
+
+def _cause_details(cause: object, details: dict[str, Any]) -> None:
+    if not isinstance(cause, BaseException):
         return
-    details["cause"] = f"{type(cause).__name__}: {cause}"
+    details["cause"] = f"{type(cause).__name__}: {safe_text(cause)}"
     for name in ("status", "retry_after", "transient", "code"):
-        value = getattr(cause, name, None)
-        if isinstance(value, bool | int | float | str):
+        value = _attribute(cause, name)
+        if isinstance(value, bool | int | str) or (
+            isinstance(value, float) and math.isfinite(value)
+        ):
             details[name] = value
 
 
@@ -307,10 +352,12 @@ def evidence_for(
     error: BaseException, scope: Scope | None, kind: ErrorKind | None = None
 ) -> ErrorEvidence:
     """
-    Build the evidence for an item that failed with *error*.
+    Build the evidence for an item that failed with *error*; never raises.
 
     The kind is *kind* if given, else ``destination`` for a `DestinationError`, ``source`` for a
-    `SourceError`, ``tracking`` for a `TrackingError`, and ``process`` for anything else.
+    `SourceError`, ``tracking`` for a `TrackingError`, and ``process`` for anything else. An
+    error whose text, ``details`` or cause cannot be read (they raise, or are not JSON) is
+    described by what can be read of it.
     """
     details: dict[str, Any] = {}
     if kind is None:
@@ -323,25 +370,38 @@ def evidence_for(
         else:
             kind = "process"
     if isinstance(error, DestinationError | SourceError):
-        _cause_details(error.cause, details)
+        _cause_details(_attribute(error, "cause"), details)
     else:
         _cause_details(error.__cause__, details)
-    extra = getattr(error, "details", None)
+    extra = _attribute(error, "details")
     if isinstance(extra, Mapping):
-        for key, value in cast("Mapping[object, object]", extra).items():
-            plain = isinstance(value, str | int | float | bool)
-            details[str(key)] = value if plain else repr(value)
+        try:
+            pairs = list(cast("Mapping[object, object]", extra).items())
+        except Exception:  # noqa: BLE001 - details that cannot be iterated are left out
+            pairs = []
+        for key, value in pairs:
+            value_plain = plain(value)
+            details[safe_text(key, 200)] = (
+                value_plain
+                if isinstance(value_plain, str | int | float | bool)
+                else safe_text(value)
+            )
     where = _where(error)
     if where is not None:
         details["where"] = where
     attempts = 1 if scope is None else attempts_of(scope, error)
-    message = getattr(error, "message", None)
+    message = _attribute(error, "message")
     if not isinstance(message, str):
-        message = str(error)
+        message = safe_text(error)
     return ErrorEvidence(
         kind=kind,
-        type=type(error).__name__,
+        type=_type_name(error),
         message=message,
         details=details,
         attempts=attempts,
     )
+
+
+def _type_name(error: BaseException) -> str:
+    name = _attribute(type(error), "__name__")
+    return name if isinstance(name, str) else "Exception"

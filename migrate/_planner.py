@@ -8,7 +8,8 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from migrate._definition import Config
-from migrate._errors import UsageError, plural
+from migrate._errors import UsageError
+from migrate._text import plural
 
 __all__ = ["Mode", "Plan", "PlanStep", "RunOptions", "plan"]
 
@@ -153,8 +154,8 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
 
     Raises:
         UsageError: For ``failed`` with ``skipped``, more than one of failed / skipped / ids /
-            update, ``all`` with named definitions, an unknown definition id, or a concurrency
-            below 1.
+            update, ``all`` with named definitions, ``ids`` without a definition named (unless
+            the config has only one), an unknown definition id, or a concurrency below 1.
 
     Example:
         >>> from migrate import Config, MemorySource, Migration
@@ -195,6 +196,11 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
         raise UsageError(f"{' and '.join(chosen)} cannot be used together")
     if options.all and options.definitions:
         raise UsageError("name definitions or pass --all, not both")
+    if options.ids and (options.all or not options.definitions) and len(config.ids) != 1:
+        raise UsageError(
+            "--id needs the definition the identities belong to: migrate run DEF --id X "
+            f"(known: {', '.join(config.ids) or 'none'})"
+        )
     if options.concurrency is not None and (
         isinstance(options.concurrency, bool) or options.concurrency < 1
     ):

@@ -2,14 +2,48 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import secrets
+from collections.abc import Generator, Iterable, Sequence
 
 from migrate._definition import Config
-from migrate._errors import LockInfo
+from migrate._errors import StoreError, UsageError
 from migrate._reports import DefinitionStatus, RunRef, StatusReport
-from migrate._state import FailureRecord, RunRecord
+from migrate._state import FailureRecord, ItemState, LockInfo, RunRecord
+from migrate._store import Store
+from migrate._store_sqlite import store_path
 
-__all__ = ["failures", "runs", "status", "unlock"]
+__all__ = ["failures", "forget", "runs", "status", "unlock"]
+
+
+@contextlib.contextmanager
+def _reading(config: Config, *, recover: bool = True) -> Generator[Store]:
+    """
+    The store for a query that only reads: nothing is created for a store that does not exist
+    yet, and a read-only store is read as it is. Where it can write, it first marks the runs of
+    dead processes failed (*recover*), so they do not show as running.
+    """
+    read_only = not recover or (
+        isinstance(config.store, str) and not store_path(config.store, config.base_dir).exists()
+    )
+    if not read_only:
+        try:
+            store = config.open_store()
+        except StoreError as error:
+            if not error.read_only:
+                raise
+            read_only = True
+        else:
+            try:
+                with contextlib.suppress(StoreError):
+                    store.recover_dead_runs()  # best effort: it writes, the query only reads
+                yield store
+            finally:
+                if store is not config.store:
+                    store.close()
+            return
+    with config.using_store(read_only=True) as store:
+        yield store
 
 
 def status(config: Config, definitions: Iterable[str] = ()) -> StatusReport:
@@ -28,18 +62,18 @@ def status(config: Config, definitions: Iterable[str] = ()) -> StatusReport:
     chosen = tuple(definitions) or config.ids
     for definition_id in chosen:
         config.get(definition_id)
-    with config.open_store() as store:
-        store.recover_dead_runs()
+    with _reading(config) as store:
         report: dict[str, DefinitionStatus] = {}
         for definition_id in chosen:
             counts = store.counts(definition_id)
-            latest = store.latest_run_for(definition_id, include_start_failed=True)
+            latest = store.latest_run_for(definition_id)
             report[definition_id] = DefinitionStatus(
                 migrated=counts.migrated,
                 skipped=counts.skipped,
                 failed=counts.failed,
                 needs_update=counts.needs_update,
                 latest_run=RunRef.of(latest),
+                interrupted=counts.interrupted,
             )
     return StatusReport(report)
 
@@ -57,8 +91,7 @@ def runs(config: Config, *, limit: int | None = 20) -> tuple[RunRecord, ...]:
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit!r}")
-    with config.open_store() as store:
-        store.recover_dead_runs()
+    with _reading(config) as store:
         return store.runs(limit)
 
 
@@ -85,7 +118,7 @@ def failures(
     config.get(definition_id)
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit!r}")
-    with config.open_store() as store:
+    with _reading(config, recover=False) as store:
         return store.failures(definition_id, limit)
 
 
@@ -104,5 +137,39 @@ def unlock(config: Config, definition_id: str) -> LockInfo | None:
         UsageError: For an unknown definition id.
     """
     config.get(definition_id)
-    with config.open_store() as store:
+    with config.using_store() as store:
         return store.unlock(definition_id)
+
+
+def forget(config: Config, definition_id: str, identities: Sequence[str]) -> tuple[ItemState, ...]:
+    """
+    Remove the stored states of these identities of a definition (``migrate forget``).
+
+    For states no run can clear: a failure of an identity gone from the source, a record
+    without identity (``<line 17>``) that will not be read again. A later run treats a
+    forgotten identity as never seen. Holds the definition's lock while it works, so it never
+    races a run.
+
+    Args:
+        config: The config whose store is changed.
+        definition_id: The definition.
+        identities: The identities to forget; ones without a stored state are ignored.
+
+    Returns:
+        The states removed, in identity order.
+
+    Raises:
+        UsageError: For an unknown definition id, or no identity given.
+        LockHeld: If a live run holds the definition's lock.
+    """
+    config.get(definition_id)
+    if not identities:
+        raise UsageError("name the identities to forget: migrate forget DEF --id X [--id Y]")
+    holder = f"forget-{secrets.token_hex(4)}"
+    with config.using_store() as store:
+        store.recover_dead_runs()
+        store.acquire_locks(holder, [definition_id])
+        try:
+            return store.forget(definition_id, list(dict.fromkeys(identities)))
+        finally:
+            store.release_locks(holder)

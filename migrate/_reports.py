@@ -168,7 +168,9 @@ class DefinitionStatus:
         skipped: Items stored as ``skipped``.
         failed: Items stored as ``failed``.
         needs_update: Items stored as ``needs-update``.
-        latest_run: Its latest run, start-failed ones included; ``None`` if it never ran.
+        latest_run: Its latest run that started; runs refused before they started (a lock
+            held, a preflight refusal) are not shown; ``None`` if it never ran.
+        interrupted: Items stored as ``interrupted`` (a run was stopped while processing them).
     """
 
     migrated: int
@@ -176,14 +178,16 @@ class DefinitionStatus:
     failed: int
     needs_update: int
     latest_run: RunRef | None
+    interrupted: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """``{"migrated", "skipped", "failed", "needs_update", "latest_run"}``."""
+        """``{"migrated", "skipped", "failed", "needs_update", "interrupted", "latest_run"}``."""
         return {
             "migrated": self.migrated,
             "skipped": self.skipped,
             "failed": self.failed,
             "needs_update": self.needs_update,
+            "interrupted": self.interrupted,
             "latest_run": None if self.latest_run is None else self.latest_run.to_json(),
         }
 
@@ -201,5 +205,5 @@ class StatusReport:
 
     def to_json(self) -> dict[str, Any]:
         """``{"definitions": {ID: {"migrated", "skipped", "failed", "needs_update",
-        "latest_run"}}}``."""
+        "interrupted", "latest_run"}}}``."""
         return {"definitions": {key: value.to_json() for key, value in self.definitions.items()}}

@@ -13,11 +13,13 @@ __all__ = [
     "ErrorEvidence",
     "ErrorKind",
     "ItemStatus",
+    "LockInfo",
     "RunStatus",
 ]
 
-ItemStatus: TypeAlias = Literal["migrated", "skipped", "failed", "needs-update"]
-"""A stored item state. ``unchanged`` is counted by a run, never stored."""
+ItemStatus: TypeAlias = Literal["migrated", "skipped", "failed", "needs-update", "interrupted"]
+"""A stored item state. ``unchanged`` is counted by a run, never stored. ``interrupted``: the
+run was stopped (Ctrl-C) while the item's process ran; it is processed again like a failure."""
 
 RunStatus: TypeAlias = Literal["queued", "running", "succeeded", "failed", "start-failed"]
 """A Migration Run's status; ``failed`` means the run finished with a failed item or error."""
@@ -86,6 +88,8 @@ class Counts:
         unchanged: Items already migrated (or skipped) at the same source version, not processed
             again; only runs count these, they are never stored.
         needs_update: Items marked by ``--update`` and not processed again (yet).
+        interrupted: Items whose process was running when the run was stopped (Ctrl-C); a
+            normal or ``--failed`` run processes them again.
 
     Example:
         >>> Counts(migrated=97, failed=3).total
@@ -97,21 +101,52 @@ class Counts:
     failed: int = 0
     unchanged: int = 0
     needs_update: int = 0
+    interrupted: int = 0
 
     @property
     def total(self) -> int:
         """The sum of all counts."""
-        return self.migrated + self.skipped + self.failed + self.unchanged + self.needs_update
+        return (
+            self.migrated
+            + self.skipped
+            + self.failed
+            + self.unchanged
+            + self.needs_update
+            + self.interrupted
+        )
+
+    def __add__(self, other: Counts) -> Counts:
+        """Both counts added up, field by field."""
+        return Counts(
+            self.migrated + other.migrated,
+            self.skipped + other.skipped,
+            self.failed + other.failed,
+            self.unchanged + other.unchanged,
+            self.needs_update + other.needs_update,
+            self.interrupted + other.interrupted,
+        )
 
     def to_json(self) -> dict[str, int]:
-        """``{"migrated", "skipped", "failed", "unchanged", "needs_update"}``."""
+        """``{"migrated", "skipped", "failed", "unchanged", "needs_update", "interrupted"}``."""
         return {
             "migrated": self.migrated,
             "skipped": self.skipped,
             "failed": self.failed,
             "unchanged": self.unchanged,
             "needs_update": self.needs_update,
+            "interrupted": self.interrupted,
         }
+
+    @classmethod
+    def of_statuses(cls, by_status: Mapping[str, int]) -> Counts:
+        """Counts of stored states from ``{status: count}`` (``unchanged`` is 0)."""
+        return cls(
+            migrated=by_status.get("migrated", 0),
+            skipped=by_status.get("skipped", 0),
+            failed=by_status.get("failed", 0),
+            needs_update=by_status.get("needs-update", 0),
+            interrupted=by_status.get("interrupted", 0),
+        )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Counts:
@@ -122,6 +157,7 @@ class Counts:
             failed=int(data.get("failed", 0)),
             unchanged=int(data.get("unchanged", 0)),
             needs_update=int(data.get("needs_update", 0)),
+            interrupted=int(data.get("interrupted", 0)),
         )
 
 
@@ -141,6 +177,8 @@ class ItemState:
         tracking: Its tracking record, if any.
         run_id: The run that last changed it.
         updated_at: When, in epoch seconds.
+        position: Where its source held it when it was last read (``"line 17"``), if the
+            source says.
     """
 
     definition_id: str
@@ -153,6 +191,7 @@ class ItemState:
     tracking: dict[str, Any] | None
     run_id: str | None
     updated_at: float
+    position: str | None = None
 
 
 @attrs.frozen
@@ -165,18 +204,21 @@ class FailureRecord:
         run_id: The run in which it last failed.
         error: The evidence of the failure.
         journal: Its journal entries up to the failure (destination writes already made).
+        position: Where its source held it (``"line 17"``), if the source says.
     """
 
     identity: str
     run_id: str | None
     error: ErrorEvidence
     journal: tuple[dict[str, Any], ...] = ()
+    position: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"identity", "run_id", "error": {...}, "journal": [...]}``."""
+        """``{"identity", "run_id", "position", "error": {...}, "journal": [...]}``."""
         return {
             "identity": self.identity,
             "run_id": self.run_id,
+            "position": self.position,
             "error": self.error.to_json(),
             "journal": list(self.journal),
         }
@@ -200,6 +242,9 @@ class DefinitionResult:
         gave_up: Retried calls (at least one retry) that failed in the end all the same: their
             schedule ended, a later error was not retryable, or the retry budget refused.
             Calls that failed on their first attempt without a retry are not counted.
+        failed_stored: Failed (and interrupted) item states stored for the definition when its
+            run ended: this run's and those left by earlier runs, also behind the cursor, where
+            only ``--failed`` reaches them. A definition with any is ``failed``.
     """
 
     mode: str
@@ -209,6 +254,7 @@ class DefinitionResult:
     blocked: str | None = None
     retries: int = 0
     gave_up: int = 0
+    failed_stored: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Plain data stored with the run."""
@@ -220,6 +266,7 @@ class DefinitionResult:
             "blocked": self.blocked,
             "retries": self.retries,
             "gave_up": self.gave_up,
+            "failed_stored": self.failed_stored,
         }
 
     @classmethod
@@ -234,11 +281,13 @@ class DefinitionResult:
             blocked=data.get("blocked"),
             retries=int(data.get("retries", 0)),
             gave_up=int(data.get("gave_up", 0)),
+            failed_stored=int(data.get("failed_stored", 0)),
         )
 
     def to_report(self) -> dict[str, Any]:
         """The run's view for ``--json``: ``{"migrated", "skipped", "failed", "unchanged",
-        "needs_update", "mode", "status", "error", "blocked", "retries", "gave_up"}``."""
+        "needs_update", "interrupted", "mode", "status", "error", "blocked", "retries",
+        "gave_up", "failed_stored"}``."""
         return {
             **self.counts.to_json(),
             "mode": self.mode,
@@ -247,6 +296,7 @@ class DefinitionResult:
             "blocked": self.blocked,
             "retries": self.retries,
             "gave_up": self.gave_up,
+            "failed_stored": self.failed_stored,
         }
 
 
@@ -292,3 +342,26 @@ class RunRecord:
             "definitions": {key: value.to_report() for key, value in self.definitions.items()},
             "error": self.error,
         }
+
+
+@attrs.frozen
+class LockInfo:
+    """
+    A definition's lock: which run holds it, from which process, since when.
+
+    Attributes:
+        definition_id: The locked definition.
+        run_id: The run holding the lock.
+        pid: Process id of that run.
+        host: Host name of that run's machine.
+        acquired_at: Epoch seconds when the lock was taken.
+        token: The start token of that process (see `migrate._liveness.ProcessId`), where the
+            system tells it: a pid reused by a later process does not hold the lock.
+    """
+
+    definition_id: str
+    run_id: str
+    pid: int
+    host: str
+    acquired_at: float
+    token: str | None = None

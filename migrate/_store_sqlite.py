@@ -1,28 +1,31 @@
 """
-The SQLite store: item states, runs, cursors and locks in one file (WAL mode).
+The SQLite store: item states, runs, cursors, contracts and locks in one file (WAL mode).
 
 Writes are batched: one transaction per window holds the window's item states, the run's counts
-and the definition's cursor, so a crash loses the window entirely or not at all.
+and the definition's cursor, so a crash loses the window entirely or not at all. Opening checks
+the file before anything is written to it: a file that is not a SQLite database, is truncated, is
+another program's database or has a newer schema is refused with a `StoreError` (or
+`StoreSchemaError`) naming it, and left as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import re
-import socket
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, cast
 
 import attrs
 
-from migrate._errors import ConfigError, LockHeld, LockInfo, StoreSchemaError
+from migrate._errors import ConfigError, LockHeld, StoreError, StoreSchemaError
+from migrate._liveness import ProcessId, is_alive, this_process
 from migrate._sources import Contract, Cursor
 from migrate._state import (
     Counts,
@@ -31,15 +34,22 @@ from migrate._state import (
     FailureRecord,
     ItemState,
     ItemStatus,
+    LockInfo,
     RunRecord,
     RunStatus,
 )
+from migrate._store import POSITIONAL_TYPES, PriorState, Store, WindowCommit
+from migrate._store_memory import MemoryStore
+from migrate._text import natural_key, stored_text
 
-__all__ = ["SCHEMA_VERSION", "PriorState", "StateRow", "Store", "open_store", "pid_alive"]
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_store", "store_path"]
 
 #: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
-#: 1: item states, runs, cursors, locks. 2: adds definition contracts.
-SCHEMA_VERSION: Final = 2
+#: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
+#: position and the start token of the process holding a run or a lock.
+SCHEMA_VERSION: Final = 3
+
+DEFAULT_TIMEOUT: Final = 30.0  # seconds a write waits for another connection's lock
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -54,6 +64,7 @@ CREATE TABLE IF NOT EXISTS item_states (
     tracking TEXT,
     run_id TEXT,
     updated_at REAL NOT NULL,
+    position TEXT,
     PRIMARY KEY (definition, identity)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS item_states_by_status ON item_states (definition, status);
@@ -67,7 +78,8 @@ CREATE TABLE IF NOT EXISTS runs (
     started_at REAL NOT NULL,
     ended_at REAL,
     pid INTEGER NOT NULL,
-    host TEXT NOT NULL
+    host TEXT NOT NULL,
+    process TEXT
 );
 CREATE TABLE IF NOT EXISTS cursors (
     definition TEXT PRIMARY KEY,
@@ -86,127 +98,296 @@ CREATE TABLE IF NOT EXISTS locks (
     run_id TEXT NOT NULL,
     pid INTEGER NOT NULL,
     host TEXT NOT NULL,
-    acquired_at REAL NOT NULL
+    acquired_at REAL NOT NULL,
+    process TEXT
 );
 """
 
-_INSERT_STATE = (
-    "INSERT OR REPLACE INTO item_states (definition, identity, status, reason, error, version, "
-    "journal, tracking, run_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+#: Columns later schema versions added to tables an older store already has.
+_ADDED_COLUMNS: Final = (
+    ("item_states", "position", "TEXT"),
+    ("runs", "process", "TEXT"),
+    ("locks", "process", "TEXT"),
 )
 
-StateRow = tuple[
-    str, str, str, "str | None", "str | None", "str | None", "str | None", "str | None", str, float
-]
-"""definition, identity, status, reason, error json, version, journal json, tracking json,
-run id, updated_at: one row of ``item_states``, as the runner builds it."""
+# The parameters are the definition, run id and time, then a StateWrite's fields in order.
+_INSERT_STATE = (
+    "INSERT OR REPLACE INTO item_states (definition, run_id, updated_at, identity, status, "
+    "version, reason, error, journal, tracking, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_RUN_COLUMNS = "id, status, mode, definitions, error, started_at, ended_at, pid, host"
+_STATE_COLUMNS = (
+    "definition, identity, status, reason, error, version, journal, tracking, run_id, updated_at, "
+    "position"
+)
+_LOCK_COLUMNS = "definition, run_id, pid, host, acquired_at, process"
+_MAGIC = b"SQLite format 3\x00"
+_HEADER = 100
 
 
-class PriorState(NamedTuple):
-    """What a run needs to know about an item's stored state."""
-
-    status: str
-    version: str | None
-    tracking: str | None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid runs on this host (permission errors count as alive)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def _path_from_url(url: str, base_dir: Path | None) -> Path:
+def _path_and_options(url: str, base_dir: Path | None) -> tuple[Path, float]:
     prefix = "sqlite:///"
     if not url.startswith(prefix) or len(url) == len(prefix):
         raise ConfigError(f"store must look like 'sqlite:///path/to/state.db', got {url!r}")
-    path = Path(url[len(prefix) :])
+    rest, _, query = url[len(prefix) :].partition("?")
+    timeout = DEFAULT_TIMEOUT
+    for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
+        if key != "timeout":
+            raise ConfigError(f"store {url!r}: unknown option {key!r} (known: timeout)")
+        try:
+            timeout = float(values[-1])
+        except ValueError:
+            timeout = -1.0
+        if not 0 <= timeout < float("inf"):
+            raise ConfigError(f"store {url!r}: timeout must be seconds >= 0, got {values[-1]!r}")
+    path = Path(rest)
     if not path.is_absolute():
         path = (base_dir if base_dir is not None else Path.cwd()) / path
-    return path
+    return path, timeout
 
 
-def open_store(url: str, *, base_dir: str | os.PathLike[str] | None = None) -> Store:
+def store_path(url: str, base_dir: str | os.PathLike[str] | None = None) -> Path:
     """
-    Open (creating on demand) the store at *url*.
-
-    Args:
-        url: ``"sqlite:///relative/path.db"`` or ``"sqlite:////absolute/path.db"``.
-        base_dir: Where a relative path starts; ``None``: the working folder.
+    The file of the store at *url* (relative paths start at *base_dir*, else the working
+    folder).
 
     Raises:
-        ConfigError: If *url* is not a ``sqlite:///`` URL.
-        StoreSchemaError: If the store was written by a newer version of ``migrate``.
+        ConfigError: If *url* is not a ``sqlite:///`` URL or has an unknown option.
     """
-    return Store(_path_from_url(url, None if base_dir is None else Path(base_dir)))
+    return _path_and_options(url, None if base_dir is None else Path(base_dir))[0]
+
+
+def open_store(
+    url: str,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+    read_only: bool = False,
+) -> Store:
+    """
+    Open (creating on demand, unless *read_only*) the store at *url*.
+
+    Args:
+        url: ``"sqlite:///relative/path.db"`` or ``"sqlite:////absolute/path.db"``, optionally
+            with ``?timeout=SECONDS``: how long a write waits for a lock another connection holds
+            before it fails (default 30).
+        base_dir: Where a relative path starts; ``None``: the working folder.
+        read_only: Open for reading only: nothing is created or written (a read-only file or
+            mount works), and a store file that does not exist yet reads as an empty store.
+
+    Raises:
+        ConfigError: If *url* is not a ``sqlite:///`` URL or has an unknown option.
+        StoreSchemaError: If the store was written by a newer version of ``migrate``.
+        StoreError: If the file is not a migrate store, is corrupt or truncated, or cannot be
+            opened (for writing, unless *read_only*).
+    """
+    path, timeout = _path_and_options(url, None if base_dir is None else Path(base_dir))
+    if read_only and not path.exists():
+        return MemoryStore(name=f"sqlite:{path} (not created yet)")
+    return SqliteStore(path, read_only=read_only, timeout=timeout)
+
+
+def _writable(path: Path) -> bool:
+    """Whether *path* and its folder (for SQLite's -wal and -shm files) can be written."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
 
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-class Store:
+def _header_problem(path: Path) -> str | None:
+    """Why the file at *path* cannot be a whole SQLite database, judged from its header alone."""
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            header = handle.read(_HEADER)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if size == 0:
+        return None  # an empty file is an empty database
+    if not header.startswith(_MAGIC):
+        if _MAGIC.startswith(header):
+            return f"is truncated ({size} bytes, shorter than the SQLite header)"
+        return "is not a SQLite database (its first bytes are not the SQLite header)"
+    if len(header) < _HEADER:
+        return f"is truncated ({size} bytes, shorter than the 100-byte SQLite header)"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # The page count in the header is valid when its change counter matches "version valid for";
+    # pages still in a write-ahead log (a checkpoint cut short by a full disk) are not missing.
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    if pages and header[24:28] == header[92:96] and size < pages * page_size and not pending:
+        return (
+            f"is truncated ({size:,} bytes; its header says {pages:,} pages of {page_size:,} bytes)"
+        )
+    return None
+
+
+class SqliteStore:
     """
-    Item states, runs, cursors and locks in one SQLite file.
+    Item states, runs, cursors, contracts and locks in one SQLite file (a `Store`).
 
     Thread-safe: one connection guarded by a lock. Use as a context manager, or call `close`.
 
     Args:
-        path: The database file; it and its folder are created on demand.
+        path: The database file; it and its folder are created on demand (unless *read_only*).
+        read_only: Open for reading only (``mode=ro``; an ``immutable`` open where the file's
+            folder cannot even hold SQLite's shared-memory file, as on a read-only mount).
+        timeout: Seconds a write waits for a lock another connection holds.
 
     Raises:
         StoreSchemaError: If the file's schema version is newer than `SCHEMA_VERSION`.
+        StoreError: If the file is not a migrate store, is corrupt or truncated, or cannot be
+            opened; the file is left as it was.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        self.timeout = timeout
         self._lock = threading.RLock()
-        self.host = socket.gethostname()
-        self._db = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-        )
+        self._process = this_process()
+        self._tables = frozenset({"contracts"})
+        self._columns = {"item_states": _STATE_COLUMNS, "locks": _LOCK_COLUMNS, "runs": ""}
+        self.host = self._process.host
+        problem = _header_problem(self.path)
+        if problem is not None:
+            raise StoreError(f"store {self.path} {problem}; it was left as it is")
+        self._db = self._connect()
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=30000")
-            self._migrate_schema()
+            self._check_and_prepare()
         except BaseException:
             self._db.close()
             raise
 
-    def _migrate_schema(self) -> None:
-        with self.transaction() as db:
+    def _connect(self) -> sqlite3.Connection:
+        if not self.read_only and self.path.exists() and not _writable(self.path):
+            # SQLite would open it for reading only, and fail at the first write (or sooner,
+            # when its folder cannot hold the write-ahead log): say so before anything.
+            raise StoreError(
+                f"store {self.path} is read-only (the file or its folder cannot be written); "
+                "this command writes to the store: give it a writable store",
+                read_only=True,
+            )
+        if not self.read_only:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                return sqlite3.connect(
+                    self.path,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=self.timeout,
+                )
+            except (OSError, sqlite3.Error) as error:
+                raise self._error("cannot be opened", error) from error
+        location = urllib.parse.quote(str(self.path.resolve()))
+        last: sqlite3.Error | None = None
+        for options in ("mode=ro", "mode=ro&immutable=1"):
+            try:
+                db = sqlite3.connect(
+                    f"file:{location}?{options}",
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=self.timeout,
+                )
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.Error as error:
+                last = error
+                continue
+            return db
+        assert last is not None
+        raise self._error("cannot be opened for reading", last) from last
+
+    def _error(self, what: str, error: BaseException) -> StoreError:
+        text = str(error) or type(error).__name__
+        lowered = text.lower()
+        read_only = "readonly" in lowered or "read-only" in lowered
+        if read_only:
+            what = f"is read-only ({what})"
+            text = f"{text}; this command writes to the store: give it a writable store"
+        elif "locked" in lowered or "busy" in lowered:
+            text = f"{text} (another connection held a lock for more than {self.timeout:g}s)"
+        return StoreError(f"store {self.path} {what}: {text}", error, read_only=read_only)
+
+    def _check_and_prepare(self) -> None:
+        db = self._db
+        try:
+            tables = {
+                row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+        except sqlite3.DatabaseError as error:
+            raise self._error("is not a readable SQLite database", error) from error
+        ours = {"schema_version", "item_states"}
+        if tables and not ours <= tables:
+            shown = ", ".join(sorted(t for t in tables if not t.startswith("sqlite_")))
+            raise StoreError(
+                f"store {self.path} is a SQLite database but not a migrate store (its tables: "
+                f"{shown}); it was left as it is: choose another store path"
+            )
+        version: int | None = None
+        if tables:
+            try:
+                version = db.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+            except sqlite3.DatabaseError as error:
+                raise self._error("is corrupt", error) from error
+        if version is not None and version > SCHEMA_VERSION:
+            raise StoreSchemaError(
+                f"store {self.path} has schema version {version}, newer than this version "
+                f"of migrate understands ({SCHEMA_VERSION}); upgrade migrate"
+            )
+        if self.read_only:
+            if version is None:
+                raise StoreError(
+                    f"store {self.path} is an empty SQLite database, not a migrate store yet"
+                )
+            # An older schema is read as it is (a read-only store cannot be upgraded): the
+            # columns later versions added read as null.
+            self._tables = frozenset(tables)
+            for table, column, _kind in _ADDED_COLUMNS:
+                present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    self._columns[table] = self._columns[table].replace(column, f"NULL AS {column}")
+            return
+        try:
+            db.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as error:
+            raise self._error("cannot be prepared", error) from error
+        with self.transaction("creating or upgrading the schema") as tx:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
-                    db.execute(statement)
-            version = db.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+                    tx.execute(statement)
+            for table, column, kind in _ADDED_COLUMNS:
+                present = {row[1] for row in tx.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             if version is None:
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                tx.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
             elif version < SCHEMA_VERSION:
-                # Every change so far only adds tables, which the statements above created.
-                db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-            elif version > SCHEMA_VERSION:
-                raise StoreSchemaError(
-                    f"store {self.path} has schema version {version}, newer than this version "
-                    f"of migrate understands ({SCHEMA_VERSION}); upgrade migrate"
-                )
+                tx.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+
+    def describe(self) -> str:
+        """``sqlite:PATH``."""
+        return f"sqlite:{self.path}"
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
             self._db.close()
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> SqliteStore:
         return self
 
     def __exit__(
@@ -218,23 +399,41 @@ class Store:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Store({str(self.path)!r})"
+        return f"SqliteStore({str(self.path)!r})"
 
-    @contextmanager
-    def transaction(self) -> Generator[sqlite3.Connection, None, None]:
-        """A write transaction (``BEGIN IMMEDIATE``), committed on success, else rolled back."""
+    @contextlib.contextmanager
+    def transaction(self, what: str = "writing") -> Generator[sqlite3.Connection]:
+        """
+        A write transaction (``BEGIN IMMEDIATE``), committed on success, else rolled back.
+
+        Raises:
+            StoreError: Naming the store and *what* was being done, if SQLite fails (the
+                transaction is then rolled back, so nothing of it is kept).
+        """
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            db = self._db
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as error:
+                raise self._error(f"failed while {what}", error) from error
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException as error:
+                # A failed COMMIT may have ended the transaction already (SQLITE_FULL does).
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                if isinstance(error, sqlite3.Error):
+                    raise self._error(f"failed while {what}", error) from error
                 raise
-            self._db.execute("COMMIT")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
-            return self._db.execute(sql, params).fetchall()
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.Error as error:
+                raise self._error("failed while reading", error) from error
 
     # --- runs -------------------------------------------------------------------------------
 
@@ -242,11 +441,20 @@ class Store:
         self, run_id: str, mode: str, definitions: Mapping[str, DefinitionResult]
     ) -> None:
         """Record a new run with status ``queued`` for this process."""
-        with self.transaction() as db:
+        me = self._process
+        with self.transaction(f"recording run {run_id}") as db:
             db.execute(
-                "INSERT INTO runs (id, status, mode, definitions, started_at, pid, host) "
-                "VALUES (?, 'queued', ?, ?, ?, ?, ?)",
-                (run_id, mode, _definitions_json(definitions), time.time(), os.getpid(), self.host),
+                "INSERT INTO runs (id, status, mode, definitions, started_at, pid, host, process) "
+                "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    mode,
+                    _definitions_json(definitions),
+                    time.time(),
+                    me.pid,
+                    me.host,
+                    me.token,
+                ),
             )
 
     def update_run(
@@ -258,17 +466,8 @@ class Store:
         error: str | None = None,
         ended: bool = False,
     ) -> None:
-        """
-        Change a stored run; ``None`` and ``False`` leave a field as it is.
-
-        Args:
-            run_id: The run.
-            status: Its new status.
-            definitions: Its new per-definition record.
-            error: Why it failed or stopped.
-            ended: Set its end time to now.
-        """
-        with self.transaction() as db:
+        """Change a stored run; ``None`` and ``False`` leave a field as it is."""
+        with self.transaction(f"updating run {run_id}") as db:
             self._update_run(db, run_id, status, definitions, error, ended)
 
     def _update_run(  # noqa: PLR0917 - private; mirrors update_run's keywords
@@ -290,7 +489,7 @@ class Store:
             params.append(_definitions_json(definitions))
         if error is not None:
             sets.append("error = ?")
-            params.append(error)
+            params.append(stored_text(error))
         if ended:
             sets.append("ended_at = ?")
             params.append(time.time())
@@ -315,34 +514,36 @@ class Store:
         self, definition_id: str, *, include_start_failed: bool = False
     ) -> RunRecord | None:
         """The newest run that covered *definition_id* (start-failed runs skipped by default)."""
+        skip = "" if include_start_failed else "status != 'start-failed' AND "
         rows = self._query(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE EXISTS "
-            "(SELECT 1 FROM json_each(runs.definitions) WHERE key = ?) ORDER BY seq DESC",
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE {skip}EXISTS "
+            "(SELECT 1 FROM json_each(runs.definitions) WHERE key = ?) ORDER BY seq DESC LIMIT 1",
             (definition_id,),
         )
-        for row in rows:
-            record = _run_record(row)
-            if include_start_failed or record.status != "start-failed":
-                return record
-        return None
+        return _run_record(rows[0]) if rows else None
 
     def recover_dead_runs(self) -> tuple[str, ...]:
         """
         Mark failed the runs of dead processes on this host and release their locks.
 
-        A run still ``queued`` or ``running`` whose pid is not alive on this host crashed
-        (``kill -9``, power loss): ``running`` becomes ``failed``, ``queued`` becomes
+        A run still ``queued`` or ``running`` whose process is dead (its pid is gone, or the pid
+        now belongs to a process started at another time) crashed (``kill -9``, power loss, a
+        restarted container): ``running`` becomes ``failed``, ``queued`` becomes
         ``start-failed``, with the error "process N died". Returns the ids changed.
         """
+        if self.read_only:
+            return ()
         rows = self._query(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status IN ('queued', 'running') AND host = ?",
+            f"SELECT {_RUN_COLUMNS}, process FROM runs "
+            "WHERE status IN ('queued', 'running') AND host = ?",
             (self.host,),
         )
-        dead = [_run_record(row) for row in rows]
-        dead = [record for record in dead if not pid_alive(record.pid)]
+        dead = [
+            _run_record(row) for row in rows if is_alive(ProcessId(row[7], row[8], row[9])) is False
+        ]
         if not dead:
             return ()
-        with self.transaction() as db:
+        with self.transaction("recovering the runs of dead processes") as db:
             for record in dead:
                 status: RunStatus = "failed" if record.status == "running" else "start-failed"
                 definitions = {
@@ -371,71 +572,58 @@ class Store:
         """
         wanted = list(definition_ids)
         now = time.time()
-        pid = os.getpid()
-        with self.transaction() as db:
+        me = self._process
+        with self.transaction("taking locks") as db:
             for definition_id in wanted:
                 row = db.execute(
-                    "SELECT definition, run_id, pid, host, acquired_at FROM locks "
-                    "WHERE definition = ?",
-                    (definition_id,),
+                    f"SELECT {_LOCK_COLUMNS} FROM locks WHERE definition = ?", (definition_id,)
                 ).fetchone()
                 if row is None:
                     continue
-                lock = LockInfo(*row)
-                if lock.host == self.host and not pid_alive(lock.pid):
+                if is_alive(ProcessId(row[2], row[3], row[5])) is False:
                     db.execute("DELETE FROM locks WHERE definition = ?", (definition_id,))
                     continue
-                raise LockHeld(lock)
+                raise LockHeld(_lock_info(row))
             db.executemany(
-                "INSERT INTO locks (definition, run_id, pid, host, acquired_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(d, run_id, pid, self.host, now) for d in wanted],
+                f"INSERT INTO locks ({_LOCK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                [(d, run_id, me.pid, me.host, now, me.token) for d in wanted],
             )
 
     def release_locks(self, run_id: str) -> None:
         """Release every lock *run_id* holds."""
-        with self.transaction() as db:
+        with self.transaction(f"releasing the locks of run {run_id}") as db:
             db.execute("DELETE FROM locks WHERE run_id = ?", (run_id,))
 
     def locks(self) -> tuple[LockInfo, ...]:
         """The locks held now."""
-        rows = self._query(
-            "SELECT definition, run_id, pid, host, acquired_at FROM locks ORDER BY definition"
-        )
-        return tuple(LockInfo(*row) for row in rows)
+        rows = self._query(f"SELECT {self._columns['locks']} FROM locks ORDER BY definition")
+        return tuple(_lock_info(row) for row in rows)
 
     def unlock(self, definition_id: str) -> LockInfo | None:
         """Break *definition_id*'s lock; return it (``None`` if it was not locked)."""
-        with self.transaction() as db:
+        with self.transaction(f"unlocking {definition_id!r}") as db:
             row = db.execute(
-                "SELECT definition, run_id, pid, host, acquired_at FROM locks WHERE definition = ?",
-                (definition_id,),
+                f"SELECT {_LOCK_COLUMNS} FROM locks WHERE definition = ?", (definition_id,)
             ).fetchone()
             if row is None:
                 return None
             db.execute("DELETE FROM locks WHERE definition = ?", (definition_id,))
-        return LockInfo(*row)
+        return _lock_info(row)
 
     # --- contracts --------------------------------------------------------------------------
 
     def contract(self, definition_id: str) -> Contract | None:
         """The contract recorded for *definition_id*, or ``None`` if none was recorded yet."""
+        if "contracts" not in self._tables:
+            return None  # a read-only schema-1 store
         rows = self._query("SELECT contract FROM contracts WHERE definition = ?", (definition_id,))
         return Contract.from_json(json.loads(rows[0][0])) if rows else None
 
     def save_contract(
         self, definition_id: str, contract: Contract, run_id: str, *, reset_cursor: bool = False
     ) -> None:
-        """
-        Record *contract* as *definition_id*'s, replacing any, in one transaction.
-
-        Args:
-            definition_id: The definition.
-            contract: Its source contract now.
-            run_id: The run recording it.
-            reset_cursor: Also forget the saved cursor (the next normal run reads from the start).
-        """
-        with self.transaction() as db:
+        """Record *contract* as *definition_id*'s, replacing any (and the cursor if asked)."""
+        with self.transaction(f"recording the contract of {definition_id!r}") as db:
             db.execute(
                 "INSERT OR REPLACE INTO contracts (definition, contract, fingerprint, run_id, "
                 "recorded_at) VALUES (?, ?, ?, ?, ?)",
@@ -448,7 +636,7 @@ class Store:
                 ),
             )
             if reset_cursor:
-                self._save_cursor(db, definition_id, None)
+                _save_cursor(db, definition_id, None)
 
     def has_state(self, definition_id: str) -> bool:
         """Whether *definition_id* has a stored item state or a saved cursor."""
@@ -466,66 +654,70 @@ class Store:
         rows = self._query("SELECT cursor FROM cursors WHERE definition = ?", (definition_id,))
         return cast(Cursor, _loads(rows[0][0])) if rows else None
 
+    def reset_cursor(self, definition_id: str) -> None:
+        """Forget the saved cursor: the next normal run reads from the beginning."""
+        with self.transaction(f"resetting the cursor of {definition_id!r}") as db:
+            _save_cursor(db, definition_id, None)
+
     def prior_states(self, definition_id: str, identities: Sequence[str]) -> dict[str, PriorState]:
-        """Stored status, version and tracking json of these identities, in one query."""
+        """Stored status, version, tracking json and run of these identities, in one query."""
         if not identities:
             return {}
         rows = self._query(
-            "SELECT identity, status, version, tracking FROM item_states WHERE definition = ? "
-            "AND identity IN (SELECT value FROM json_each(?))",
+            "SELECT identity, status, version, tracking, run_id FROM item_states "
+            "WHERE definition = ? AND identity IN (SELECT value FROM json_each(?))",
             (definition_id, json.dumps(identities)),
         )
-        return {row[0]: PriorState(row[1], row[2], row[3]) for row in rows}
+        return {row[0]: PriorState(row[1], row[2], row[3], row[4]) for row in rows}
 
-    def commit_window(
-        self,
-        definition_id: str,
-        rows: Sequence[StateRow],
-        *,
-        run_id: str,
-        definitions: Mapping[str, DefinitionResult],
-        cursor: Cursor = None,
-        save_cursor: bool = False,
-    ) -> None:
-        """
-        Commit one window: its item states, the run's counts and the cursor in one transaction.
-
-        Args:
-            definition_id: The definition the window belongs to.
-            rows: The window's item states (`StateRow` tuples).
-            run_id: The run whose per-definition record is replaced by *definitions*.
-            definitions: The run's per-definition record, counts included.
-            cursor: The cursor after the window.
-            save_cursor: Save *cursor* (discovery runs); targeted runs keep the saved one.
-        """
-        with self.transaction() as db:
-            if rows:
-                db.executemany(_INSERT_STATE, rows)
-            self._update_run(db, run_id, None, definitions, None, False)
-            if save_cursor:
-                self._save_cursor(db, definition_id, cursor)
-
-    def _save_cursor(self, db: sqlite3.Connection, definition_id: str, cursor: Cursor) -> None:
-        db.execute(
-            "INSERT OR REPLACE INTO cursors (definition, cursor, updated_at) VALUES (?, ?, ?)",
-            (definition_id, None if cursor is None else json.dumps(cursor), time.time()),
+    def commit_window(self, commit: WindowCommit) -> None:
+        """Commit one window: its item states, the run's counts and the cursor, atomically."""
+        definition_id = commit.definition_id
+        states = commit.states
+        what = (
+            f"committing a window of {definition_id!r} "
+            f"({len(states):,} item state{'' if len(states) == 1 else 's'})"
         )
+        with self.transaction(what) as db:
+            if commit.mark_needs_update:
+                self._mark_needs_update(db, definition_id, commit.run_id)
+            if commit.forget:
+                db.execute(
+                    "DELETE FROM item_states WHERE definition = ? "
+                    "AND identity IN (SELECT value FROM json_each(?))",
+                    (definition_id, json.dumps(list(commit.forget))),
+                )
+            if commit.clear_positional:
+                db.execute(
+                    "DELETE FROM item_states WHERE definition = ? AND status = 'failed' "
+                    "AND identity LIKE '<%>' AND run_id IS NOT ? "
+                    "AND json_extract(error, '$.type') IN "
+                    "(SELECT value FROM json_each(?))",
+                    (definition_id, commit.run_id, json.dumps(sorted(POSITIONAL_TYPES))),
+                )
+            if states:
+                run_id = commit.run_id
+                now = time.time()
+                db.executemany(
+                    _INSERT_STATE, [(definition_id, run_id, now, *state) for state in states]
+                )
+            self._update_run(db, commit.run_id, None, commit.results, None, False)
+            if commit.save_cursor:
+                _save_cursor(db, definition_id, commit.cursor)
 
-    def reset_cursor(self, definition_id: str) -> None:
-        """Forget the saved cursor: the next normal run reads from the beginning."""
-        with self.transaction() as db:
-            self._save_cursor(db, definition_id, None)
+    def _mark_needs_update(self, db: sqlite3.Connection, definition_id: str, run_id: str) -> int:
+        changed = db.execute(
+            "UPDATE item_states SET status = 'needs-update', run_id = ?, updated_at = ? "
+            "WHERE definition = ? AND status = 'migrated'",
+            (run_id, time.time(), definition_id),
+        ).rowcount
+        _save_cursor(db, definition_id, None)
+        return int(changed)
 
     def mark_needs_update(self, definition_id: str, run_id: str) -> int:
         """Mark every ``migrated`` item ``needs-update`` and reset the cursor, atomically."""
-        with self.transaction() as db:
-            changed = db.execute(
-                "UPDATE item_states SET status = 'needs-update', run_id = ?, updated_at = ? "
-                "WHERE definition = ? AND status = 'migrated'",
-                (run_id, time.time(), definition_id),
-            ).rowcount
-            self._save_cursor(db, definition_id, None)
-        return int(changed)
+        with self.transaction(f"marking the items of {definition_id!r} needs-update") as db:
+            return self._mark_needs_update(db, definition_id, run_id)
 
     def identities(self, definition_id: str, status: ItemStatus) -> list[str]:
         """Identities of *definition_id* whose state is *status*, in identity order."""
@@ -553,18 +745,13 @@ class Store:
             "SELECT status, count(*) FROM item_states WHERE definition = ? GROUP BY status",
             (definition_id,),
         )
-        by_status = {row[0]: int(row[1]) for row in rows}
-        return Counts(
-            migrated=by_status.get("migrated", 0),
-            skipped=by_status.get("skipped", 0),
-            failed=by_status.get("failed", 0),
-            needs_update=by_status.get("needs-update", 0),
-        )
+        return Counts.of_statuses({row[0]: int(row[1]) for row in rows})
 
     def item(self, definition_id: str, identity: str) -> ItemState | None:
         """The stored state of one item, or ``None``."""
         rows = self._query(
-            f"SELECT {_STATE_COLUMNS} FROM item_states WHERE definition = ? AND identity = ?",
+            f"SELECT {self._columns['item_states']} FROM item_states "
+            "WHERE definition = ? AND identity = ?",
             (definition_id, identity),
         )
         return _item_state(rows[0]) if rows else None
@@ -572,7 +759,8 @@ class Store:
     def items(self, definition_id: str) -> tuple[ItemState, ...]:
         """Every stored state of *definition_id*, in identity order."""
         rows = self._query(
-            f"SELECT {_STATE_COLUMNS} FROM item_states WHERE definition = ? ORDER BY identity",
+            f"SELECT {self._columns['item_states']} FROM item_states "
+            "WHERE definition = ? ORDER BY identity",
             (definition_id,),
         )
         return tuple(_item_state(row) for row in rows)
@@ -582,8 +770,10 @@ class Store:
         Failed items of *definition_id* with their evidence, in natural identity order (see
         `natural_key`: ``"7"`` before ``"13"``), the first *limit* of them (``None``: all).
         """
+        old_schema = "NULL AS position" in self._columns["item_states"]
+        position = "NULL" if old_schema else "position"
         rows = self._query(
-            "SELECT identity, run_id, error, journal FROM item_states "
+            f"SELECT identity, run_id, error, journal, {position} FROM item_states "
             "WHERE definition = ? AND status = 'failed'",
             (definition_id,),
         )
@@ -594,9 +784,26 @@ class Store:
                 run_id=row[1],
                 error=ErrorEvidence.from_json(_loads(row[2]) or {}),
                 journal=tuple(_loads(row[3]) or ()),
+                position=row[4],
             )
             for row in (ordered if limit is None else ordered[:limit])
         )
+
+    def forget(self, definition_id: str, identities: Sequence[str]) -> tuple[ItemState, ...]:
+        """Remove the stored states of these identities; return the states removed."""
+        wanted = json.dumps(list(identities))
+        with self.transaction(f"forgetting item states of {definition_id!r}") as db:
+            rows = db.execute(
+                f"SELECT {self._columns['item_states']} FROM item_states WHERE definition = ? "
+                "AND identity IN (SELECT value FROM json_each(?)) ORDER BY identity",
+                (definition_id, wanted),
+            ).fetchall()
+            db.execute(
+                "DELETE FROM item_states WHERE definition = ? "
+                "AND identity IN (SELECT value FROM json_each(?))",
+                (definition_id, wanted),
+            )
+        return tuple(_item_state(row) for row in rows)
 
     def tracking(self, definition_id: str, identity: str) -> dict[str, Any] | None:
         """The tracking record stored for one item, or ``None``."""
@@ -607,35 +814,19 @@ class Store:
         return cast("dict[str, Any] | None", _loads(rows[0][0])) if rows else None
 
 
-_DIGITS = re.compile(r"([0-9]+)")
-
-
-def natural_key(identity: str) -> tuple[tuple[int, int, str], ...]:
-    """
-    Sort key putting identities in natural order: runs of digits compare as numbers (before
-    text at the same place), the rest as text; equal numbers by their text (``"007"`` first).
-
-    Example:
-        >>> sorted(["13", "7", "b2", "b10", "a", "100"], key=natural_key)
-        ['7', '13', '100', 'a', 'b2', 'b10']
-    """
-    parts = _DIGITS.split(identity)
-    # split() with a group alternates text, digits, text, ...: odd positions are digit runs.
-    return tuple(
-        (0, int(part), part) if index % 2 else (1, 0, part)
-        for index, part in enumerate(parts)
-        if part
+def _save_cursor(db: sqlite3.Connection, definition_id: str, cursor: Cursor) -> None:
+    db.execute(
+        "INSERT OR REPLACE INTO cursors (definition, cursor, updated_at) VALUES (?, ?, ?)",
+        (definition_id, None if cursor is None else json.dumps(cursor), time.time()),
     )
-
-
-_RUN_COLUMNS = "id, status, mode, definitions, error, started_at, ended_at, pid, host"
-_STATE_COLUMNS = (
-    "definition, identity, status, reason, error, version, journal, tracking, run_id, updated_at"
-)
 
 
 def _definitions_json(definitions: Mapping[str, DefinitionResult]) -> str:
     return json.dumps({key: value.to_json() for key, value in definitions.items()})
+
+
+def _lock_info(row: Sequence[Any]) -> LockInfo:
+    return LockInfo(row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def _run_record(row: Sequence[Any]) -> RunRecord:
@@ -668,4 +859,5 @@ def _item_state(row: Sequence[Any]) -> ItemState:
         tracking=_loads(row[7]),
         run_id=row[8],
         updated_at=row[9],
+        position=row[10],
     )

@@ -16,6 +16,8 @@ from migrate._sources._sql import (
     placeholder,
     quote_identifier,
 )
+from migrate._window_writes import current_writes
+from migrate._workers import DaemonPool
 
 __all__ = ["SqlDestination"]
 
@@ -25,10 +27,20 @@ class SqlDestination:
     Rows of a SQL table written by key: `upsert` and `delete` are idempotent, so a retried call
     (or a reprocessed item) writes the same row again instead of a duplicate.
 
-    Each call opens a connection, runs in one transaction, commits and closes. On success it adds a
-    change entry to the journal of the item being processed (``{"kind": "change", "destination":
-    "sql:TABLE", "operation": "upsert" | "delete", "key": KEY}``). The upsert uses ``INSERT ... ON
-    CONFLICT (key) DO UPDATE`` (SQLite 3.24+, PostgreSQL); the key column needs a unique index.
+    During a run, the writes of one window share one connection and one transaction, committed
+    once the window's items are processed and before their states are stored (so a state never
+    says ``migrated`` for a row that was not committed): a load goes at the database's speed,
+    not at one commit per row. Each write runs inside a savepoint, so a failing one is undone
+    alone and fails only its item. Should the window's commit fail, every item that wrote in
+    it fails with a ``destination`` error saying so, and the next run writes them again.
+    Destinations built on the same *connect* function share that connection (and so can write
+    to one SQLite file without waiting on each other's lock). Outside a run, each call opens a
+    connection, runs in one transaction, commits and closes.
+
+    On success a call adds a change entry to the journal of the item being processed
+    (``{"kind": "change", "destination": "sql:TABLE", "operation": "upsert" | "delete", "key":
+    KEY}``). The upsert uses ``INSERT ... ON CONFLICT (key) DO UPDATE`` (SQLite 3.24+,
+    PostgreSQL); the key column needs a unique index.
 
     Args:
         connect: Returns a new DB-API connection, e.g. ``lambda: sqlite3.connect("dest.db")``.
@@ -72,7 +84,21 @@ class SqlDestination:
     def __repr__(self) -> str:
         return f"SqlDestination(<connect>, {self.table!r}, {self.key!r})"
 
+    def _new_batch(self) -> _SqlBatch:
+        return _SqlBatch(self.connect, self.name)
+
     def _execute(self, sql: str, params: Any, what: str) -> None:
+        writes = current_writes()
+        if writes is not None:
+            batch = writes.batch(
+                self.connect, self.name, lambda: _SqlBatch(self.connect, self.name)
+            )
+            if isinstance(batch, _SqlBatch):
+                batch.execute(sql, params, what)
+                scope = current_scope()
+                if scope is not None:
+                    writes.wrote(self.connect, scope.identity)
+                return
         try:
             connection = self.connect()
         except Exception as error:
@@ -138,3 +164,88 @@ class SqlDestination:
                 scope.journal.change(self.name, "delete", key=key)
 
         return Effect.attempt(remove, catch=DestinationError)
+
+
+class _SqlBatch:
+    """
+    One database's transaction for one window, used from a thread of its own: a DB-API
+    connection (sqlite3's among them) may only be used by the thread that opened it, and the
+    window's items may run in several.
+    """
+
+    def __init__(self, connect: Callable[[], DbApiConnection], name: str) -> None:
+        self._connect = connect
+        self._name = name
+        self._thread = DaemonPool(1, f"migrate-{name}")
+        self._connection: DbApiConnection | None = None
+
+    def execute(self, sql: str, params: Any, what: str) -> None:
+        """Run one write inside a savepoint of the window's transaction.
+
+        Raises:
+            DestinationError: If connecting or the write failed (the write is undone alone).
+        """
+        self._thread.submit(self._execute, sql, params, what).result()
+
+    def _execute(self, sql: str, params: Any, what: str) -> None:
+        connection = self._connection
+        if connection is None:
+            try:
+                connection = self._connect()
+            except Exception as error:
+                raise DestinationError(f"{self._name}: cannot connect: {error}", error) from error
+            try:
+                # sqlite3 opens a transaction only before INSERT, UPDATE and DELETE; a
+                # SAVEPOINT first would start one of its own that each RELEASE commits.
+                if getattr(connection, "in_transaction", None) is False:
+                    connection.cursor().execute("BEGIN")
+            except Exception as error:
+                with contextlib.suppress(Exception):
+                    connection.close()
+                raise DestinationError(
+                    f"{self._name}: cannot begin a transaction: {error}", error
+                ) from error
+            self._connection = connection
+        cursor = connection.cursor()
+        try:
+            cursor.execute("SAVEPOINT migrate_write")
+            cursor.execute(sql, params)
+        except Exception as error:
+            with contextlib.suppress(Exception):
+                cursor.execute("ROLLBACK TO SAVEPOINT migrate_write")
+                cursor.execute("RELEASE SAVEPOINT migrate_write")
+            raise DestinationError(f"{self._name}: {what} failed: {error}", error) from error
+        cursor.execute("RELEASE SAVEPOINT migrate_write")
+
+    def commit(self) -> None:
+        """Commit the window's writes; raises the driver's error if that failed."""
+        try:
+            self._thread.submit(self._end, True).result()
+        finally:
+            self._thread.shutdown(wait=False)
+
+    def rollback(self) -> None:
+        """Undo the window's writes (nothing if they were committed already)."""
+        try:
+            self._thread.submit(self._end, False).result()
+        except Exception:  # noqa: BLE001, S110 - rolling back is the best that can be done
+            pass
+        finally:
+            self._thread.shutdown(wait=False)
+
+    def _end(self, commit: bool) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        try:
+            if commit:
+                connection.commit()
+            else:
+                connection.rollback()
+        except Exception:
+            with contextlib.suppress(Exception):
+                connection.rollback()
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                connection.close()

@@ -7,31 +7,67 @@ import csv
 import hashlib
 import json
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from migrate._errors import SourceError, plural
+from migrate._errors import SourceError
 from migrate._sources._base import (
     Cursor,
+    Fault,
     Item,
     LookupStrategy,
     Source,
     Window,
     content_version,
-    identity_of,
+    duplicate_fault,
+    excerpt,
+    identity_fault,
     missing_field,
     version_of,
 )
+from migrate._sources._identity import IdentityProblem, identity_text
+from migrate._sources._lines import Encoding, encoding
+from migrate._text import plural
 
 __all__ = ["CsvSource", "JsonlSource"]
 
 _FINGERPRINT_BLOCK = 65536
-_BOM = b"\xef\xbb\xbf"
+_REPLACEMENT = "\ufffd"
+_ABSENT: Any = object()
+
+
+class _BadBytes:
+    """Where the first bytes invalid in the file's encoding were met in the current record."""
+
+    __slots__ = ("error", "line", "offset")
+
+    def __init__(self) -> None:
+        self.error: UnicodeDecodeError | None = None
+        self.line = 0
+        self.offset = 0
+
+    def note(self, error: UnicodeDecodeError, line: int, offset: int) -> None:
+        if self.error is None:
+            self.error, self.line, self.offset = error, line, offset
+
+    def take(self) -> tuple[UnicodeDecodeError, int, int] | None:
+        if self.error is None:
+            return None
+        taken = (self.error, self.line, self.offset)
+        self.error = None
+        return taken
+
+
+# (line, offset after the record, the record or None if it is not one, raw text, problem):
+# the problem is a fault without identity yet, or bad bytes met while decoding the record.
+_Record = tuple[
+    int, int, "dict[str, Any] | None", str, "Fault | tuple[UnicodeDecodeError, int, int] | None"
+]
 
 
 class _FileSource(Source):
-    """A file read in windows; the cursor is ``{"fingerprint", "offset"}``."""
+    """A file read in windows; the cursor is ``{"fingerprint", "offset", "line"}``."""
 
     lookup_strategy: LookupStrategy = "scan"
     kind = "file"
@@ -47,6 +83,7 @@ class _FileSource(Source):
     ) -> None:
         if window_size < 1:
             raise ValueError(f"window_size must be >= 1, got {window_size!r}")
+        self._encoding: Encoding = _encoding_of(encoding)
         self.path = Path(path)
         self.identity = identity
         self.version = version
@@ -54,6 +91,7 @@ class _FileSource(Source):
         self.encoding = encoding
         #: How many times the whole file was read by `find` (lookups); tests and benchmarks use it.
         self.scans = 0
+        self._describe = f"{self.kind}:{self.path}"
 
     def __repr__(self) -> str:
         return (
@@ -62,7 +100,17 @@ class _FileSource(Source):
         )
 
     def describe(self) -> str:
-        return f"{self.kind}:{self.path}"
+        return self._describe
+
+    def resolve(self, base_dir: Path) -> None:
+        """Make a relative `path` relative to *base_dir* (a config file's folder)."""
+        if not self.path.is_absolute():
+            self.path = base_dir / self.path
+            self._describe = f"{self.kind}:{self.path}"
+
+    def _unreadable(self, error: OSError) -> SourceError:
+        reason = error.strerror or str(error)
+        return SourceError(f"cannot read {self.kind}:{self.path.absolute()}: {reason}", error)
 
     def fingerprint(self) -> str:
         """
@@ -76,25 +124,73 @@ class _FileSource(Source):
                 stat = os.fstat(handle.fileno())
                 head = handle.read(_FINGERPRINT_BLOCK)
         except OSError as error:
-            raise SourceError(f"cannot read {self.describe()}: {error}", error) from error
+            raise self._unreadable(error) from error
         digest = hashlib.blake2b(head, digest_size=8).hexdigest()
         return f"{stat.st_size}-{stat.st_mtime_ns}-{digest}"
 
-    @abc.abstractmethod
-    def _records(
-        self, handle: IO[bytes], start: tuple[int, int] | None
-    ) -> Iterator[tuple[int, int, dict[str, Any], str]]:
-        """
-        Yield ``(line, offset_after, record, raw)`` from *start*, ``(offset, line)`` of the place
-        after a record (``None``: the first record). *line* is the record's last line number.
-        """
+    def _opening(self, handle: IO[bytes]) -> tuple[Encoding, int]:
+        """The encoding of this file (its byte order mark read) and where its text starts."""
+        return self._encoding.start(handle.read(4))
 
-    def _item(self, record: dict[str, Any], raw: str, line: int) -> Item:
-        where = f"{self.describe()} line {line}"
-        identity = identity_of(record, self.identity, where)
+    @abc.abstractmethod
+    def _records(self, handle: IO[bytes], start: tuple[int, int] | None) -> Iterator[_Record]:
+        """Yield every record from *start* (``(offset, line)`` after a record; ``None``: first)."""
+
+    def _decode_fault(
+        self, record: Mapping[str, Any] | None, bad: tuple[UnicodeDecodeError, int, int]
+    ) -> Fault:
+        error, line, offset = bad
+        chunk = error.object[error.start : min(error.end, error.start + 16)]
+        where = f"line {line}"
+        identity: str | None = None
+        if record is not None and self.identity in record:
+            try:
+                candidate = identity_text(record[self.identity])
+            except IdentityProblem:
+                candidate = None
+            if candidate is not None and _REPLACEMENT not in candidate:
+                identity = candidate
+        return Fault(
+            where,
+            "UnicodeDecodeError" if identity is not None else "UndecodableRecord",
+            f"{self._describe} {where} has bytes that are not valid {self.encoding} "
+            f"({chunk.hex(' ')} at byte {offset + error.start:,} of the file: {error.reason}); "
+            "the record was not migrated: fix the file, or give the source its real encoding=",
+            identity=identity,
+            details={
+                "source": self._describe,
+                "encoding": self.encoding,
+                "byte_offset": offset + error.start,
+                "bytes": chunk.hex(" "),
+                "reason": error.reason,
+            },
+        )
+
+    def _item_or_fault(
+        self,
+        line: int,
+        record: dict[str, Any] | None,
+        raw: str,
+        problem: Fault | tuple[UnicodeDecodeError, int, int] | None,
+    ) -> Item | Fault:
+        if problem is not None:
+            if isinstance(problem, Fault):
+                return problem
+            return self._decode_fault(record, problem)
+        assert record is not None
+        identity = record.get(self.identity, _ABSENT)
+        if type(identity) is not str or not identity or not identity.isascii():
+            try:
+                if identity is _ABSENT:
+                    raise IdentityProblem("is absent", missing=True)
+                identity = identity_text(identity)
+            except IdentityProblem:
+                return identity_fault(self._describe, f"line {line}", self.identity, record)
         if self.version is None:
-            return Item(identity, record, content_version(raw))
-        return Item(identity, record, version_of(record, self.version, where, lambda: raw))
+            return Item(identity, record, content_version(raw), f"line {line}")
+        where = f"{self._describe} line {line}"
+        version = version_of(record, self.version, where, lambda: raw)
+        return Item(identity, record, version, f"line {line}")
 
     def read_window(self, cursor: Cursor) -> Window:
         fingerprint = self.fingerprint()
@@ -102,44 +198,102 @@ class _FileSource(Source):
         if cursor is not None and cursor.get("fingerprint") == fingerprint:
             start = (int(cursor["offset"]), int(cursor.get("line", 0)))
         items: list[Item] = []
+        faults: list[Fault] = []
         position = start
         done = True
+        read = 0
+        size = self.window_size
         try:
             with self.path.open("rb") as handle:
-                for line, offset_after, record, raw in self._records(handle, start):
-                    items.append(self._item(record, raw, line))
+                for line, offset_after, record, raw, problem in self._records(handle, start):
+                    found = self._item_or_fault(line, record, raw, problem)
+                    if isinstance(found, Item):
+                        items.append(found)
+                    else:
+                        faults.append(found)
                     position = (offset_after, line)
-                    if len(items) >= self.window_size:
+                    read += 1
+                    if read >= size:
                         done = False
                         break
                 if position is None:
                     # Nothing was read: the window started at the first record; note where.
                     position = self._first_record(handle)
         except OSError as error:
-            raise SourceError(f"cannot read {self.describe()}: {error}", error) from error
+            raise self._unreadable(error) from error
+        if start is None:
+            self._check_identity_field(items, faults)
         cursor_out = {"fingerprint": fingerprint, "offset": position[0], "line": position[1]}
-        return Window(tuple(items), cursor_out, done)
+        return Window(tuple(items), cursor_out, done, tuple(faults), from_start=start is None)
+
+    def _check_identity_field(self, items: list[Item], faults: list[Fault]) -> None:
+        """
+        Refuse a first window in which no record has the identity field: the source's
+        ``identity=`` does not match the file (every record would fail alike). Later windows, and
+        files where some records have it, fail just the records without it.
+        """
+        if items or not faults:
+            return
+        if all(f.details.get("absent") for f in faults):
+            self._refuse_identity_field(faults[0])
+
+    def _refuse_identity_field(self, fault: Fault) -> None:
+        raise missing_field(
+            f"{self._describe} {fault.position}",
+            "identity",
+            self.identity,
+            fault.details.get("fields", ()),
+        )
 
     def _first_record(self, handle: IO[bytes]) -> tuple[int, int]:
-        return (0, 0)
+        handle.seek(0)
+        return (self._opening(handle)[1], 0)
 
-    def find(self, identities: Collection[str]) -> dict[str, Item]:
+    def find(self, identities: Collection[str]) -> dict[str, Item | Fault]:
         wanted = set(identities)
-        found: dict[str, Item] = {}
+        found: dict[str, Item | Fault] = {}
         if not wanted:
             return found
         self.scans += 1
+        # Every record is read, not just up to the last identity found: a second record with a
+        # wanted identity must be reported, not ignored.
+        positions: dict[str, list[str]] = {}
+        with_field = False
+        lacking: Fault | None = None
         try:
             with self.path.open("rb") as handle:
-                for line, _offset, record, raw in self._records(handle, None):
-                    key = identity_of(record, self.identity, f"{self.describe()} line {line}")
-                    if key in wanted and key not in found:
-                        found[key] = self._item(record, raw, line)
-                        if len(found) == len(wanted):
-                            break
+                for line, _offset, record, raw, problem in self._records(handle, None):
+                    result = self._item_or_fault(line, record, raw, problem)
+                    if record is not None:
+                        if self.identity in record:
+                            with_field = True
+                        elif lacking is None and isinstance(result, Fault):
+                            lacking = result
+                    key = result.identity
+                    if key is None or key not in wanted:
+                        continue
+                    if key in found:
+                        positions.setdefault(key, [_position(found[key])]).append(f"line {line}")
+                        continue
+                    found[key] = result
         except OSError as error:
-            raise SourceError(f"cannot read {self.describe()}: {error}", error) from error
+            raise self._unreadable(error) from error
+        if not with_field and lacking is not None:
+            self._refuse_identity_field(lacking)
+        for key, places in positions.items():
+            found[key] = duplicate_fault(self._describe, key, places)
         return found
+
+
+def _position(found: Item | Fault) -> str:
+    return found.position or "?"
+
+
+def _encoding_of(name: str) -> Encoding:
+    try:
+        return encoding(name)
+    except ValueError as error:
+        raise ValueError(f"encoding: {error}") from None
 
 
 class CsvSource(_FileSource):
@@ -151,75 +305,106 @@ class CsvSource(_FileSource):
     restarts from the first row (rows already migrated at the same version count as unchanged).
 
     Args:
-        path: The CSV file.
+        path: The CSV file; a relative path is relative to the config file's folder when the
+            config is loaded from a file, else to the working folder.
         identity: The column holding each row's identity.
         version: The column holding the row's source version; ``None`` uses a hash of the row.
         window_size: Rows per window (>= 1).
-        encoding: The file's text encoding (a UTF-8 byte order mark is ignored).
+        encoding: The file's text encoding: UTF-8 (the default), UTF-16 or UTF-32 (a byte order
+            mark decides their byte order; without one they are read little-endian) or any
+            encoding in which a line ends with the byte 0x0A. A UTF-8 byte order mark is ignored.
 
-    Reads and lookups raise `SourceError` (so a run stops that definition with the message and
-    stores nothing for it) when the file cannot be read, a row is malformed, a row's identity is
-    empty, or the header lacks the *identity* or *version* column; that message names the column,
+    Raises:
+        ValueError: For a *window_size* below 1 or an *encoding* that is not supported.
+
+    A row whose identity cell is empty, a row with the wrong number of cells and a row with
+    bytes invalid in the encoding become failed items naming their line (stored under the
+    row's identity when it can be read, else under ``<line N>``), and reading goes on: nothing
+    is migrated with replacement characters. Reads and lookups raise `SourceError` (so a run
+    stops that definition with the message and stores nothing for it) when the file cannot be
+    read, or the header lacks the *identity* or *version* column; that message names the column,
     the file and the header's columns. The file is not opened before the first read, so these
     are not known when the config loads.
     """
 
     kind = "csv"
 
-    def _lines(self, handle: IO[bytes], position: list[int]) -> Iterator[str]:
-        encoding = self.encoding
-        for raw in handle:
-            position[0] += len(raw)
-            yield raw.decode(encoding)
+    def _text_lines(
+        self, lines: Iterator[bytes], codec: str, position: list[int], bad: _BadBytes
+    ) -> Iterator[str]:
+        line = position[1]
+        for raw in lines:
+            start = position[0]
+            position[0] = start + len(raw)
+            line += 1
+            position[1] = line
+            try:
+                yield raw.decode(codec)
+            except UnicodeDecodeError as error:
+                bad.note(error, line, start)
+                yield raw.decode(codec, "replace")
 
-    def _header(self, handle: IO[bytes]) -> tuple[list[str], int, int]:
-        head = handle.read(len(_BOM))
-        position = [len(_BOM)] if head == _BOM else [0]
-        handle.seek(position[0])
-        reader = csv.reader(self._lines(handle, position))
+    def _header(self, handle: IO[bytes]) -> tuple[list[str], Encoding, int, int]:
+        handle.seek(0)
+        opened, skip = self._opening(handle)
+        handle.seek(skip)
+        position = [skip, 0]
+        bad = _BadBytes()
+        reader = csv.reader(self._text_lines(opened.lines(handle), opened.codec, position, bad))
         try:
             header = next(reader)
         except StopIteration:
-            return [], position[0], reader.line_num
-        except (csv.Error, UnicodeDecodeError) as error:
-            raise SourceError(f"{self.describe()}: bad header: {error}", error) from error
-        return header, position[0], reader.line_num
+            return [], opened, position[0], 0
+        except csv.Error as error:
+            raise SourceError(f"{self._describe}: bad header: {error}", error) from error
+        problem = bad.take()
+        if problem is not None:
+            fault = self._decode_fault(None, problem)
+            raise SourceError(f"{self._describe}: bad header: {fault.message}")
+        return header, opened, position[0], reader.line_num
 
     def _first_record(self, handle: IO[bytes]) -> tuple[int, int]:
-        handle.seek(0)
-        _header, offset, line = self._header(handle)
+        _header, _opened, offset, line = self._header(handle)
         return (offset, line)
 
-    def _records(
-        self, handle: IO[bytes], start: tuple[int, int] | None
-    ) -> Iterator[tuple[int, int, dict[str, Any], str]]:
-        header, header_end, header_lines = self._header(handle)
+    def _records(self, handle: IO[bytes], start: tuple[int, int] | None) -> Iterator[_Record]:
+        header, opened, header_end, header_lines = self._header(handle)
         if not header:
             return
         for role, field in (("identity", self.identity), ("version", self.version)):
             if field is not None and field not in header:
-                raise missing_field(f"{self.describe()} header", role, field, header)
+                raise missing_field(f"{self._describe} header", role, field, header)
         offset, base_line = (header_end, header_lines) if start is None else start
         handle.seek(offset)
-        position = [offset]
-        reader = csv.reader(self._lines(handle, position))
+        position = [offset, base_line]
+        bad = _BadBytes()
+        reader = csv.reader(self._text_lines(opened.lines(handle), opened.codec, position, bad))
         width = len(header)
-        describe = self.describe()
+        describe = self._describe
+        line = base_line
         try:
             for row in reader:
+                first = line + 1
+                line = position[1]
                 if not row:
+                    bad.take()
                     continue
+                problem = None if bad.error is None else bad.take()
                 if len(row) != width:
-                    line = base_line + reader.line_num
-                    raise SourceError(
-                        f"{describe} line {line}: {plural(len(row), 'field')}, "
-                        f"the header has {width}"
+                    where = f"line {first}"
+                    fault = Fault(
+                        where,
+                        "MalformedRecord",
+                        f"{describe} {where} has {plural(len(row), 'field')}, the header has "
+                        f"{width}; the record was not migrated: fix the row in the file",
+                        details={"source": describe, "fields": len(row), "header": width},
                     )
+                    yield first, position[0], None, "", fault
+                    continue
                 record = dict(zip(header, row, strict=True))
-                yield base_line + reader.line_num, position[0], record, "\x1f".join(row)
-        except (csv.Error, UnicodeDecodeError) as error:
-            line = base_line + reader.line_num
-            raise SourceError(f"{describe} line {line}: {error}", error) from error
+                yield first, position[0], record, "\x1f".join(row), problem
+        except csv.Error as error:
+            raise SourceError(f"{describe} line {position[1]}: {error}", error) from error
 
 
 class JsonlSource(_FileSource):
@@ -229,36 +414,58 @@ class JsonlSource(_FileSource):
     Lookup strategy ``scan``; cursor and arguments as `CsvSource` (*identity* and *version* name
     fields of each object).
 
-    Every object must have the *identity* field and, when given, the *version* field (a null
-    or empty version value falls back to a hash of the object's line, as with no version). An object
-    lacking either fails the read or lookup with `SourceError` naming the field, the file and
-    line, and the fields the object has; a run then stops that definition at that window and
-    stores nothing for the window.
+    An object whose identity is absent, null or empty (or of a type that cannot be an identity,
+    such as a list), a line that is not a JSON object, and a line with bytes invalid in the
+    encoding become failed items naming their line, and reading goes on. ``1`` and ``"1"`` are
+    the same identity (see `identity_text`): two objects holding it are reported as duplicates.
+    When no object of the file's first window has the identity field, the source's
+    ``identity=`` does not match the file: the read fails with `SourceError` naming the field,
+    the file and line, and the fields the object has, and a run stores nothing. An object
+    lacking the *version* field, when one is given, fails the read the same way (a null or empty
+    version value falls back to a hash of the object's line, as with no version).
     """
 
     kind = "jsonl"
 
-    def _records(
-        self, handle: IO[bytes], start: tuple[int, int] | None
-    ) -> Iterator[tuple[int, int, dict[str, Any], str]]:
-        offset, line = (0, 0) if start is None else start
+    def _malformed(self, line: int, text: str, wrong: str) -> Fault:
+        where = f"line {line}"
+        return Fault(
+            where,
+            "MalformedRecord",
+            f"{self._describe} {where} {wrong}; the record was not migrated: fix the line in "
+            "the file",
+            details={"source": self._describe, "text": excerpt(text)},
+        )
+
+    def _records(self, handle: IO[bytes], start: tuple[int, int] | None) -> Iterator[_Record]:
+        handle.seek(0)
+        opened, skip = self._opening(handle)
+        offset, line = (skip, 0) if start is None else start
         handle.seek(offset)
-        describe = self.describe()
-        encoding = self.encoding
-        for raw in handle:
+        codec = opened.codec
+        for raw in opened.lines(handle):
+            begin = offset
             offset += len(raw)
             line += 1
-            text = raw.decode(encoding, "replace").strip()
-            if line == 1 and text.startswith("\ufeff"):
-                text = text[1:]
+            problem: Fault | tuple[UnicodeDecodeError, int, int] | None = None
+            try:
+                text = raw.decode(codec).strip()
+            except UnicodeDecodeError as error:
+                problem = (error, line, begin)
+                text = raw.decode(codec, "replace").strip()
             if not text:
                 continue
             try:
                 record = json.loads(text)
             except ValueError as error:
-                raise SourceError(
-                    f"{describe} line {line}: invalid JSON: {error}", error
-                ) from error
+                if problem is not None:
+                    yield line, offset, None, text, problem
+                    continue
+                wrong = f"is not valid JSON ({error})"
+                yield line, offset, None, text, self._malformed(line, text, wrong)
+                continue
             if not isinstance(record, dict):
-                raise SourceError(f"{describe} line {line}: not a JSON object")
-            yield line, offset, record, text
+                wrong = "is JSON but not an object"
+                yield line, offset, None, text, self._malformed(line, text, wrong)
+                continue
+            yield line, offset, record, text, problem

@@ -6,17 +6,21 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from migrate._errors import plural
 from migrate._sources._base import (
     Cursor,
+    Fault,
     Item,
     LookupStrategy,
     Source,
     Window,
     content_version,
-    identity_of,
+    duplicate_fault,
+    identity_fault,
+    missing_field,
     version_of,
 )
+from migrate._sources._identity import IdentityProblem, identity_text
+from migrate._text import plural
 
 __all__ = ["MemorySource"]
 
@@ -36,9 +40,13 @@ class MemorySource(Source):
 
     Raises:
         ValueError: If *lookup* is neither ``"direct"`` nor ``"scan"``, or *window_size* < 1.
-        SourceError: If a record lacks the *identity* field (or its value is empty) or lacks the
-            *version* field; the message names the field, the item's position and the fields
-            it has. Raised here, so a config building the source fails to load.
+        SourceError: If no record has the *identity* field, or a record lacks the *version*
+            field; the message names the field, the item's index and the fields it has. Raised
+            here, so a config building the source fails to load.
+
+    A record whose identity is absent, null, empty or of a type that cannot be an identity
+    becomes a failed item naming its index (``<index 3>``); two records with one identity are
+    reported as duplicates. Identities are encoded by `identity_text`.
 
     Example:
         >>> source = MemorySource([{"id": 1, "name": "Ada"}, {"id": 2, "name": "Alan"}])
@@ -66,46 +74,90 @@ class MemorySource(Source):
         self.lookup_strategy = lookup
         self.window_size = window_size
         self.scans = 0
-        self._items = [self._item(dict(record), i) for i, record in enumerate(items)]
-        self._index = {item.identity: item for item in self._items}
+        records = [dict(record) for record in items]
+        self._size = len(records)
+        entries = [self._entry(record, i) for i, record in enumerate(records)]
+        self._entries: list[Item | Fault] = entries
+        faults = [e for e in entries if isinstance(e, Fault)]
+        if entries and len(faults) == len(entries) and all(f.details.get("absent") for f in faults):
+            raise missing_field(
+                f"memory item {faults[0].position}",
+                "identity",
+                identity,
+                faults[0].details["fields"],
+            )
+        self._index = self._indexed()
 
-    def _item(self, record: dict[str, Any], position: int) -> Item:
-        where = f"memory item {position}"
-        identity = identity_of(record, self.identity, where)
+    def _indexed(self) -> dict[str, Item | Fault]:
+        index: dict[str, Item | Fault] = {}
+        positions: dict[str, list[str | None]] = {}
+        for entry in self._entries:
+            key = entry.identity
+            if key is None:
+                continue
+            if key in index:
+                positions.setdefault(key, [index[key].position]).append(entry.position)
+            else:
+                index[key] = entry
+        for key, places in positions.items():
+            index[key] = duplicate_fault(self.describe(), key, places)
+        return index
+
+    def _entry(self, record: dict[str, Any], index: int) -> Item | Fault:
+        position = f"index {index}"
+        try:
+            identity = identity_text(record[self.identity])
+        except (KeyError, IdentityProblem):
+            return identity_fault(self.describe(), position, self.identity, record)
 
         def content() -> str:
             return json.dumps(record, sort_keys=True, default=str)
 
         if self.version is None:
-            return Item(identity, record, content_version(content()))
-        return Item(identity, record, version_of(record, self.version, where, content))
+            return Item(identity, record, content_version(content()), position)
+        where = f"memory item {index}"
+        return Item(identity, record, version_of(record, self.version, where, content), position)
 
     def __repr__(self) -> str:
         return (
-            f"MemorySource(<{len(self._items)} items>, identity={self.identity!r}, "
+            f"MemorySource(<{len(self._entries)} items>, identity={self.identity!r}, "
             f"lookup={self.lookup_strategy!r})"
         )
 
     def describe(self) -> str:
-        return f"memory:{plural(len(self._items), 'item')}"
+        return f"memory:{plural(self._size, 'item')}"
 
     def count(self) -> int:
-        return len(self._items)
+        return len(self._entries)
 
     def read_window(self, cursor: Cursor) -> Window:
         start = 0 if cursor is None else int(cursor["position"])
-        end = min(start + self.window_size, len(self._items))
-        return Window(tuple(self._items[start:end]), {"position": end}, end >= len(self._items))
+        end = min(start + self.window_size, len(self._entries))
+        items: list[Item] = []
+        faults: list[Fault] = []
+        for entry in self._entries[start:end]:
+            if isinstance(entry, Item):
+                items.append(entry)
+            else:
+                faults.append(entry)
+        return Window(
+            tuple(items),
+            {"position": end},
+            end >= len(self._entries),
+            tuple(faults),
+            from_start=start == 0,
+        )
 
-    def find(self, identities: Collection[str]) -> dict[str, Item]:
+    def find(self, identities: Collection[str]) -> dict[str, Item | Fault]:
         if self.lookup_strategy == "direct":
             return {i: self._index[i] for i in identities if i in self._index}
         wanted = set(identities)
         if not wanted:
             return {}
         self.scans += 1
-        found: dict[str, Item] = {}
-        for item in self._items:
-            if item.identity in wanted and item.identity not in found:
-                found[item.identity] = item
+        found: dict[str, Item | Fault] = {}
+        for entry in self._entries:
+            key = entry.identity
+            if key is not None and key in wanted and key not in found:
+                found[key] = self._index[key]  # the index holds the duplicate faults
         return found

@@ -2,26 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import decimal
+import math
 import re
-from collections.abc import Callable, Collection, Sequence
+import uuid
+from collections.abc import Callable, Collection, Generator, Sequence
 from typing import Any, Literal, Protocol, cast
 
 from migrate._errors import SourceError
 from migrate._sources._base import (
     Cursor,
+    Fault,
     Item,
     LookupStrategy,
     Source,
     Window,
     content_version,
+    duplicate_fault,
+    excerpt,
+    identity_fault,
     missing_field,
 )
+from migrate._sources._identity import IdentityProblem, identity_text
 
 __all__ = ["DbApiConnection", "SqlSource", "placeholder", "quote_identifier"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 ParamStyle = Literal["qmark", "format", "pyformat", "numeric", "named"]
+Query = Callable[[str, Any], tuple[list[str], Sequence[Sequence[Any]]]]
 
 
 class DbApiCursor(Protocol):
@@ -155,79 +166,220 @@ class SqlSource(Source):
     def describe(self) -> str:
         return f"sql:{self.table}"
 
-    def _query(self, sql: str, params: Any) -> tuple[list[str], Sequence[Sequence[Any]]]:
+    @contextlib.contextmanager
+    def _connected(self) -> Generator[Query]:
+        """One connection for all the queries of a read or lookup, closed after it."""
         try:
             connection = self.connect()
         except Exception as error:
             raise SourceError(f"{self.describe()}: cannot connect: {error}", error) from error
+
+        def query(sql: str, params: Any) -> tuple[list[str], Sequence[Sequence[Any]]]:
+            try:
+                cursor = connection.cursor()
+                cursor.execute(sql, params)
+                rows = cursor.fetchall()
+                columns = [str(d[0]) for d in cursor.description or ()]
+            except Exception as error:
+                raise SourceError(f"{self.describe()}: query failed: {error}", error) from error
+            return columns, rows
+
         try:
-            cursor = connection.cursor()
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-            columns = [str(d[0]) for d in cursor.description or ()]
-        except Exception as error:
-            raise SourceError(f"{self.describe()}: query failed: {error}", error) from error
+            yield query
         finally:
             connection.close()
-        return columns, rows
 
-    def _items(self, columns: list[str], rows: Sequence[Sequence[Any]]) -> list[Item]:
+    def _columns_of(self, columns: list[str]) -> tuple[int, int | None]:
         where = f"{self.describe()} table {self.table!r}"
         if self.identity not in columns:
             raise missing_field(where, "identity", self.identity, columns)
-        key = columns.index(self.identity)
         versioned = self.version
         if versioned is not None and versioned not in columns:
             raise missing_field(where, "version", versioned, columns)
-        at = None if versioned is None else columns.index(versioned)
-        items: list[Item] = []
+        return columns.index(self.identity), None if versioned is None else columns.index(versioned)
+
+    def _entries(
+        self,
+        columns: list[str],
+        rows: Sequence[Sequence[Any]],
+        *,
+        null_base: int | None = None,
+    ) -> list[Item | Fault]:
+        """Items of *rows*; rows without a usable identity become faults (null ones counted
+        from *null_base*)."""
+        key, at = self._columns_of(columns)
+        entries: list[Item | Fault] = []
+        nulls = null_base or 0
+        describe = self.describe()
         for row in rows:
             data = dict(zip(columns, row, strict=True))
-            value = None if at is None else row[at]
-            if value is None or value == "":
+            value = row[key]
+            try:
+                identity = identity_text(value)
+            except IdentityProblem:
+                if value is None:
+                    nulls += 1
+                    position = f"row {nulls} with a null {self.identity}"
+                else:
+                    position = f"row with {self.identity} {excerpt(value, 40)}"
+                entries.append(identity_fault(describe, position, self.identity, data))
+                continue
+            version_value = None if at is None else row[at]
+            if version_value is None or version_value == "":
                 version = content_version(repr(tuple(row)))
             else:
-                version = str(value)
-            items.append(Item(str(row[key]), data, version))
-        return items
+                version = str(version_value)
+            entries.append(Item(identity, data, version))
+        return entries
 
     def count(self) -> int | None:
         try:
-            _columns, rows = self._query(f"SELECT COUNT(*) FROM {self._table}", ())
+            with self._connected() as query:
+                _columns, rows = query(f"SELECT COUNT(*) FROM {self._table}", ())
         except SourceError:
             return None
         return int(rows[0][0])
 
-    def read_window(self, cursor: Cursor) -> Window:
+    def _null_rows(self, query: Query, offset: int) -> tuple[list[str], Sequence[Sequence[Any]]]:
         style = self.paramstyle
         limit = placeholder(style, 1, "limit")
-        if cursor is None or "after" not in cursor:
-            sql = f"SELECT * FROM {self._table} ORDER BY {self._identity} LIMIT {limit}"
-            params = parameters(style, [("limit", self.window_size)])
-        else:
-            after = placeholder(style, 1, "after")
-            limit = placeholder(style, 2, "limit")
+        skip = placeholder(style, 2, "offset")
+        sql = (
+            f"SELECT * FROM {self._table} WHERE {self._identity} IS NULL "
+            f"LIMIT {limit} OFFSET {skip}"
+        )
+        return query(sql, parameters(style, [("limit", self.window_size), ("offset", offset)]))
+
+    def _keyset(
+        self, query: Query, after: Any, *, first: bool
+    ) -> tuple[list[str], Sequence[Sequence[Any]]]:
+        style = self.paramstyle
+        size = self.window_size
+        if first:
+            limit = placeholder(style, 1, "limit")
             sql = (
-                f"SELECT * FROM {self._table} WHERE {self._identity} > {after} "
+                f"SELECT * FROM {self._table} WHERE {self._identity} IS NOT NULL "
                 f"ORDER BY {self._identity} LIMIT {limit}"
             )
-            params = parameters(style, [("after", cursor["after"]), ("limit", self.window_size)])
-        columns, rows = self._query(sql, params)
-        items = self._items(columns, rows)
-        if not rows:
-            return Window((), cursor, True)
-        last = rows[-1][columns.index(self.identity)]
-        return Window(tuple(items), {"after": last}, len(rows) < self.window_size)
+            columns, rows = query(sql, parameters(style, [("limit", size)]))
+        else:
+            marker = placeholder(style, 1, "after")
+            limit = placeholder(style, 2, "limit")
+            sql = (
+                f"SELECT * FROM {self._table} WHERE {self._identity} > {marker} "
+                f"ORDER BY {self._identity} LIMIT {limit}"
+            )
+            columns, rows = query(sql, parameters(style, [("after", after), ("limit", size)]))
+        if len(rows) < size or not rows:
+            return columns, rows
+        # The next window starts after the last key, so rows sharing it must all be in this one:
+        # else the ones past the limit would never be read (and never reported as duplicates).
+        key = columns.index(self.identity) if self.identity in columns else 0
+        last = rows[-1][key]
+        marker = placeholder(style, 1, "key")
+        _same_columns, same = query(
+            f"SELECT * FROM {self._table} WHERE {self._identity} = {marker}",
+            parameters(style, [("key", last)]),
+        )
+        held = sum(1 for row in rows if row[key] == last)
+        if len(same) > held:
+            rows = [*(row for row in rows if row[key] != last), *same]
+        return columns, rows
 
-    def find(self, identities: Collection[str]) -> dict[str, Item]:
-        found: dict[str, Item] = {}
+    def read_window(self, cursor: Cursor) -> Window:
+        """
+        Read the window at *cursor*: from the start (``None``), rows with a null identity first
+        (``{"nulls": N}``: from the N-th on), then by key (``{"keys": true}``: from the first;
+        ``{"after": KEY}``: after KEY, where a key of a type JSON lacks is saved tagged, e.g.
+        ``{"after": {"uuid": "..."}}``).
+        """
+        state = cursor or {}
+        entries: list[Item | Fault] = []
+        with self._connected() as query:
+            if state.get("after") is not None:
+                from_start = False
+                columns, rows = self._keyset(query, _decode_key(state["after"]), first=False)
+            else:
+                offset = int(state.get("nulls", 0))
+                from_start = offset == 0 and "keys" not in state
+                if "keys" not in state:
+                    columns, nulls = self._null_rows(query, offset)
+                    entries = self._entries(columns, nulls, null_base=offset)
+                    if len(nulls) >= self.window_size:
+                        faults = tuple(e for e in entries if isinstance(e, Fault))
+                        after_nulls = {"nulls": offset + len(nulls)}
+                        return Window((), after_nulls, False, faults, from_start=from_start)
+                columns, rows = self._keyset(query, None, first=True)
+        entries += self._entries(columns, rows)
+        items = tuple(e for e in entries if isinstance(e, Item))
+        faults = tuple(e for e in entries if isinstance(e, Fault))
+        if not rows:
+            at_end = cursor if state.get("after") is not None else {"keys": True}
+            return Window(items, at_end, True, faults, from_start=from_start)
+        last = rows[-1][columns.index(self.identity)]
+        after = {"after": _encode_key(last, self.describe())}
+        return Window(items, after, len(rows) < self.window_size, faults, from_start=from_start)
+
+    def find(self, identities: Collection[str]) -> dict[str, Item | Fault]:
+        found: dict[str, Item | Fault] = {}
         convert = self.identity_type
         style = self.paramstyle
         marker = placeholder(style, 1, "key")
         sql = f"SELECT * FROM {self._table} WHERE {self._identity} = {marker}"
-        for identity in identities:
-            key = identity if convert is None else convert(identity)
-            columns, rows = self._query(sql, parameters(style, [("key", key)]))
-            for item in self._items(columns, rows[:1]):
-                found[identity] = item
+        describe = self.describe()
+        with self._connected() as query:
+            for identity in identities:
+                key = identity if convert is None else convert(identity)
+                columns, rows = query(sql, parameters(style, [("key", key)]))
+                matches = [e for e in self._entries(columns, rows) if e.identity == identity]
+                if len(matches) > 1:
+                    places = [f"row {excerpt(e.data, 80)}" for e in matches if isinstance(e, Item)]
+                    found[identity] = duplicate_fault(describe, identity, places)
+                elif matches:
+                    found[identity] = matches[0]
         return found
+
+
+_KEY_TYPES: dict[str, Callable[[Any], Any]] = {
+    "decimal": decimal.Decimal,
+    "uuid": uuid.UUID,
+    "bytes": bytes.fromhex,
+    "datetime": datetime.datetime.fromisoformat,
+    "date": datetime.date.fromisoformat,
+    "time": datetime.time.fromisoformat,
+}
+
+
+def _encode_key(value: Any, source: str) -> Any:
+    """*value* as JSON for a saved cursor: plain JSON types as they are, others tagged."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return {"decimal": str(value)}
+    if isinstance(value, uuid.UUID):
+        return {"uuid": str(value)}
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"bytes": bytes(cast("bytes", value)).hex()}
+    if isinstance(value, datetime.datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, datetime.date):
+        return {"date": value.isoformat()}
+    if isinstance(value, datetime.time):
+        return {"time": value.isoformat()}
+    raise SourceError(
+        f"{source}: cannot keep a cursor after a key of type {type(value).__name__} "
+        f"({excerpt(value, 40)}); use an identity column of a plain type"
+    )
+
+
+def _decode_key(value: Any) -> Any:
+    if isinstance(value, dict):
+        tagged = cast("dict[str, Any]", value)
+        if len(tagged) == 1:
+            ((tag, text),) = tagged.items()
+            convert = _KEY_TYPES.get(tag)
+            if convert is not None:
+                return convert(text)
+    return cast(Any, value)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import shutil
 import sqlite3
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
+from migrate._cli import main
 
 CONFIG_TEXT = '''
 """A test project: people (CSV) into a SQL table, then orders (SQLite) that need their person."""
@@ -32,12 +36,18 @@ def connect_dest():
     return sqlite3.connect(HERE / "dest.db", timeout=30)
 
 
+def connect_orders_dest():
+    # Its own file: a window holds its database's write lock until the window commits, and a
+    # run of people may be blocked mid-window while orders run.
+    return sqlite3.connect(HERE / "orders_dest.db", timeout=30)
+
+
 def connect_orders():
     return sqlite3.connect(HERE / "orders.db", timeout=30)
 
 
 people_table = migrate.SqlDestination(connect_dest, "people", "id")
-orders_table = migrate.SqlDestination(connect_dest, "orders", "id")
+orders_table = migrate.SqlDestination(connect_orders_dest, "orders", "id")
 
 
 def gate(identity):
@@ -102,6 +112,17 @@ config = migrate.Config(
 '''
 
 
+def run_main(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """
+    ``migrate --config CONFIG ARGS`` in this process (the command's own ``main``), for tests
+    that need its exit code and output but not a process of their own; quicker than a process.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--config", str(config), *args])
+    return subprocess.CompletedProcess(["migrate", *args], code, out.getvalue(), err.getvalue())
+
+
 def migrate_command() -> list[str]:
     """The installed ``migrate`` command of this venv, else ``python -m migrate``."""
     beside = Path(sys.executable).parent / "migrate"
@@ -113,7 +134,8 @@ def migrate_command() -> list[str]:
 
 @attrs.frozen
 class Project:
-    """A project folder: ``migrate_config.py``, ``people.csv``, ``orders.db``, ``dest.db``."""
+    """A project folder: ``migrate_config.py``, ``people.csv``, ``orders.db``, ``dest.db``
+    (people) and ``orders_dest.db`` (orders)."""
 
     root: Path
 
@@ -144,7 +166,7 @@ class Project:
 
     def dest_ids(self, table: str) -> list[int]:
         """The ids written to the destination *table*, sorted."""
-        db = sqlite3.connect(self.root / "dest.db")
+        db = sqlite3.connect(self.root / ("orders_dest.db" if table == "orders" else "dest.db"))
         try:
             return [row[0] for row in db.execute(f"SELECT id FROM {table} ORDER BY id")]
         finally:
@@ -170,6 +192,10 @@ class Project:
             timeout=timeout,
             check=False,
         )
+
+    def main(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run ``migrate --config CONFIG ARGS`` in this process (see `run_main`)."""
+        return run_main(self.config, *args)
 
     def json(self, *args: str) -> Any:
         """Run a ``--json`` command that must succeed and decode its output."""
@@ -199,6 +225,9 @@ def make_project(root: Path, states: Sequence[str], *, window: int = 10) -> Proj
     db = sqlite3.connect(root / "dest.db")
     with db:
         db.execute("CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT)")
+    db.close()
+    db = sqlite3.connect(root / "orders_dest.db")
+    with db:
         db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, person_id INTEGER, amount)")
     db.close()
     return project

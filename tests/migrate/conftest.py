@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,3 +15,16 @@ from tests.migrate.helpers import people, write_csv
 def csv_people(tmp_path: Path) -> Path:
     """A CSV file of 10 people with ids 1..10."""
     return write_csv(tmp_path / "people.csv", people(10))
+
+
+@pytest.fixture(autouse=True)
+def _config_modules_stay_in_their_test(tmp_path: Path) -> Iterator[None]:
+    """load_config puts a config's folder on sys.path and imports it and its siblings: undo it,
+    so a module of one test's folder never answers another test's import."""
+    path = list(sys.path)
+    yield
+    sys.path[:] = path
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and Path(file).is_relative_to(tmp_path):
+            del sys.modules[name]

@@ -8,7 +8,18 @@ import sys
 from pathlib import Path
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "migrate_throughput.py"
-SMALL = ("--rows", "1500", "--failed", "20", "--naive-rows", "30", "--rounds", "1")
+SMALL = (
+    "--rows",
+    "1500",
+    "--failed",
+    "20",
+    "--naive-rows",
+    "30",
+    "--load-rows",
+    "50",
+    "--rounds",
+    "1",
+)
 
 
 def test_benchmark_prints_each_loop_rate_and_our_ratio_to_it() -> None:
@@ -36,3 +47,7 @@ def test_benchmark_prints_each_loop_rate_and_our_ratio_to_it() -> None:
     assert re.search(r"^  ours / naive = [\d.]+", done.stdout, re.MULTILINE)
     assert "naive: DictReader + INSERT/commit per item, 30 rows" in done.stdout
     assert "source read 1 time for 20 identities (meets the target of once)" in done.stdout
+    assert re.search(
+        r"^  ours: upserts in a run, 50 rows +[\d,]+ +1\.00$", done.stdout, re.MULTILINE
+    )
+    assert re.search(r"^  per call: .* +[\d,]+ +[\d.]+$", done.stdout, re.MULTILINE)

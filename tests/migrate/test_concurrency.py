@@ -101,3 +101,87 @@ def test_journal_entries_stay_with_their_item_under_concurrency(tmp_path: Path) 
     with config.open_store() as store:
         keys = {s.identity: [e["key"] for e in s.journal] for s in store.items("p")}
     assert {str(i): [str(i)] for i in range(1, 10)} == keys
+
+
+def test_sync_concurrency_runs_that_many_items_at_once(tmp_path: Path) -> None:
+    """concurrency=10 runs 10 plain processes at once (more than asyncio's default threads)."""
+    barrier = threading.Barrier(10, timeout=60)
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        barrier.wait()  # breaks (and fails every item) unless all 10 are in here together
+
+    source = migrate.MemorySource(people(20), window_size=10)
+    config = config_of(tmp_path, migrate.Migration("p", source, process, concurrency=10))
+    summary = migrate.run(config)
+    assert migrate.Counts(migrated=20) == summary.definitions["p"].counts
+
+
+def test_a_sync_process_over_its_timeout_fails_and_the_others_go_on(tmp_path: Path) -> None:
+    """timeout= fails items that overran; their threads are replaced, so N still run at once."""
+    release = threading.Event()
+    barrier = threading.Barrier(2, timeout=60)
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        if item.identity in ("1", "2"):
+            release.wait(60)  # stuck well past the timeout, holding both workers
+        elif item.identity in ("3", "4"):
+            barrier.wait()  # passes only if two new workers took the stuck ones' places
+
+    source = migrate.MemorySource(people(5))
+    config = config_of(
+        tmp_path, migrate.Migration("p", source, process, concurrency=2, timeout="300ms")
+    )
+    try:
+        summary = migrate.run(config)
+    finally:
+        release.set()
+    failures = migrate.failures(config, "p")
+    assert (["1", "2"], {"TimeoutError"}) == (
+        [f.identity for f in failures],
+        {f.error.type for f in failures},
+    )
+    assert "did not finish within its timeout of 0.3s" in failures[0].error.message
+    assert migrate.Counts(migrated=3, failed=2) == summary.definitions["p"].counts
+
+
+def test_an_async_process_over_its_timeout_is_cancelled(tmp_path: Path) -> None:
+    """An async process over timeout= is cancelled and its item fails with TimeoutError."""
+    cancelled: list[str] = []
+
+    async def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        if item.identity == "2":
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.append(item.identity)
+                raise
+
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process, timeout=0.1)
+    )
+    summary = migrate.run(config)
+    (failure,) = migrate.failures(config, "p")
+    assert (["2"], "TimeoutError", 2) == (
+        cancelled,
+        failure.error.type,
+        summary.definitions["p"].counts.migrated,
+    )
+
+
+def test_a_plain_process_with_a_timeout_and_concurrency_1_still_runs_in_order(
+    tmp_path: Path,
+) -> None:
+    """With timeout= and concurrency 1, items run one at a time (in a worker thread), in order."""
+    seen: list[str] = []
+    main = threading.get_ident()
+    threads: set[bool] = set()
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        threads.add(threading.get_ident() == main)
+        seen.append(item.identity)
+
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource(people(4)), process, timeout=30)
+    )
+    migrate.run(config)
+    assert (["1", "2", "3", "4"], {False}) == (seen, threads)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
+import sys
 from pathlib import Path
 
 import pytest
 
 import migrate
-from tests.migrate.helpers import noop
+from tests.migrate.helpers import noop, write_csv
 
 
 def _write(tmp_path: Path, body: str, name: str = "migrate_config.py") -> Path:
@@ -184,3 +186,84 @@ def test_bad_store_url_is_a_config_error(tmp_path: Path) -> None:
     config = migrate.Config([], store="postgres://x", base_dir=tmp_path)
     with pytest.raises(migrate.ConfigError, match="store must look like 'sqlite:///"):
         config.open_store()
+
+
+def test_an_error_while_importing_names_the_file_and_line(tmp_path: Path) -> None:
+    """An exception raised by the config names the config's file and line (and where it rose)."""
+    (tmp_path / "helper.py").write_text("def broken():\n    raise KeyError('gone')\n")
+    path = _write(tmp_path, "import helper\n\nx = 1\nhelper.broken()\n")
+    with pytest.raises(migrate.ConfigError) as caught:
+        migrate.load_config(path)
+    assert f"{path}, line 6 (raised at {tmp_path / 'helper.py'}, line 2): KeyError: 'gone'" == (
+        str(caught.value)
+    )
+
+
+def test_a_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    """A config that is not valid Python names its file and the line of the syntax error."""
+    path = _write(tmp_path, "x = (\n")
+    with pytest.raises(migrate.ConfigError, match=rf"{path}, line 3: SyntaxError"):
+        migrate.load_config(path)
+
+
+def test_a_config_imports_its_sibling_modules(tmp_path: Path) -> None:
+    """A module beside the config can be imported by it, also from a process at run time."""
+    (tmp_path / "shapes.py").write_text("def shape(data):\n    return {'n': data['id']}\n")
+    path = _write(
+        tmp_path,
+        "import shapes\n\n"
+        "def process(item, scope):\n"
+        "    import shapes as again\n"
+        "    scope.track(again.shape(item.data))\n\n"
+        "config = migrate.Config([migrate.Migration('a', migrate.MemorySource([{'id': 5}]), "
+        "process)], store='sqlite:///s.db')\n",
+    )
+    config = migrate.load_config(path)
+    migrate.run(config)
+    with config.open_store() as store:
+        assert {"n": 5} == store.tracking("a", "5")
+
+
+def test_what_a_config_defines_can_be_pickled(tmp_path: Path) -> None:
+    """The config is a real module: its classes and functions pickle and unpickle."""
+    path = _write(
+        tmp_path,
+        "import attrs\n\n@attrs.frozen\nclass Row:\n    n: int\n\n"
+        "def process(item, scope):\n    pass\n\n"
+        "config = migrate.Config([migrate.Migration('a', migrate.MemorySource([]), process)])\n",
+    )
+    config = migrate.load_config(path)
+    module = sys.modules[config.migrations[0].process.__module__]
+    row = module.Row(3)
+    assert ("migrate_config", row) == (module.__name__, pickle.loads(pickle.dumps(row)))
+    assert config.migrations[0].process is pickle.loads(pickle.dumps(module.process))
+
+
+def test_relative_source_paths_are_relative_to_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CsvSource('data/x.csv') in a config reads next to the config, wherever migrate runs."""
+    (tmp_path / "data").mkdir()
+    write_csv(tmp_path / "data" / "x.csv", [{"id": "1"}])
+    path = _write(
+        tmp_path,
+        "config = migrate.Config([migrate.Migration('a', migrate.CsvSource('data/x.csv'), "
+        "lambda item, scope: None), migrate.Migration('b', migrate.CsvSource('data/none.csv'), "
+        "lambda item, scope: None)], store='sqlite:///s.db')\n",
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = migrate.load_config(path)
+    summary = migrate.run(config)
+    assert 1 == summary.definitions["a"].counts.migrated
+    assert f"cannot read csv:{tmp_path / 'data' / 'none.csv'}" in (
+        summary.definitions["b"].error or ""
+    )
+
+
+def test_config_naming_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    """--config DIR is refused saying it is a folder, pointing at the config file inside."""
+    _write(tmp_path, "config = migrate.Config([])\n")
+    with pytest.raises(migrate.ConfigError, match="is a folder, not a config file; did you mean"):
+        migrate.load_config(tmp_path)

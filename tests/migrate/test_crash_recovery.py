@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from migrate._liveness import ProcessId, is_alive, this_process
 from tests.migrate.cli_support import counts_sum, make_project
 
 N = 300
@@ -35,9 +39,9 @@ def test_killed_run_is_finished_by_the_next_run(tmp_path: Path, concurrency: str
     crashed.kill()  # SIGKILL: no clean-up of any kind
     crashed.communicate()
     assert crashed.returncode < 0
-    if concurrency == "1":
-        # The blocked window's earlier items reached the destination, but their states did not.
-        assert {151, 152, 153} <= set(project.dest_ids("people"))
+    # The blocked window's destination writes share its transaction: gone with its states.
+    assert not {151, 152, 153} & set(project.dest_ids("people"))
+    assert {141, 142, 150} <= set(project.dest_ids("people"))  # committed windows stay
 
     (tmp_path / "block_at").unlink()
     finished = project.cli("run", "people", "-c", concurrency, "--json")
@@ -78,3 +82,46 @@ def test_killed_run_is_finished_by_the_next_run(tmp_path: Path, concurrency: str
         **json.loads(finished.stdout)["definitions"]["people"],
         "status": newest["definitions"]["people"]["status"],
     }
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_run_whose_pid_was_reused_is_still_seen_dead(tmp_path: Path) -> None:
+    """Same host, same pid, another process (a restarted container): the run is dead."""
+    if this_process().token is None:
+        pytest.skip("this system does not tell process start times (no /proc): pid only")
+    project = make_project(tmp_path, ["ok"] * 20, window=5)
+    (tmp_path / "block_at").write_text("12")
+    crashed = project.popen("run", "people", "--progress", "none")
+    project.wait_for("blocked", crashed)
+    crashed.kill()
+    crashed.communicate()
+    (tmp_path / "block_at").unlink()
+    # A live process now has the dead run's pid; its start time differs from the one recorded.
+    impostor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        db = sqlite3.connect(tmp_path / "state" / "migrate.db")
+        with db:
+            db.execute("UPDATE runs SET pid = ?", (impostor.pid,))
+            db.execute("UPDATE locks SET pid = ?", (impostor.pid,))
+        db.close()
+        after = project.cli("run", "people", "--json")
+        assert 0 == after.returncode, after.stderr
+        runs = project.json("runs")["runs"]
+        assert ("failed", f"process {impostor.pid} died") == (runs[1]["status"], runs[1]["error"])
+        assert list(range(1, 21)) == project.dest_ids("people")
+    finally:
+        impostor.kill()
+        impostor.wait()
+
+
+def test_liveness_trusts_the_start_token_over_the_pid() -> None:
+    """A live pid with another start token is dead; the right token, or none recorded, alive."""
+    me = this_process()
+    if me.token is None:
+        pytest.skip("this system does not tell process start times (no /proc): pid only")
+    assert (True, True, False) == (
+        is_alive(me),
+        is_alive(ProcessId(me.pid, me.host, None)),
+        is_alive(ProcessId(me.pid, me.host, "another-boot:1")),
+    )
+    assert is_alive(ProcessId(me.pid, "elsewhere", me.token)) is None

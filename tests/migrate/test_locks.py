@@ -97,7 +97,7 @@ def test_lock_of_a_dead_process_on_this_host_is_broken(tmp_path: Path) -> None:
             "UPDATE runs SET pid = ?, status = 'running' WHERE id = 'crashed'", (dead,)
         )  # pyright: ignore[reportPrivateUsage]
         store._db.execute(  # pyright: ignore[reportPrivateUsage]
-            "INSERT INTO locks VALUES ('p', 'crashed', ?, ?, 0)", (dead, store.host)
+            "INSERT INTO locks VALUES ('p', 'crashed', ?, ?, 0, NULL)", (dead, store.host)
         )
     assert migrate.run(config).status == "succeeded"
     crashed = next(r for r in migrate.runs(config) if r.run_id == "crashed")
@@ -109,7 +109,7 @@ def test_lock_of_another_host_is_not_broken_automatically(tmp_path: Path) -> Non
     config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(1)), noop))
     with config.open_store() as store:
         store._db.execute(  # pyright: ignore[reportPrivateUsage]
-            "INSERT INTO locks VALUES ('p', 'far-run', ?, 'elsewhere', 0)", (_dead_pid(),)
+            "INSERT INTO locks VALUES ('p', 'far-run', ?, 'elsewhere', 0, NULL)", (_dead_pid(),)
         )
     with pytest.raises(migrate.LockHeld, match="on host elsewhere"):
         migrate.run(config)

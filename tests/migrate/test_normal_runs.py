@@ -194,7 +194,7 @@ def test_progress_ticks_between_windows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, concurrency: int
 ) -> None:
     """Item events report items processed inside a window before it is committed."""
-    monkeypatch.setattr("migrate._runner._TICK_EVERY", 0.0)  # a tick after every item
+    monkeypatch.setattr("migrate._window_loop._TICK_EVERY", 0.0)  # a tick after every item
     events: list[migrate.ProgressEvent] = []
     source = migrate.MemorySource(people(6), window_size=3)
     config = config_of(tmp_path, migrate.Migration("p", source, noop, concurrency=concurrency))
@@ -224,7 +224,7 @@ def test_run_record_is_stored_with_counts(csv_people: Path, tmp_path: Path) -> N
 
 
 def test_interrupted_run_loses_nothing_and_counts_nothing_twice(tmp_path: Path) -> None:
-    """A run interrupted mid-window keeps its committed windows; the next run does the rest."""
+    """Ctrl-C mid-window keeps what was done, marks the item it was in interrupted; then resume."""
     path = write_csv(tmp_path / "p.csv", people(10))
     seen: list[str] = []
     interrupt = {"on": "8"}
@@ -240,13 +240,24 @@ def test_interrupted_run_loses_nothing_and_counts_nothing_twice(tmp_path: Path) 
     with pytest.raises(KeyboardInterrupt):
         migrate.run(config)
     (crashed,) = migrate.runs(config)
-    assert (crashed.status, crashed.definitions["p"].counts.migrated) == ("failed", 6)
+    assert ("failed", migrate.Counts(migrated=7, interrupted=1)) == (
+        crashed.status,
+        crashed.definitions["p"].counts,
+    )
+    assert ("interrupted", "migrated") == (states(config, "p")["8"], states(config, "p")["7"])
+    with pytest.raises(KeyboardInterrupt):  # 8 is a target of --failed, like a failure
+        migrate.run(config, migrate.RunOptions(failed=True))
+    assert ("interrupted", 1) == (
+        states(config, "p")["8"],
+        migrate.runs(config)[0].definitions["p"].counts.interrupted,
+    )
     interrupt["on"] = ""
     seen.clear()
     summary = migrate.run(config)
-    assert seen == ["7", "8", "9", "10"]
-    assert summary.definitions["p"].counts.migrated == 4
-    assert sum(r.definitions["p"].counts.migrated for r in migrate.runs(config)) == 10
+    assert ["8", "9", "10"] == seen
+    assert migrate.Counts(migrated=3, unchanged=1) == summary.definitions["p"].counts
+    assert 10 == sum(r.definitions["p"].counts.migrated for r in migrate.runs(config))
+    assert 0 == migrate.status(config).definitions["p"].interrupted
     assert dict.fromkeys((str(i) for i in range(1, 11)), "migrated") == states(config, "p")
 
 

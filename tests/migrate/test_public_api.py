@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import pickle
+import traceback
+
+import pytest
 
 import migrate
 
@@ -46,3 +50,28 @@ def test_error_tree() -> None:
     assert issubclass(migrate.TrackingError, ValueError)
     assert issubclass(migrate.ContractChanged, migrate.RefusedError)
     assert not issubclass(migrate.Skip, migrate.MigrateError)
+
+
+def test_public_classes_show_the_public_module() -> None:
+    """Every exported class reads ``migrate.X`` in reprs, tracebacks and pickles."""
+    private = sorted(
+        name
+        for name in migrate.__all__
+        if isinstance(getattr(migrate, name), type)
+        and getattr(migrate, name).__module__ != "migrate"
+    )
+    assert [] == private
+    assert "<class 'migrate.ConfigError'>" == repr(migrate.ConfigError)
+    with pytest.raises(migrate.ConfigError) as caught:
+        migrate.Config([], store=1)  # type: ignore[arg-type]
+    assert traceback.format_exception_only(caught.value)[-1].startswith("migrate.ConfigError: ")
+    counts = migrate.Counts(migrated=2)
+    assert counts == pickle.loads(pickle.dumps(counts))
+
+
+def test_errors_module_holds_only_errors() -> None:
+    """format_time, plural and LockInfo live outside the errors module."""
+    import migrate._errors as errors_module
+
+    assert not {"format_time", "plural", "LockInfo"} & set(errors_module.__all__)
+    assert "migrate._text" == migrate.format_time.__module__

@@ -51,12 +51,73 @@ def test_id_run_processes_the_given_identities_whatever_their_state(tmp_path: Pa
     assert migrate.Counts(migrated=2) == summary.definitions["p"].counts
 
 
-def test_id_run_for_an_unknown_identity_fails_it_saying_so(tmp_path: Path) -> None:
-    """An --id that the source does not have becomes a failed state (not found)."""
+def test_id_run_for_an_unknown_identity_reports_it_and_stores_nothing(tmp_path: Path) -> None:
+    """An --id the source does not have is reported in the notes; no state is stored for it."""
     config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(2)), noop))
-    summary = migrate.run(config, migrate.RunOptions(ids=("77",)))
-    (failure,) = migrate.failures(config, "p")
-    assert (failure.identity, failure.error.type, summary.status) == ("77", "NotFound", "failed")
+    summary = migrate.run(config, migrate.RunOptions(definitions=("p",), ids=("77", "1")))
+    assert ({"1": "migrated"}, "succeeded") == (states(config, "p"), summary.status)
+    (note,) = summary.notes
+    assert "1 identity not in memory:2 items ('77'): nothing was stored for them" in note
+
+
+def test_id_run_for_a_stored_identity_gone_from_the_source_keeps_its_state(
+    tmp_path: Path,
+) -> None:
+    """An --id whose record left the source keeps its stored state and offers forget."""
+    first = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), noop))
+    migrate.run(first)
+    later = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(2)), noop))
+    summary = migrate.run(later, migrate.RunOptions(definitions=("p",), ids=("3",)))
+    assert "migrated" == states(later, "p")["3"]
+    assert "to drop them: migrate forget p --id 3" in summary.notes[0]
+
+
+def test_forget_removes_states_no_run_can_clear(tmp_path: Path) -> None:
+    """forget() drops the named states; a later run treats them as never seen."""
+    seen: list[str] = []
+    config = config_of(
+        tmp_path,
+        migrate.Migration("p", migrate.MemorySource(people(3)), recorder(seen, fail={"2"})),
+    )
+    migrate.run(config)
+    removed = migrate.forget(config, "p", ["2", "9"])
+    assert (["2"], {"1": "migrated", "3": "migrated"}) == (
+        [s.identity for s in removed],
+        states(config, "p"),
+    )
+    with pytest.raises(migrate.UsageError, match="name the identities to forget"):
+        migrate.forget(config, "p", [])
+
+
+def test_forget_is_refused_while_a_run_holds_the_definition(tmp_path: Path) -> None:
+    """forget takes the definition's lock: a live run holding it makes it LockHeld."""
+    refused: list[migrate.LockHeld] = []
+    box: list[migrate.Config] = []
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        with pytest.raises(migrate.LockHeld) as caught:
+            migrate.forget(box[0], "p", ["1"])
+        refused.append(caught.value)
+
+    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(1)), process))
+    box.append(config)
+    migrate.run(config)
+    assert 1 == len(refused)
+
+
+def test_id_without_a_definition_is_refused_when_there_are_several(tmp_path: Path) -> None:
+    """--id with no definition named (or --all) is refused unless the config has just one."""
+    config = config_of(
+        tmp_path,
+        migrate.Migration("a", migrate.MemorySource(people(1)), noop),
+        migrate.Migration("b", migrate.MemorySource(people(1)), noop),
+    )
+    for options in (migrate.RunOptions(ids=("1",)), migrate.RunOptions(all=True, ids=("1",))):
+        with pytest.raises(migrate.UsageError, match="--id needs the definition"):
+            migrate.run(config, options)
+    assert {} == states(config, "a")
+    single = config_of(tmp_path, migrate.Migration("a", migrate.MemorySource(people(1)), noop))
+    assert ("a",) == migrate.plan(single, migrate.RunOptions(ids=("1",))).definition_ids
 
 
 def test_id_run_plan_shows_the_identities(tmp_path: Path) -> None:

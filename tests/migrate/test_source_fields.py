@@ -105,11 +105,19 @@ def test_items_with_null_versions_are_unchanged_until_their_content_changes(
     assert (["1", "2", "2"], 1) == (seen, second.definitions["p"].counts.unchanged)
 
 
-def test_jsonl_lookup_fails_on_a_record_without_identity(tmp_path: Path) -> None:
-    """A lookup meeting an object without the identity field fails instead of skipping it."""
+def test_jsonl_lookup_passes_over_a_record_without_identity(tmp_path: Path) -> None:
+    """A lookup meeting an object without the identity field goes on and finds the others."""
     path = write_jsonl(tmp_path / "p.jsonl", [{"id": 1}, {"key": 2}, {"id": 3}])
-    failure = migrate.JsonlSource(path).lookup("3").run().failure()
-    assert "line 2 has no identity field 'id'; its fields are 'key'" in str(failure)
+    found = migrate.JsonlSource(path).lookup("3").run_or_raise()
+    assert isinstance(found, migrate.Item)
+    assert ("3", "line 3") == (found.identity, found.position)
+
+
+def test_jsonl_lookup_fails_when_no_record_has_the_identity_field(tmp_path: Path) -> None:
+    """A file in which no object has the identity field fails the lookup naming the field."""
+    path = write_jsonl(tmp_path / "p.jsonl", [{"key": 1}, {"key": 2}])
+    failure = migrate.JsonlSource(path).lookup("2").run().failure()
+    assert "line 1 has no identity field 'id'; its fields are 'key'" in str(failure)
 
 
 def test_sql_version_column_missing_from_the_table_fails_the_read(tmp_path: Path) -> None:

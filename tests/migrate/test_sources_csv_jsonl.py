@@ -39,7 +39,8 @@ def test_csv_items_carry_data_and_version_field(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "p.csv", [{"key": "a", "name": "Ada", "rev": "7"}])
     source = migrate.CsvSource(path, identity="key", version="rev")
     window = source.read(None).run_or_raise()
-    assert [migrate.Item("a", {"key": "a", "name": "Ada", "rev": "7"}, "7")] == list(window.items)
+    expected = migrate.Item("a", {"key": "a", "name": "Ada", "rev": "7"}, "7", "line 2")
+    assert [expected] == list(window.items)
 
 
 def test_csv_without_version_field_versions_by_content(tmp_path: Path) -> None:
@@ -125,13 +126,19 @@ def test_empty_csv_is_one_empty_done_window(tmp_path: Path) -> None:
     assert (window.items, window.done) == ((), True)
 
 
-def test_row_with_wrong_field_count_is_a_source_error_naming_the_line(tmp_path: Path) -> None:
-    """A row with more fields than the header fails the read with SourceError naming its line."""
+def test_row_with_wrong_field_count_is_a_fault_naming_the_line(tmp_path: Path) -> None:
+    """A row with more fields than the header is a fault naming its line; reading goes on."""
     path = tmp_path / "p.csv"
-    path.write_text("id,name\n1,Ada\n2,Alan,extra\n", encoding="utf-8")
-    failure = migrate.CsvSource(path).read(None).run().failure()
-    assert isinstance(failure, migrate.SourceError)
-    assert "line 3: 3 fields, the header has 2" in str(failure)
+    path.write_text("id,name\n1,Ada\n2,Alan,extra\n3,Grace\n", encoding="utf-8")
+    window = migrate.CsvSource(path).read(None).run_or_raise()
+    (fault,) = window.faults
+    assert (["1", "3"], "line 3", "MalformedRecord", "<line 3>") == (
+        [i.identity for i in window.items],
+        fault.position,
+        fault.type,
+        fault.key,
+    )
+    assert "line 3 has 3 fields, the header has 2" in fault.message
 
 
 def test_missing_identity_column_is_a_source_error(tmp_path: Path) -> None:
@@ -185,19 +192,22 @@ def test_jsonl_cursor_resumes_and_version_field(tmp_path: Path) -> None:
     assert [(i.identity, i.version) for i in window.items] == [("3", "30"), ("4", "40")]
 
 
-def test_jsonl_invalid_line_is_a_source_error_naming_the_line(tmp_path: Path) -> None:
-    """A line that is not JSON fails the read with SourceError naming the line."""
+def test_jsonl_invalid_line_is_a_fault_naming_the_line(tmp_path: Path) -> None:
+    """A line that is not JSON is a fault naming the line; the lines after it are read."""
     path = tmp_path / "p.jsonl"
-    path.write_text('{"id": 1}\n{oops\n')
-    failure = migrate.JsonlSource(path).read(None).run().failure()
-    assert "line 2: invalid JSON" in str(failure)
+    path.write_text('{"id": 1}\n{oops\n{"id": 3}\n')
+    window = migrate.JsonlSource(path).read(None).run_or_raise()
+    (fault,) = window.faults
+    assert (["1", "3"], "<line 2>") == ([i.identity for i in window.items], fault.key)
+    assert "line 2 is not valid JSON" in fault.message
 
 
-def test_jsonl_line_that_is_not_an_object_is_a_source_error(tmp_path: Path) -> None:
-    """A JSON value that is not an object fails the read."""
+def test_jsonl_line_that_is_not_an_object_is_a_fault(tmp_path: Path) -> None:
+    """A JSON value that is not an object is a fault, not an item."""
     path = tmp_path / "p.jsonl"
-    path.write_text("[1, 2]\n")
-    assert "not a JSON object" in str(migrate.JsonlSource(path).read(None).run().failure())
+    path.write_text('{"id": 1}\n[1, 2]\n')
+    (fault,) = migrate.JsonlSource(path).read(None).run_or_raise().faults
+    assert "line 2 is JSON but not an object" in fault.message
 
 
 def test_jsonl_changed_file_restarts(tmp_path: Path) -> None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import migrate
-from migrate._state import DefinitionResult
 from tests.migrate.helpers import config_of, noop, people
 
 
@@ -58,49 +56,6 @@ def test_reopening_keeps_the_schema_version_row_single(tmp_path: Path) -> None:
         db.close()
 
 
-def test_window_states_and_cursor_commit_together(tmp_path: Path) -> None:
-    """commit_window writes the states, the run's counts and the cursor in one transaction."""
-    with migrate.open_store("sqlite:///s.db", base_dir=tmp_path) as store:
-        store.create_run("r1", "normal", {})
-        row = ("d", "1", "migrated", None, None, "v1", None, None, "r1", 0.0)
-        results = {"d": DefinitionResult("normal", "running", migrate.Counts(migrated=1))}
-        store.commit_window(
-            "d", [row], run_id="r1", definitions=results, cursor={"position": 1}, save_cursor=True
-        )
-        assert {"position": 1} == store.cursor("d")
-        assert migrate.Counts(migrated=1) == store.counts("d")
-        record = store.run("r1")
-        assert record is not None
-        assert migrate.Counts(migrated=1) == record.definitions["d"].counts
-
-
-def test_failed_commit_keeps_the_old_cursor(tmp_path: Path) -> None:
-    """If writing a window's states fails, its cursor is not saved either."""
-    with migrate.open_store("sqlite:///s.db", base_dir=tmp_path) as store:
-        store.create_run("r1", "normal", {})
-        bad_row: Any = ("d", "1", "migrated", None, None, None, None, None, "r1")  # 1 column short
-        with pytest.raises(sqlite3.ProgrammingError):
-            store.commit_window(
-                "d",
-                [bad_row],
-                run_id="r1",
-                definitions={},
-                cursor={"position": 5},
-                save_cursor=True,
-            )
-        assert store.cursor("d") is None
-
-
-def test_one_state_per_definition_and_identity(tmp_path: Path) -> None:
-    """Writing an identity again replaces its state: never two states for one item."""
-    with migrate.open_store("sqlite:///s.db", base_dir=tmp_path) as store:
-        store.create_run("r", "normal", {})
-        for status in ("failed", "migrated"):
-            row = ("d", "1", status, None, None, None, None, None, "r", 0.0)
-            store.commit_window("d", [row], run_id="r", definitions={})
-        assert [("1", "migrated")] == [(s.identity, s.status) for s in store.items("d")]
-
-
 def test_status_report_json_keys(tmp_path: Path) -> None:
     """status().to_json() has per-definition stored counts and the latest run."""
     config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), noop))
@@ -122,7 +77,8 @@ def test_status_report_json_keys(tmp_path: Path) -> None:
 def test_status_of_a_never_run_definition(tmp_path: Path) -> None:
     """A definition that never ran has zero counts and no latest run."""
     config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource([]), noop))
-    assert {"migrated": 0, "skipped": 0, "failed": 0, "needs_update": 0, "latest_run": None} == (
+    never: dict[str, object] = {"migrated": 0, "skipped": 0, "failed": 0, "needs_update": 0}
+    assert {**never, "interrupted": 0, "latest_run": None} == (
         migrate.status(config).to_json()["definitions"]["p"]
     )
 
@@ -155,22 +111,75 @@ def test_runs_newest_first_with_limit(tmp_path: Path) -> None:
     assert {"run_id", "status", "mode", "definitions"} <= set(migrate.runs(config)[0].to_json())
 
 
-def test_version_1_store_is_upgraded_keeping_its_data(tmp_path: Path) -> None:
-    """A schema-1 store (before contracts) gets the contracts table and version 2, states kept."""
-    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(2)), noop))
-    migrate.run(config)
-    db = sqlite3.connect(tmp_path / "state.db")
+# The schema of version 2 (before positions and process tokens), as that release wrote it.
+_SCHEMA_2 = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE item_states (definition TEXT NOT NULL, identity TEXT NOT NULL, status TEXT NOT NULL,
+    reason TEXT, error TEXT, version TEXT, journal TEXT, tracking TEXT, run_id TEXT,
+    updated_at REAL NOT NULL, PRIMARY KEY (definition, identity)) WITHOUT ROWID;
+CREATE INDEX item_states_by_status ON item_states (definition, status);
+CREATE TABLE runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL, mode TEXT NOT NULL, definitions TEXT NOT NULL, error TEXT,
+    started_at REAL NOT NULL, ended_at REAL, pid INTEGER NOT NULL, host TEXT NOT NULL);
+CREATE TABLE cursors (definition TEXT PRIMARY KEY, cursor TEXT, updated_at REAL NOT NULL);
+CREATE TABLE contracts (definition TEXT PRIMARY KEY, contract TEXT NOT NULL,
+    fingerprint TEXT NOT NULL, run_id TEXT NOT NULL, recorded_at REAL NOT NULL);
+CREATE TABLE locks (definition TEXT PRIMARY KEY, run_id TEXT NOT NULL, pid INTEGER NOT NULL,
+    host TEXT NOT NULL, acquired_at REAL NOT NULL);
+"""
+
+
+def _old_store(path: Path, version: int) -> None:
+    """Write a store as schema *version* (1 or 2) left it, holding one migrated state of p."""
+    db = sqlite3.connect(path)
     with db:
-        db.execute("DROP TABLE contracts")
-        db.execute("UPDATE schema_version SET version = 1")
+        db.executescript(_SCHEMA_2)
+        if version == 1:
+            db.execute("DROP TABLE contracts")
+        db.execute("INSERT INTO schema_version VALUES (?)", (version,))
+        db.execute(
+            "INSERT INTO item_states VALUES ('p', '1', 'migrated', NULL, NULL, 'v1', NULL, "
+            "'{\"dest\": 7}', 'old-run', 0)"
+        )
     db.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_store_is_upgraded_keeping_its_data(tmp_path: Path, version: int) -> None:
+    """A schema-1 or -2 store gains the later tables and columns and version 3, states kept."""
+    _old_store(tmp_path / "state.db", version)
+    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(2)), noop))
     with config.open_store() as store:
-        assert (None, 2) == (store.contract("p"), store.counts("p").migrated)
+        (state,) = store.items("p")
+        assert (None, "migrated", {"dest": 7}, None) == (
+            store.contract("p"),
+            state.status,
+            state.tracking,
+            state.position,
+        )
     db = sqlite3.connect(tmp_path / "state.db")
     try:
-        assert [(2,)] == db.execute("SELECT version FROM schema_version").fetchall()
+        assert [(migrate.SCHEMA_VERSION,)] == db.execute(
+            "SELECT version FROM schema_version"
+        ).fetchall()
     finally:
         db.close()
     migrate.run(config)  # the first run since the upgrade records the contract
     with config.open_store() as store:
         assert migrate.Contract("memory", "id", None, "direct") == store.contract("p")
+        assert {"1": "migrated", "2": "migrated"} == {
+            s.identity: s.status for s in store.items("p")
+        }
+
+
+def test_older_store_reads_as_it_is_when_read_only(tmp_path: Path) -> None:
+    """A read-only open of a schema-2 store reads it without upgrading it."""
+    _old_store(tmp_path / "state.db", 2)
+    with migrate.open_store("sqlite:///state.db", base_dir=tmp_path, read_only=True) as store:
+        assert ("1", None) == (store.items("p")[0].identity, store.items("p")[0].position)
+        assert () == store.locks()
+    db = sqlite3.connect(tmp_path / "state.db")
+    try:
+        assert [(2,)] == db.execute("SELECT version FROM schema_version").fetchall()
+    finally:
+        db.close()

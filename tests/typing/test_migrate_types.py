@@ -47,7 +47,7 @@ assert_type(migration.requires, tuple[str, ...])
 assert_type(migration.source_cursor_retry, migrate.SourceRetryStrategy | None)
 assert_type(config.migrations, tuple[migrate.Migration, ...])
 assert_type(source.read(None), Effect[migrate.Window, SourceError])
-assert_type(source.lookup("1"), Effect[migrate.Item | None, SourceError])
+assert_type(source.lookup("1"), Effect[migrate.Item | migrate.Fault | None, SourceError])
 assert_type(source.read(None).pipe(transient), Effect[migrate.Window, SourceError])
 
 people = migrate.SqlDestination(lambda: sqlite3.connect("dest.db"), "people", "id")
@@ -88,3 +88,24 @@ assert_type(summary.notes, tuple[str, ...])
 
 def on_progress(event: migrate.ProgressEvent) -> None:
     assert_type(event.kind, Literal["start", "item", "window", "end"])
+
+
+# Stores: the protocol, both implementations, and a config holding a store object.
+memory: migrate.Store = migrate.MemoryStore()
+sqlite_store: migrate.Store = migrate.SqliteStore("state.db")
+in_memory = migrate.Config([books], store=memory)
+assert_type(migrate.open_store("sqlite:///s.db", read_only=True), migrate.Store)
+assert_type(memory.failures("books"), tuple[migrate.FailureRecord, ...])
+commit = migrate.WindowCommit("books", "r1", [migrate.StateWrite("1", "migrated", None)], {})
+memory.commit_window(commit)
+
+# Identities, faults, forgetting, refusals, timeouts.
+assert_type(migrate.identity_text(7), str)
+fault = migrate.Fault("line 3", "MissingIdentity", "no id")
+assert_type(fault.key, str)
+assert_type(migrate.forget(config, "authors", ["7"]), tuple[migrate.ItemState, ...])
+assert_type(migrate.refusals(config), tuple[migrate.RefusedError, ...])
+timed = migrate.Migration("slow", migrate.MemorySource([]), process, timeout="30s")
+assert_type(timed.timeout, float | None)
+assert_type(summary.definitions["authors"].failed_stored, int)
+assert_type(migrate.Counts().interrupted, int)

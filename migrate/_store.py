@@ -1,0 +1,273 @@
+"""
+The store protocol: every operation a run and the queries need, typed, whatever keeps the data.
+
+`SqliteStore` (one file, the default) and `MemoryStore` (tests, throwaway runs) implement it;
+another backend implements the same methods. A store never sees a table row: a run hands it
+`StateWrite` values inside a `WindowCommit`, and it answers with the values of ``migrate._state``.
+
+The one rule every implementation keeps: `Store.commit_window` is atomic. A window's item
+states, the run's per-definition record (its counts) and the definition's cursor are committed
+together or not at all, so a crash or a failed commit never leaves states without counts, counts
+without states, or a cursor past states that were not written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import attrs
+
+from migrate._sources import Contract, Cursor
+from migrate._state import (
+    Counts,
+    DefinitionResult,
+    FailureRecord,
+    ItemState,
+    ItemStatus,
+    LockInfo,
+    RunRecord,
+    RunStatus,
+)
+
+__all__ = ["POSITIONAL_TYPES", "PriorState", "StateWrite", "Store", "WindowCommit"]
+
+#: Evidence types of failures stored under a positional key (``<line 17>``) because the record
+#: had no usable identity; `WindowCommit.clear_positional` removes stale ones.
+POSITIONAL_TYPES = frozenset(
+    {"MissingIdentity", "BadIdentity", "UndecodableRecord", "MalformedRecord"}
+)
+
+
+class PriorState(NamedTuple):
+    """What a run needs to know about an item's stored state before processing it."""
+
+    status: ItemStatus
+    version: str | None
+    #: The tracking record as JSON text, decoded only for items that are processed.
+    tracking: str | None
+    #: The run that last wrote the state.
+    run_id: str | None
+
+
+class StateWrite(NamedTuple):
+    """
+    One item's new state, as a window commits it; the store adds the definition, run and time.
+
+    The JSON fields hold text the run has already encoded (and so proved encodable): a store
+    keeps them as they are, in whatever JSON column type it has.
+    """
+
+    identity: str
+    status: ItemStatus
+    version: str | None
+    reason: str | None = None
+    #: The `ErrorEvidence` as JSON text (``failed`` and ``interrupted`` states).
+    error: str | None = None
+    #: The journal entries as a JSON array.
+    journal: str | None = None
+    #: The tracking record as a JSON object.
+    tracking: str | None = None
+    #: Where the source holds the record (``line 17``), when it says.
+    position: str | None = None
+
+
+@attrs.frozen
+class WindowCommit:
+    """
+    Everything one window changes, committed in one transaction by `Store.commit_window`.
+
+    Attributes:
+        definition_id: The definition the window belongs to.
+        run_id: The run that processed it; its per-definition record becomes *results*.
+        states: The window's new item states (at most one per identity).
+        results: The run's per-definition record after this window (counts included).
+        cursor: The cursor after the window.
+        save_cursor: Save *cursor* (discovery); targeted runs keep the saved one.
+        forget: Identities whose stored states are removed (before *states* are written).
+        mark_needs_update: First, mark every ``migrated`` state ``needs-update`` (the first
+            window of an ``--update`` run, so a failed first read leaves the states as they were).
+        clear_positional: Remove the positional failures (a ``<...>`` key and an evidence type
+            in `POSITIONAL_TYPES`) of the definition that this run did not write: its pass over
+            the whole source found no such record at those positions any more.
+    """
+
+    definition_id: str
+    run_id: str
+    states: Sequence[StateWrite]
+    results: Mapping[str, DefinitionResult]
+    cursor: Cursor = None
+    save_cursor: bool = False
+    forget: tuple[str, ...] = ()
+    mark_needs_update: bool = False
+    clear_positional: bool = False
+
+
+@runtime_checkable
+class Store(Protocol):
+    """
+    Where item states, runs, cursors, contracts and locks are kept (see the module docstring).
+
+    A store is a context manager; leaving it closes it. Errors reaching the store's backend
+    (a corrupt file, a full disk, a lock held past the timeout) raise `StoreError` naming the
+    store and the cause.
+    """
+
+    def describe(self) -> str:
+        """The store for messages, e.g. ``sqlite:/srv/state.db``."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources (idempotent)."""
+        ...
+
+    def __enter__(self) -> Store: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    # --- runs -------------------------------------------------------------------------------
+
+    def create_run(
+        self, run_id: str, mode: str, definitions: Mapping[str, DefinitionResult]
+    ) -> None:
+        """Record a new run with status ``queued``, held by this process."""
+        ...
+
+    def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus | None = None,
+        definitions: Mapping[str, DefinitionResult] | None = None,
+        error: str | None = None,
+        ended: bool = False,
+    ) -> None:
+        """Change a stored run; ``None`` and ``False`` leave a field as it is."""
+        ...
+
+    def run(self, run_id: str) -> RunRecord | None:
+        """The run with this id, if any."""
+        ...
+
+    def runs(self, limit: int | None = 20) -> tuple[RunRecord, ...]:
+        """Runs, newest first; at most *limit* (``None``: all)."""
+        ...
+
+    def latest_run_for(
+        self, definition_id: str, *, include_start_failed: bool = False
+    ) -> RunRecord | None:
+        """The newest run that covered *definition_id* (start-failed runs skipped by default)."""
+        ...
+
+    def recover_dead_runs(self) -> tuple[str, ...]:
+        """
+        Mark failed the ``queued`` / ``running`` runs whose process is dead, release their locks,
+        and return their ids (see `migrate._liveness.is_alive`).
+        """
+        ...
+
+    # --- locks ------------------------------------------------------------------------------
+
+    def acquire_locks(self, run_id: str, definition_ids: Iterable[str]) -> None:
+        """
+        Take the locks of all *definition_ids* for *run_id* atomically (all or none); a lock
+        whose process is dead is broken first.
+
+        Raises:
+            LockHeld: Naming the first definition whose lock another live run holds.
+        """
+        ...
+
+    def release_locks(self, run_id: str) -> None:
+        """Release every lock *run_id* holds."""
+        ...
+
+    def locks(self) -> tuple[LockInfo, ...]:
+        """The locks held now, by definition."""
+        ...
+
+    def unlock(self, definition_id: str) -> LockInfo | None:
+        """Break *definition_id*'s lock; return it (``None`` if it was not locked)."""
+        ...
+
+    # --- contracts --------------------------------------------------------------------------
+
+    def contract(self, definition_id: str) -> Contract | None:
+        """The contract recorded for *definition_id*, if any."""
+        ...
+
+    def save_contract(
+        self, definition_id: str, contract: Contract, run_id: str, *, reset_cursor: bool = False
+    ) -> None:
+        """Record *contract* for *definition_id* (and forget its cursor if asked), atomically."""
+        ...
+
+    def has_state(self, definition_id: str) -> bool:
+        """Whether *definition_id* has a stored item state or a saved cursor."""
+        ...
+
+    # --- the window loop ---------------------------------------------------------------------
+
+    def cursor(self, definition_id: str) -> Cursor:
+        """The saved cursor of *definition_id* (``None``: from the beginning)."""
+        ...
+
+    def reset_cursor(self, definition_id: str) -> None:
+        """Forget the saved cursor: the next normal run reads from the beginning."""
+        ...
+
+    def prior_states(
+        self, definition_id: str, identities: Sequence[str]
+    ) -> Mapping[str, PriorState]:
+        """The stored states of these identities (absent ones are missing), in one read."""
+        ...
+
+    def commit_window(self, commit: WindowCommit) -> None:
+        """Commit one window atomically (see `WindowCommit`)."""
+        ...
+
+    def mark_needs_update(self, definition_id: str, run_id: str) -> int:
+        """Mark every ``migrated`` item ``needs-update`` and forget the cursor; return how many."""
+        ...
+
+    def identities(self, definition_id: str, status: ItemStatus) -> list[str]:
+        """Identities of *definition_id* whose state is *status*, in identity order."""
+        ...
+
+    def count_status(
+        self, definition_id: str, status: ItemStatus, run_id: str | None = None
+    ) -> int:
+        """How many items of *definition_id* have *status* (last written by *run_id*, if given)."""
+        ...
+
+    def tracking(self, definition_id: str, identity: str) -> dict[str, Any] | None:
+        """The tracking record stored for one item, or ``None``."""
+        ...
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def counts(self, definition_id: str) -> Counts:
+        """The stored states of *definition_id*, counted by status (``unchanged`` is 0)."""
+        ...
+
+    def item(self, definition_id: str, identity: str) -> ItemState | None:
+        """The stored state of one item, or ``None``."""
+        ...
+
+    def items(self, definition_id: str) -> tuple[ItemState, ...]:
+        """Every stored state of *definition_id*, in identity order."""
+        ...
+
+    def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:
+        """Failed items of *definition_id* with their evidence, in natural identity order."""
+        ...
+
+    def forget(self, definition_id: str, identities: Sequence[str]) -> tuple[ItemState, ...]:
+        """Remove the stored states of these identities; return the states removed."""
+        ...

@@ -1,0 +1,121 @@
+"""Text for people: times, counted nouns, and source data made safe to print on a terminal."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+__all__ = ["format_time", "natural_key", "plural", "printable", "storable", "stored_text"]
+
+
+def format_time(timestamp: float) -> str:
+    """
+    Format *timestamp* (epoch seconds) as ISO-8601 UTC with second precision.
+
+    Example:
+        >>> format_time(0)
+        '1970-01-01T00:00:00Z'
+    """
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """
+    *count* (with thousands separators) and *noun*, or *nouns* (default: *noun* + ``s``)
+    unless *count* is 1.
+
+    Example:
+        >>> plural(1, "item"), plural(0, "item"), plural(12345, "failed item")
+        ('1 item', '0 items', '12,345 failed items')
+        >>> plural(2, "identity", "identities")
+        '2 identities'
+    """
+    if count == 1:
+        return f"{count:,} {noun}"
+    return f"{count:,} {nouns if nouns is not None else noun + 's'}"
+
+
+# C0 controls (escape sequences start with ESC), DEL, C1 controls (0x9b is a one-byte CSI), line
+# and paragraph separators, and the bidirectional overrides that reorder what a terminal shows.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """
+    *text* with control characters and terminal escape sequences shown as escapes.
+
+    Source data reaches ``migrate failures``, ``run`` and ``status`` through error messages and
+    identities; printed raw, an ``ESC [`` sequence in a CSV cell could move the cursor, recolour
+    or retitle the terminal, or hide the lines above it. Newlines and tabs become ``\\n`` and
+    ``\\t`` too, so one value stays on one line. Backslashes are kept as they are.
+
+    Example:
+        >>> printable("ok\\x1b[2J\\ttab\\nnew line\\u202e")
+        'ok\\\\x1b[2J\\\\ttab\\\\nnew line\\\\u202e'
+    """
+    if text.isprintable():
+        return text
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+_DIGITS = re.compile(r"([0-9]+)")
+
+
+def natural_key(identity: str) -> tuple[tuple[int, int, str], ...]:
+    """
+    Sort key putting identities in natural order: runs of digits compare as numbers (before
+    text at the same place), the rest as text; equal numbers by their text (``"007"`` first).
+
+    Example:
+        >>> sorted(["13", "7", "b2", "b10", "a", "100"], key=natural_key)
+        ['7', '13', '100', 'a', 'b2', 'b10']
+    """
+    parts = _DIGITS.split(identity)
+    # split() with a group alternates text, digits, text, ...: odd positions are digit runs.
+    return tuple(
+        (0, int(part), part) if index % 2 else (1, 0, part)
+        for index, part in enumerate(parts)
+        if part
+    )
+
+
+def storable(text: str) -> bool:
+    """
+    Whether *text* can be stored as it is: it encodes as UTF-8, so it holds no lone surrogate
+    (which JSON's ``\\ud800`` escapes produce, and which no database accepts).
+
+    Example:
+        >>> storable("Zoë"), storable("a\\ud800")
+        (True, False)
+    """
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def stored_text(text: str) -> str:
+    """
+    *text* made storable: lone surrogates become ``\\udXXX`` escapes; other text is kept.
+
+    Example:
+        >>> stored_text("a\\ud800b")
+        'a\\\\ud800b'
+    """
+    if storable(text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
