@@ -1295,7 +1295,13 @@ class Report:
             if any(high > 1.5 * low for _, low, high in spreads):
                 print(
                     "  note: the disk's speed moved by more than 1.5x (other processes share it);"
-                    " the FULL figures are only as steady as that (try --rounds 3)",
+                    " the FULL figures are only as steady as that"
+                    # Two floor measurements a round: at its start and at its end.
+                    + (
+                        " (try --rounds 3)"
+                        if max(len(self._rounds.get(f"floor:{s}", [])) for s, _ in FLOORS) < 6
+                        else ""
+                    ),
                     file=out,
                 )
         for setting in ("normal", "full"):
@@ -1376,14 +1382,22 @@ class Report:
     def _print_spreads(
         self, out: IO[str], spreads: list[tuple[str, tuple[float, float] | None]]
     ) -> None:
+        """One item per figure, ``label low-high``, wrapped between items at 100 columns."""
         shown = [
             f"{label} {low:,.1f}-{high:,.1f}"
             for label, found in spreads
             if found
             for low, high in (found,)
         ]
+        line = "  spread over the rounds (best kept):"
+        for index, item in enumerate(shown):
+            piece = f" {item}{',' if index < len(shown) - 1 else ''}"
+            if len(line) + len(piece) > 100 and line.strip():
+                print(line, file=out)
+                line = "   "
+            line += piece
         if shown:
-            print(f"  spread over the rounds (best kept): {', '.join(shown)}", file=out)
+            print(line, file=out)
 
     def print_heartbeat(self, out: IO[str], beats: int) -> None:
         """The heartbeat table: cost per beat, throttled, persisted and naive."""
