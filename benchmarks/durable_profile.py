@@ -27,15 +27,14 @@ import argparse
 import asyncio
 import cProfile
 import pstats
-import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from _sqlite_counting import Tally, counted
 from durable_steps import (
     STEPS_PER_RUN,
     bump,
@@ -65,75 +64,6 @@ PATHS = {
     "dispatch": Profiled(one_step, True, 1, "round trip"),
     "retry": Profiled(one_flaky_step, True, 1, "round trip with one retry"),
 }
-
-
-class Tally:
-    """Statement counts and times of every counted connection, by statement."""
-
-    def __init__(self) -> None:
-        self.statements: dict[str, list[float]] = {}
-        self.writes = 0
-        self.empty_writes = 0
-
-    def add(self, sql: str, seconds: float) -> None:
-        """Count one statement that took *seconds*."""
-        key = " ".join(sql.split())[:72]
-        found = self.statements.setdefault(key, [0.0, 0.0])
-        found[0] += 1
-        found[1] += seconds
-
-    def clear(self) -> None:
-        """Forget what was counted (after the warm-up)."""
-        self.statements.clear()
-        self.writes = self.empty_writes = 0
-
-
-def counting_connection(tally: Tally) -> type[sqlite3.Connection]:
-    """A ``sqlite3.Connection`` class that counts into *tally*."""
-
-    class Counting(sqlite3.Connection):
-        changes_at_begin = 0
-
-        def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-            if sql == "BEGIN IMMEDIATE":
-                self.changes_at_begin = self.total_changes
-            elif sql == "COMMIT":
-                tally.writes += 1
-                tally.empty_writes += self.total_changes == self.changes_at_begin
-            start = time.perf_counter()
-            try:
-                return super().execute(sql, parameters)
-            finally:
-                tally.add(sql, time.perf_counter() - start)
-
-        def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
-            start = time.perf_counter()
-            try:
-                return super().executemany(sql, parameters)
-            finally:
-                tally.add(f"(many) {sql}", time.perf_counter() - start)
-
-    return Counting
-
-
-@contextmanager
-def counted(tally: Tally) -> Iterator[None]:
-    """Make ``sqlite3.connect`` in the block return counting connections without autocheckpoint."""
-    connect = sqlite3.connect
-    factory = counting_connection(tally)
-
-    def counting_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        kwargs.setdefault("factory", factory)
-        db: sqlite3.Connection = connect(*args, **kwargs)
-        db.execute("PRAGMA wal_autocheckpoint=0")
-        return db
-
-    # The store calls sqlite3.connect at open; swapping the module's function is the one seam.
-    sqlite3.connect = counting_connect  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        sqlite3.connect = connect
 
 
 async def run_path(

@@ -118,6 +118,137 @@ def test_benchmark_prints_ours_dbos_and_the_floor_with_ratios_that_match_the_rat
     assert "DBOS: n/a (no durable retry" in out
 
 
+ISSUE_10 = (
+    "floor:wal-full,floor:delete-full,ours-local:async:full,ours-heartbeat,ours-fan,ours-queue,"
+    "ours-concurrent,dbos-concurrent:async"
+)
+TINY_SIZES = ("--beats", "3", "--fan", "3", "--concurrent", "3")
+SIGNED = r"-?[\d,]+(?:\.\d+)?"
+
+
+def _table(out: str, title: str) -> str:
+    """The lines of the table whose heading starts with *title*."""
+    start = out.index(f"\n{title}") + 1
+    end = out.find("\n\n", start)
+    return out[start:] if end < 0 else out[start:end]
+
+
+def _quotient_close(ratio: float, top: float, bottom: float, places: float = 0.05) -> bool:
+    """Whether a printed ratio is top / bottom, both printed rounded to *places* either way."""
+    low = (top - places) / (bottom + places)
+    high = (top + places) / max(bottom - places, 1e-9)
+    return (
+        min(low, high) - 0.05 - 0.02 * abs(ratio)
+        <= ratio
+        <= max(low, high) + 0.05 + 0.02 * abs(ratio)
+    )
+
+
+def _float(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("dbos") is None, reason="needs the bench extra")
+def test_benchmark_issue_10_cases_print_costs_that_agree_with_their_figures() -> None:
+    """Heartbeats, the fan, queue admission and group commit: each printed ratio and cost is
+    its figures' quotient or difference, and the load-independent counts keep their order."""
+    done = _bench(*TINY, *TINY_SIZES, "--only", ISSUE_10)
+    assert 0 == done.returncode, done.stderr
+    out = done.stdout
+
+    beats = _table(out, "Heartbeats: a dispatched step beating 3 times")
+    rows = re.findall(
+        rf"^  (liveness path|lease) \(\w+=10000\)\s+(WAL\+\w+)\s+({NUMBER}) us\s+({SIGNED})"
+        rf"\s+({SIGNED})\s+({SIGNED})\s+({SIGNED}|n/a)$",
+        beats,
+        re.MULTILINE,
+    )
+    assert [
+        ("liveness path", "WAL+NORMAL"),
+        ("liveness path", "WAL+FULL"),
+        ("lease", "WAL+NORMAL"),
+        ("lease", "WAL+FULL"),
+    ] == [row[:2] for row in rows]
+    for *_, throttled, _, naive, ratio in rows:
+        if _float(throttled) > 0:
+            assert _quotient_close(_float(ratio), _float(naive), _float(throttled)), rows
+        else:
+            assert "n/a" == ratio
+    assert "persisted and naive one per beat" in beats
+
+    fan = _table(out, "Fan: ctx.all of 3 steps against 3 ctx.step calls")
+    rows = re.findall(
+        r"^  (one process \(the engine serves the steps\)|1 worker process, polling every 5 ms)"
+        r"\s+(WAL\+\w+)\s+([\d,.]+)\s+([\d,.]+)\s+([\d.]+)\s+([\d,]+|-)\s+([\d,]+|-)$",
+        fan,
+        re.MULTILINE,
+    )
+    assert 4 == len(rows), fan
+    for label, _, fan_ms, seq_ms, ratio, fan_tx, seq_tx in rows:
+        assert _quotient_close(_float(ratio), _float(seq_ms), _float(fan_ms)), rows
+        if label.startswith("one process"):
+            # One dispatch and one wake for the fan, one of each per step for the sequence.
+            assert int(fan_tx) < int(seq_tx)
+        else:
+            assert ("-", "-") == (fan_tx, seq_tx)
+
+    queue = _table(out, "Queue admission: batches of 2 runs")
+    rows = re.findall(
+        rf"^  (no queue|queue with a free slot \(concurrency 2\)|queue of concurrency 1 \((\d) of 2"
+        rf" waited\))\s+(WAL\+\w+)\s+({NUMBER})\s+({SIGNED})?\s+([\d.]+)\s+([\d.]+)$",
+        queue,
+        re.MULTILINE,
+    )
+    assert 6 == len(rows), queue
+    for start in (0, 3):
+        plain, free, saturated = rows[start : start + 3]
+        assert "" == plain[4]
+        for row in (free, saturated):
+            assert abs(_float(row[3]) - _float(plain[3]) - _float(row[4])) <= 1
+        assert int(saturated[1]) >= 1
+        # Admission counts the queue's slot holders: more statements than no queue.
+        assert float(free[6]) > float(plain[6])
+
+    group = _table(out, "Group commit: 3 runs of 10 local steps")
+    rates = {
+        (label.strip(), sqlite): (_float(rate), ratio, tx)
+        for label, sqlite, rate, ratio, tx in re.findall(
+            rf"^  (.+?)\s+((?:WAL|DELETE)\+\w+)\s+({NUMBER})\s*([\d.]+|n/a)?\s*([\d.]+)?$",
+            group,
+            re.MULTILINE,
+        )
+    }
+    floors = {
+        sqlite: rates["floor: INSERT + COMMIT per step", sqlite][0]
+        for sqlite in ("WAL+FULL", "DELETE+FULL")
+    }
+    ours = rates["ours, concurrent runs", "WAL+FULL"]
+    ungrouped = rates["ours, concurrent, group commit switched off", "WAL+FULL"]
+    dbos = rates["DBOS, async def workflows gathered (asyncio)", "DELETE+FULL"]
+    sequential = rates["ours, one run after another (local steps)", "WAL+FULL"]
+    for (rate, ratio, _), floor in (
+        (ours, floors["WAL+FULL"]),
+        (ungrouped, floors["WAL+FULL"]),
+        (dbos, floors["DELETE+FULL"]),
+    ):
+        assert _close(float(ratio), rate, floor)
+    # Three runs at once share commits: fewer transactions per step than with grouping off.
+    assert float(ours[2]) < float(ungrouped[2])
+    match = re.search(
+        r"^  ours / DBOS's better one, both concurrent, both FULL = ([\d.]+)$", group, re.M
+    )
+    assert match is not None
+    assert _close(float(match[1]), ours[0], dbos[0])
+    match = re.search(
+        r"grouped / switched off = ([\d.]+); concurrent / one run after another = ([\d.]+)$",
+        group,
+        re.M,
+    )
+    assert match is not None
+    assert _close(float(match[1]), ours[0], ungrouped[0])
+    assert _close(float(match[2]), ours[0], sequential[0])
+
+
 def test_benchmark_without_dbos_says_so_and_still_measures_ours(tmp_path: Path) -> None:
     """With DBOS not importable the run prints why, skips its columns and measures ours."""
     hidden = tmp_path / "dbos"
@@ -141,12 +272,53 @@ def test_benchmark_without_dbos_says_so_and_still_measures_ours(tmp_path: Path) 
     assert "DBOS: queued workflow (one step)" in out
 
 
+def test_benchmark_rounds_keep_the_best_print_the_spread_and_skip_what_is_asked() -> None:
+    """With --rounds 2 each case runs twice, the best is what is printed, and the spread is the
+    rounds' range; --skip leaves a case out; without DBOS its ratios are n/a."""
+    only = "floor:wal-full,ours-heartbeat:lease,ours-concurrent:full"
+    done = _bench(
+        *TINY, *TINY_SIZES, "--no-dbos", "--rounds", "2", "--only", only,
+        "--skip", "ours-heartbeat:lease:full,ours-concurrent:full-ungrouped",
+    )  # fmt: skip
+    assert 0 == done.returncode, done.stderr
+    measured = re.findall(r"^  \.\.\. (\S+) [\d.]+ s$", done.stderr, re.MULTILINE)
+    # The floor is measured at the start and at the end of each round.
+    assert {"floor:wal-full": 4, "ours-heartbeat:lease:normal": 2, "ours-concurrent:full": 2} == {
+        key: measured.count(key) for key in set(measured)
+    }
+    out = done.stdout
+    beats = _table(out, "Heartbeats: a dispatched step beating 3 times")
+    row = re.search(
+        r"^  lease \(remote_redispatch_ms=10000\)\s+WAL\+NORMAL\s+([\d,]+) us", beats, re.M
+    )
+    assert row is not None
+    assert 1 == len(re.findall(r"^  (?:lease|liveness path) \(", beats, re.MULTILINE))
+    spread = re.search(r"lease normal no beats us/run ([\d,.]+)-([\d,.]+)", beats)
+    assert spread is not None
+    low, high = _float(spread[1]), _float(spread[2])
+    assert low <= high
+    # The best round's time (the lowest) is the one printed.
+    assert abs(_float(row[1]) - low) <= 0.51
+    group = _table(out, "Group commit: 3 runs of 10 local steps")
+    assert "DBOS," not in group
+    assert "  ours / DBOS's better one, both concurrent, both FULL = n/a" in group
+    assert "switched off = n/a;" in group
+    spread = re.search(r"full steps/s ([\d,.]+)-([\d,.]+)", group)
+    assert spread is not None
+    rate = re.search(r"^  ours, concurrent runs\s+WAL\+FULL\s+([\d,]+)", group, re.MULTILINE)
+    assert rate is not None
+    # The best round's rate (the highest) is the one printed.
+    assert abs(_float(rate[1]) - _float(spread[2])) <= 0.51
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (("--only", "nothing"), "--only 'nothing' names no case; cases: floor:wal-normal,"),
         (("--workers", "0"), "--workers takes worker counts >= 1 separated by commas"),
         (("--seconds", "soon"), "expected a number >= 0, got 'soon'"),
+        (("--beats", "0"), "--beats, --fan and --concurrent must be >= 1"),
+        (("--skip", "ours-fun"), "--skip 'ours-fun' names no case; cases: floor:wal-normal,"),
     ],
 )
 def test_benchmark_refuses_bad_options_by_name(args: tuple[str, ...], message: str) -> None:
