@@ -281,6 +281,11 @@ class Engine:
         )
 
     @property
+    def poll_ms(self) -> int:
+        """The poll interval of the running ``work()`` loop (1000 ms until one runs)."""
+        return self._poll_ms
+
+    @property
     def store(self) -> Store:
         """The engine's store."""
         return self._store
@@ -399,12 +404,19 @@ class Engine:
             if deadline <= now:
                 event.set()
 
-    def _hear(self, step_id: str, attempt: int, *, picked_up: bool = False) -> None:
+    def _hear(
+        self, step_id: str, attempt: int, *, picked_up: bool = False, finished: bool = False
+    ) -> None:
         """A worker of this process claimed, beat for or finished an attempt: tell its waiter."""
         waiter = self._waiters.get(step_id)
         if waiter is not None and waiter.attempt == attempt:
             waiter.last_beat = self._now()
             waiter.picked_up = waiter.picked_up or picked_up
+            waiter.finished = waiter.finished or finished
+            waiter.event.set()
+        elif waiter is not None and finished:
+            # A result of another attempt (a late one) may still complete the step.
+            waiter.finished = True
             waiter.event.set()
 
     def _wake_event(self) -> asyncio.Event:
@@ -960,7 +972,7 @@ class Engine:
             finally:
                 renewer.cancel()
         await self._store.record_result(task, self._id, outcome, self._now())
-        self._hear(task.step_id, task.attempt)
+        self._hear(task.step_id, task.attempt, finished=True)
         self._notify()
 
     async def _run_handler(

@@ -372,6 +372,7 @@ async def liveness(turn: Turn, member: Member) -> Any:
         )
         waiter = host.waiter(step_id)
         waiter.attempt, waiter.picked_up, waiter.last_beat = attempt, False, None
+        waiter.finished = False
         await turn.commit(
             turn.lease(now),
             checkpoints=(CheckpointWrite(fresh, None if cp is None else cp.rev, input=input_text),),
@@ -461,6 +462,7 @@ async def _await_attempt(
     host = turn.host
     running = False
     last = dispatched
+    read_at = dispatched
     while True:
         window = timeout_ms if running else pickup_ms
         deadline = last + window
@@ -476,6 +478,11 @@ async def _await_attempt(
             last = max(last, waiter.last_beat or last)
         if waiter.last_beat is not None:
             last = max(last, waiter.last_beat)
+        now = turn.now()
+        window = timeout_ms if running else pickup_ms
+        if not waiter.finished and now < last + window and now - read_at < host.poll_ms:
+            continue  # a beat heard in this process: the window moved, nothing to read yet
+        read_at = now
         cp = await turn.store.get_checkpoint(turn.run.run_id, seq)
         if cp is None:
             msg = f"checkpoint {seq} of run {turn.run.run_id} vanished"

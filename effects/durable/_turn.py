@@ -46,6 +46,7 @@ class StepWaiter:
     attempt: int = 0
     picked_up: bool = False
     last_beat: int | None = None
+    finished: bool = False
 
 
 class TurnHost(Protocol):
@@ -54,6 +55,11 @@ class TurnHost(Protocol):
     redispatch_ms: int | None
     redispatch_max: int
     reconcile_ms: int
+
+    @property
+    def poll_ms(self) -> int:
+        """How often a wait reads the store again for what other processes recorded (ms)."""
+        ...
 
     def waiter(self, step_id: str) -> StepWaiter:
         """The in-memory waiter of a dispatched step (made on first use)."""
