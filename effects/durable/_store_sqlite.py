@@ -473,9 +473,16 @@ class SqliteStore:
             raise
         return result
 
-    async def _transact(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _transact(
+        self, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True
+    ) -> _T:
         """
         Run *work* in a write transaction.
+
+        A write that a crash may lose without harm (``durable=False``: claims, lease and claim
+        renewals, heartbeats; losing one only makes a run or task claimable again, or a window a
+        little shorter) commits without an fsync even under ``synchronous=full``; the next durable
+        commit's fsync covers it, so the order of writes on disk is kept.
 
         While another process holds the write lock the event loop is not blocked (beyond a
         few ms): the write waits with ``asyncio.sleep`` and tries again, for at most
@@ -484,12 +491,12 @@ class SqliteStore:
         one fsync covers them all (group commit); each caller still resumes only once its write
         is durable, and a write that fails rolls back alone.
         """
-        if not self._grouped:
+        if not self._grouped or not durable:
             waited = 0.0
             pause = _FIRST_PAUSE_S
             while True:
                 try:
-                    return self._run_now(work)
+                    return self._run_now(work) if durable else self._run_unsynced(work)
                 except _Busy as busy:
                     if waited >= self._busy_timeout_s:
                         raise self._locked() from busy
@@ -502,6 +509,16 @@ class SqliteStore:
         if len(self._pending) == 1 and self._retry is None:
             loop.call_soon(self._flush)
         return await done
+
+    def _run_unsynced(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        if not self._grouped:
+            return self._run_now(work)
+        db = self._conn
+        db.execute("PRAGMA synchronous=OFF")
+        try:
+            return self._run_now(work)
+        finally:
+            db.execute(f"PRAGMA synchronous={self._options['synchronous']}")
 
     def _locked(self) -> StoreError:
         return StoreError(
@@ -715,7 +732,7 @@ class SqliteStore:
                     claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
                 return claimed
 
-            return await self._transact(work)
+            return await self._transact(work, durable=False)
 
     async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
         """Extend the lease *token* holds; ``False`` if it no longer holds the run."""
@@ -728,7 +745,7 @@ class SqliteStore:
             )
             return cursor.rowcount == 1
 
-        return await self._transact(work)
+        return await self._transact(work, durable=False)
 
     async def commit_turn(self, commit: TurnCommit) -> None:
         """Apply *commit* in one transaction or raise ``StaleTurnError``."""
@@ -1007,7 +1024,7 @@ class SqliteStore:
                     db.executemany(_EVENT_INSERT, events)
                 return tasks
 
-            return await self._transact(work)
+            return await self._transact(work, durable=False)
 
     async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
         """Extend a claim *worker* holds; ``False`` if it no longer holds it."""
@@ -1020,7 +1037,7 @@ class SqliteStore:
             )
             return cursor.rowcount == 1
 
-        return await self._transact(work)
+        return await self._transact(work, durable=False)
 
     async def heartbeat(
         self, task: Task, *, now: int, progress: str | None, lease_until: int | None
@@ -1038,7 +1055,7 @@ class SqliteStore:
             )
             return cursor.rowcount == 1
 
-        return await self._transact(beat)
+        return await self._transact(beat, durable=False)
 
     async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         """One checkpoint, read afresh."""
@@ -1121,7 +1138,7 @@ class SqliteStore:
                 (task_id, worker),
             )
 
-        return await self._transact(work)
+        return await self._transact(work, durable=False)
 
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record an attempt's result (see ``Store.record_result``)."""
