@@ -3,6 +3,9 @@ Durable steps of ``effects.durable`` beside DBOS Transact, both on SQLite, in on
 
 Run: ``.venv/bin/python benchmarks/durable_steps.py [--seconds S] [--batch N] [--workers 1,2]
 [--rounds N] [--only PREFIXES] [--skip PREFIXES]``
+(``--store postgresql://...``, or ``--store postgresql`` for a throwaway server, runs
+``benchmarks/durable_steps_pg.py`` instead: the same cases on PostgreSQL, beside DBOS and
+procrastinate on the same server; its other options are passed on).
 (DBOS comes with ``pip install 'effect-schedules[bench]'``; without it its columns are skipped).
 
 Every case runs in a fresh interpreter (this script again, with ``--case NAME``) on a fresh
@@ -1708,7 +1711,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dir", help="folder for the temporary SQLite files (system temp)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=("ours", "dbos"), help=argparse.SUPPRESS)
-    parser.add_argument("--store", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--store",
+        help="postgresql://... (or 'postgresql' for a throwaway server): run the PostgreSQL"
+        " benchmark, benchmarks/durable_steps_pg.py, with the other options",
+    )
     parser.add_argument("--executor", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     counts = ("batch", "poll_ms", "rounds", "beats", "fan", "concurrent")
@@ -1734,9 +1741,41 @@ def _best(rounds: list[Figures]) -> Figures:
     }
 
 
+def _postgres_benchmark(argv: Sequence[str]) -> int | None:
+    """
+    Run ``durable_steps_pg.py`` when *argv* names a PostgreSQL store with ``--store``; its exit
+    code, or None when it does not.
+    """
+    for index, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if name != "--store":
+            continue
+        value = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+        if value != "postgresql" and not value.startswith(("postgresql://", "postgres://")):
+            return None
+        rest = [*argv[:index], *argv[index + (1 if equals else 2) :]]
+        if value != "postgresql":
+            rest = ["--store", value, *rest]
+        script = Path(__file__).with_name("durable_steps_pg.py")
+        return subprocess.run([sys.executable, str(script), *rest], check=False).returncode
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure every case and print the tables."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--worker" not in given and "--case" not in given:
+        code = _postgres_benchmark(given)
+        if code is not None:
+            return code
     args = parse_args(argv)
+    if args.store is not None and args.worker is None and args.case is None:
+        print(
+            f"--store {args.store!r}: give a postgresql:// URL, or 'postgresql' for a throwaway"
+            " server (the SQLite cases make their own files: use --dir for where)",
+            file=sys.stderr,
+        )
+        return 2
     if args.worker == "ours":
         _exit_when_parent_leaves()
         asyncio.run(worker_ours(args.store, args.poll_ms))
