@@ -1311,18 +1311,20 @@ class PostgresStore:
             **self._hint_params(),
         }
         if outcome.error is None:
-            # Other attempts of a step that completes are moot.
+            # Other attempts of a step that completes are moot. A settled failure is what replay
+            # raises, and the workflow may have acted on it: a late success never rewrites it.
             moot = (
                 " moot AS (DELETE FROM tasks WHERE run_id = %(run)s AND seq = %(seq)s"
                 " AND task_id <> %(task)s AND (SELECT COUNT(*) FROM own) >= 0"
                 " AND EXISTS (SELECT 1 FROM checkpoints WHERE run_id = %(run)s AND seq = %(seq)s"
-                " AND status <> 'completed') RETURNING 1),"
+                " AND status <> 'completed' AND NOT (status = 'failed' AND final)) RETURNING 1),"
             )
             change = (
                 "UPDATE checkpoints SET status = 'completed', output = %(output)s::jsonb,"
                 " error = NULL, wake_at = NULL, final = false, updated_at = %(now)s,"
                 " rev = rev + 1, progress = COALESCE(%(progress)s::jsonb, progress)"
                 " WHERE run_id = %(run)s AND seq = %(seq)s AND status <> 'completed'"
+                " AND NOT (status = 'failed' AND final)"
                 " AND (SELECT COUNT(*) FROM moot) >= 0"
             )
             params["output"] = outcome.output
@@ -1398,7 +1400,8 @@ class PostgresStore:
                 await conn.execute(
                     "DELETE FROM tasks WHERE run_id = %(run)s AND seq = %(seq)s AND EXISTS"
                     " (SELECT 1 FROM checkpoints WHERE run_id = %(run)s AND seq = %(seq)s"
-                    " AND status <> 'completed') RETURNING queue",
+                    " AND status <> 'completed' AND NOT (status = 'failed' AND final))"
+                    " RETURNING queue",
                     params,
                 )
             )
@@ -1407,6 +1410,7 @@ class PostgresStore:
                 " error = NULL, wake_at = NULL, final = false, updated_at = %(now)s,"
                 " rev = rev + 1, progress = COALESCE(%(progress)s::jsonb, progress)"
                 " WHERE run_id = %(run)s AND seq = %(seq)s AND status <> 'completed'"
+                " AND NOT (status = 'failed' AND final)"
             )
             params.update(output=outcome.output, progress=outcome.progress)
             event = ("step.completed", "info", {"attempt": attempt, "kind": "remote"})
@@ -1414,7 +1418,7 @@ class PostgresStore:
             if outcome.progress is not None:
                 await conn.execute(
                     "UPDATE checkpoints SET progress = %s::jsonb WHERE run_id = %s AND seq = %s"
-                    " AND status <> 'completed'",
+                    " AND status <> 'completed' AND NOT (status = 'failed' AND final)",
                     (outcome.progress, run_id, seq),
                 )
             error = outcome.error.to_json()

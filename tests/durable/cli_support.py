@@ -151,6 +151,8 @@ class App:
 
     root: Path
     processes: list[subprocess.Popen[str]] = attrs.field(factory=list, eq=False, repr=False)
+    #: The app engine's store when it is not ``durable.db`` (a PostgreSQL schema).
+    store_url: str | None = None
 
     @property
     def db(self) -> Path:
@@ -158,7 +160,7 @@ class App:
 
     @property
     def url(self) -> str:
-        return f"sqlite:///{self.db}"
+        return self.store_url or f"sqlite:///{self.db}"
 
     def module(self) -> ModuleType:
         """``app.py`` imported in this process (under a name of its own)."""
@@ -271,11 +273,15 @@ class App:
         return path.read_text().splitlines() if path.exists() else []
 
 
-def make_app(root: Path) -> App:
-    """Write ``app.py`` into *root* and return the ``App``."""
+def make_app(root: Path, url: str | None = None) -> App:
+    """
+    Write ``app.py`` into *root* and return the ``App``; its engine's store is *url*, or
+    ``durable.db`` in *root* (``sqlite:///durable.db``, relative to the folder commands run in).
+    """
     root.mkdir(parents=True, exist_ok=True)
-    (root / "app.py").write_text(APP_TEXT)
-    return App(root)
+    text = APP_TEXT if url is None else APP_TEXT.replace('"sqlite:///durable.db"', repr(url), 1)
+    (root / "app.py").write_text(text)
+    return App(root, store_url=url)
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess[str], *fragments: str) -> None:

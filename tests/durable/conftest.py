@@ -54,9 +54,12 @@ def nodes(tmp_path: Path) -> Iterator[Nodes]:
 
 
 @pytest.fixture
-def cli_app(tmp_path: Path) -> Iterator[App]:
-    """An app module and its store folder for the CLI tests; its processes end with the test."""
-    app = make_app(tmp_path)
+def cli_app(tmp_path: Path, durable_store_url: str) -> Iterator[App]:
+    """
+    An app module and its folder for the CLI tests, on either store (``durable.db`` in the
+    folder, or a PostgreSQL schema of its own); its processes end with the test.
+    """
+    app = make_app(tmp_path, None if durable_store_url.startswith("sqlite:") else durable_store_url)
     yield app
     app.reap()
 

@@ -16,9 +16,11 @@ WORKERS = 4
 
 
 @pytest.mark.anyio
-async def test_four_workers_claim_every_task_once(tmp_path: Path, nodes: Nodes) -> None:
+async def test_four_workers_claim_every_task_once(
+    tmp_path: Path, nodes: Nodes, durable_store_url: str
+) -> None:
     """4 processes racing for 300 queued tasks run each exactly once, and every one of them."""
-    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    url = durable_store_url
     run_ids = [f"task-{i}" for i in range(TASKS)]
     async with Engine(url, workflows=[one]) as engine:
         for i, run_id in enumerate(run_ids):

@@ -167,6 +167,7 @@ def _other_schema(path: Path) -> None:
     )
 
 
+@pytest.mark.sqlite_only("a store file that is damaged, foreign or missing")
 @pytest.mark.parametrize(
     ("damage", "fragments"),
     [
@@ -190,6 +191,7 @@ def test_a_store_that_is_not_an_engine_store_is_one_line_and_untouched(
     assert before == digest(app.db)
 
 
+@pytest.mark.sqlite_only("a store file that is damaged, foreign or missing")
 def test_damaged_pages_of_a_store_are_one_line_and_untouched(app: App, tmp_path: Path) -> None:
     """Whichever page of a store is garbage, a command succeeds or fails in one line."""
     clean = app.db.read_bytes()
@@ -219,6 +221,7 @@ def test_damaged_pages_of_a_store_are_one_line_and_untouched(app: App, tmp_path:
     assert failed > 0
 
 
+@pytest.mark.sqlite_only("a store file that is damaged, foreign or missing")
 @pytest.mark.parametrize("args", COMMANDS)
 def test_a_missing_store_is_one_line_and_not_created(cli_app: App, args: tuple[str, ...]) -> None:
     """A read command where no store exists says so and creates none."""

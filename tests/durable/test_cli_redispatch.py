@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from tests.durable.cli_support import App, assert_one_line_error, run_async
+from tests.durable.support import rows
 
 
 def pending_run(app: App) -> App:
@@ -21,8 +20,8 @@ def pending_run(app: App) -> App:
 
 def tasks(app: App) -> list[tuple[int, int]]:
     """(attempt, redispatched) of every queued task in the app's store."""
-    with sqlite3.connect(app.db) as db:
-        return db.execute("SELECT attempt, redispatched FROM tasks ORDER BY task_id").fetchall()
+    found = rows(app.url, "SELECT attempt, redispatched FROM tasks ORDER BY task_id")
+    return [(int(attempt), int(redispatched)) for attempt, redispatched in found]
 
 
 def test_redispatch_enqueues_the_pending_step_again(cli_app: App) -> None:

@@ -16,10 +16,10 @@ LEASE_MS = 30_000
 
 @pytest.mark.anyio
 async def test_a_live_turn_overtaken_by_a_jumped_clock_writes_nothing(
-    tmp_path: Path, nodes: Nodes
+    tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:
     """A clock 2 min ahead recovers a live 30 s lease; the overtaken turn's commit is refused."""
-    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    url = durable_store_url
     held = tmp_path / "held"
     held.mkdir()
     async with Engine(url, workflows=[hold]) as engine:

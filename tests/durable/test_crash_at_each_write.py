@@ -1,4 +1,4 @@
-"""A process that dies at each persistence point: a fresh process on the file finishes the run."""
+"""A process that dies at each persistence point: a fresh process on the store finishes the run."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import attrs
 import pytest
 
 from effects.durable import Engine
+from tests.durable.conftest import STORES
 from tests.durable.crash_support.app import faults_output
 from tests.durable.crash_support.crash_store import POINTS
 from tests.durable.crash_support.harness import (
@@ -19,6 +20,7 @@ from tests.durable.crash_support.harness import (
     read_execs,
     trail_problems,
 )
+from tests.postgres_server import PostgresServer
 
 # The crashing process's leases: what a fresh process waits out before it may recover them. The
 # fresh process holds its own for 30 s, so however loaded the machine, none of its expires.
@@ -37,13 +39,23 @@ class Crashed:
     marker: str
 
 
-@pytest.fixture(scope="module")
-def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Crashed]]:
-    """For every point, at once: a process that dies there, then a fresh one on the same file."""
+@pytest.fixture(scope="module", params=STORES)
+def crashed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Crashed]]:
+    """
+    For every point, at once: a process that dies there, then a fresh one on the same store (a
+    SQLite file, or a PostgreSQL schema, of the point's own).
+    """
     plans = {point: Nodes(tmp_path_factory.mktemp(point)) for point in POINTS}
+    if request.param == "sqlite":
+        urls = {point: f"sqlite:///{nodes.folder / 'durable.db'}" for point, nodes in plans.items()}
+    else:
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        urls = {point: server.url() for point in POINTS}
 
     def args(point: str, lease_ms: int = 30_000) -> list[str]:
-        url = f"sqlite:///{plans[point].folder / 'durable.db'}"
+        url = urls[point]
         return [
             *("--url", url, "--lease-ms", str(lease_ms), "--poll-ms", "20"),
             *("--until-finished", f"faults-{point}", "--deadline-s", "60"),

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from effects.durable import Engine
+from tests.durable.conftest import STORES
 from tests.durable.crash_support.app import fan
 from tests.durable.crash_support.harness import (
     FINISHED,
@@ -21,6 +22,7 @@ from tests.durable.crash_support.harness import (
     outcome,
     read_execs,
     run_concurrently,
+    scenario_store,
     spawn_ready,
     trail_problems,
     until,
@@ -45,7 +47,7 @@ async def fan_with_a_kill(nodes: Nodes) -> Facts:
     SIGKILLed; then two healthy workers serve A and run B, a fan of five whose third member
     always fails and whose fifth waits until the third has settled.
     """
-    url = f"sqlite:///{nodes.folder / 'durable.db'}"
+    url = nodes.url
     hold = nodes.folder / "hold"
     hold.mkdir()
     slow = nodes.folder / "slow-release"
@@ -110,10 +112,14 @@ async def fan_with_a_kill(nodes: Nodes) -> Facts:
         }
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Facts | BaseException]:
+@pytest.fixture(scope="module", params=STORES)
+def outcomes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Facts | BaseException]:
     """The scenario of this module."""
-    return run_concurrently(tmp_path_factory, {"fan_with_a_kill": fan_with_a_kill})
+    return run_concurrently(
+        tmp_path_factory, {"fan_with_a_kill": fan_with_a_kill}, scenario_store(request)
+    )
 
 
 def test_a_worker_killed_mid_fan_loses_no_member_and_none_completes_twice(

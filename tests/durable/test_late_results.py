@@ -13,12 +13,12 @@ import pytest
 from effects.durable import (
     Checkpoint,
     Engine,
-    SqliteStore,
     Task,
     WorkflowContext,
     step,
     workflow,
 )
+from effects.durable._engine import open_store
 from effects.durable._pytest_plugin import START
 from effects.durable._store import TaskOutcome, TurnCommit
 from effects.testing import VirtualClock
@@ -30,14 +30,13 @@ LEASE_MS = 300
 
 @asynccontextmanager
 async def _stalled_run(
-    tmp_path: Path, nodes: Nodes, data: dict[str, Any]
+    tmp_path: Path, nodes: Nodes, url: str, data: dict[str, Any]
 ) -> AsyncIterator[tuple[Engine, Callable[[], None]]]:
     """
     A run of ``compensate`` whose step a worker process runs and stalls in (its event loop
     blocked, so its claim expires); this process orchestrates. Yields the engine and a function
     that un-stalls the worker.
     """
-    url = f"sqlite:///{tmp_path / 'durable.db'}"
     stall = tmp_path / "stall"
     stall.mkdir()
     async with Engine(url, workflows=[compensate], lease_ms=LEASE_MS) as engine:
@@ -82,10 +81,10 @@ def _shape(cp: Checkpoint) -> tuple[str, bool, list[str | None]]:
 
 @pytest.mark.anyio
 async def test_late_success_after_the_step_failed_for_good_does_not_rewrite_it(
-    tmp_path: Path, nodes: Nodes
+    tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:
     """A success landing after the step was settled failed (and compensated) changes nothing."""
-    async with _stalled_run(tmp_path, nodes, {"order": 7}) as (engine, release):
+    async with _stalled_run(tmp_path, nodes, durable_store_url, {"order": 7}) as (engine, release):
         # The claim expires, the lost attempt was the only one: the step fails for good and the
         # workflow compensates, its next dispatched step waiting for the stalled worker.
         async def compensating() -> bool:
@@ -107,11 +106,12 @@ async def test_late_success_after_the_step_failed_for_good_does_not_rewrite_it(
 
 @pytest.mark.anyio
 async def test_late_success_while_the_retry_waits_completes_the_step(
-    tmp_path: Path, nodes: Nodes
+    tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:
     """A late success of a lost attempt whose retry waits out a backoff completes the step."""
     policy = {"retries": 3, "backoff_ms": 600_000}
-    async with _stalled_run(tmp_path, nodes, {"order": 7, "policy": policy}) as (engine, release):
+    data = {"order": 7, "policy": policy}
+    async with _stalled_run(tmp_path, nodes, durable_store_url, data) as (engine, release):
 
         async def waiting() -> bool:
             (first,) = await engine.checkpoints("order-7") or [None]
@@ -145,10 +145,10 @@ async def _order(ctx: WorkflowContext, data: dict[str, Any]) -> str:
 
 
 class _LateResultStore:
-    """A ``SqliteStore`` in which a stalled worker's success lands just before a redispatch."""
+    """A store in which a stalled worker's success lands just before a redispatch."""
 
     def __init__(self, url: str) -> None:
-        self.inner = SqliteStore(url)
+        self.inner = open_store(url)
         self.url = url
         self.late: list[tuple[Task, str]] = []
 
@@ -165,10 +165,10 @@ class _LateResultStore:
 
 @pytest.mark.anyio
 async def test_late_success_racing_a_redispatch_leaves_the_run_runnable_at_once(
-    tmp_path: Path,
+    durable_store_url: str,
 ) -> None:
     """A turn whose redispatch lost the race to a late result gives its run back: no recovery."""
-    store = _LateResultStore(f"sqlite:///{tmp_path / 'durable.db'}")
+    store = _LateResultStore(durable_store_url)
     clock = VirtualClock(start=START)
     async with Engine(store, workflows=[_order], clock=clock, lease_ms=1000) as engine:
         await engine.start(_order, {"order": 7}, run_id="order-7")

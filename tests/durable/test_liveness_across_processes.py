@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 
 from effects.durable import Engine
+from tests.durable.conftest import STORES
 from tests.durable.crash_support.app import guarded
 from tests.durable.crash_support.harness import (
     FINISHED,
     Nodes,
     outcome,
     run_concurrently,
+    scenario_store,
     starts,
     trail_problems,
     until,
@@ -44,10 +46,6 @@ def _node(url: str, role: str, lease_ms: int, reconcile_ms: int = LONG_MS) -> li
         *("--url", url, "--role", role, "--lease-ms", str(lease_ms), "--poll-ms", "20"),
         *("--reconcile-ms", str(reconcile_ms)),
     ]
-
-
-def _url(nodes: Nodes) -> str:
-    return f"sqlite:///{nodes.folder / 'durable.db'}"
 
 
 def _hold(nodes: Nodes) -> dict[str, str]:
@@ -89,7 +87,7 @@ async def _seq_events(engine: Engine) -> list[tuple[str, Any]]:
 
 async def late_result(nodes: Nodes) -> Facts:
     """The dispatcher is SIGKILLed mid-wait; the run is parked; then the worker reports."""
-    url = _url(nodes)
+    url = nodes.url
     data = {"step": "crash:wait", "order": 7, "policy": {"timeout_ms": 60_000}}
     async with Engine(url, workflows=[guarded]) as engine:
         await engine.start(guarded, data, run_id=RUN)
@@ -122,7 +120,7 @@ async def late_result(nodes: Nodes) -> Facts:
 
 async def no_result(nodes: Nodes) -> Facts:
     """Dispatcher and worker both SIGKILLed; the step is dispatched again at the reconcile wake."""
-    url = _url(nodes)
+    url = nodes.url
     data = {"step": "crash:wait", "order": 7, "policy": {"timeout_ms": 60_000}}
     async with Engine(url, workflows=[guarded]) as engine:
         await engine.start(guarded, data, run_id=RUN)
@@ -151,7 +149,7 @@ async def no_result(nodes: Nodes) -> Facts:
 
 async def heartbeats(nodes: Nodes) -> Facts:
     """A worker beats long past timeout_ms, is SIGKILLed, and a live worker takes over."""
-    url = _url(nodes)
+    url = nodes.url
     policy = {
         "timeout_ms": TIMEOUT_MS,
         "pickup_timeout_ms": 60_000,
@@ -190,11 +188,13 @@ async def heartbeats(nodes: Nodes) -> Facts:
         }
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Facts | BaseException]:
+@pytest.fixture(scope="module", params=STORES)
+def outcomes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Facts | BaseException]:
     """Every scenario of this module, run at once."""
     scenarios = {"late_result": late_result, "no_result": no_result, "heartbeats": heartbeats}
-    return run_concurrently(tmp_path_factory, scenarios)
+    return run_concurrently(tmp_path_factory, scenarios, scenario_store(request))
 
 
 # -- the checks -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from effects.durable import Engine
+from tests.durable.conftest import STORES
 from tests.durable.crash_support.app import fan, guarded
 from tests.durable.crash_support.harness import (
     FINISHED,
@@ -25,6 +26,7 @@ from tests.durable.crash_support.harness import (
     outcome,
     read_execs,
     run_concurrently,
+    scenario_store,
     spawn_ready,
     starts,
     trail_problems,
@@ -44,10 +46,6 @@ WATCH_S = 3 * SLOW_LEASE_MS / 1000
 LONG_MS = 30_000
 RUN = "order-7"
 Facts = dict[str, Any]
-
-
-def _url(nodes: Nodes) -> str:
-    return f"sqlite:///{nodes.folder / 'durable.db'}"
 
 
 def _node(url: str, role: str, *extra: str) -> list[str]:
@@ -113,7 +111,7 @@ async def relapsed(nodes: Nodes) -> Facts:
     another worker finishes it. No orchestrator lives while the lost worker does, so nothing
     can be re-driven before its death.
     """
-    url = _url(nodes)
+    url = nodes.url
     orchestrate = _node(url, "orchestrator", *_leased(REDISPATCH_MS))
     async with Engine(url, workflows=[guarded]) as engine:
         await engine.start(guarded, {"step": "crash:wait", "order": 7}, run_id=RUN)
@@ -151,7 +149,7 @@ async def bound(nodes: Nodes) -> Facts:
     (so no lease lapses before a kill); after one re-drive the step is lost for good, and the
     workflow's except branch compensates.
     """
-    url = _url(nodes)
+    url = nodes.url
     orchestrate = _node(url, "orchestrator", *_leased(REDISPATCH_MS, 1))
     async with Engine(url, workflows=[guarded]) as engine:
         await engine.start(guarded, {"step": "crash:wait", "order": 7}, run_id=RUN)
@@ -192,7 +190,7 @@ async def bound(nodes: Nodes) -> Facts:
 
 async def beats(nodes: Nodes) -> Facts:
     """A worker beating every 2 ms for 2.5 s renews a 1 s lease; its store logs every write."""
-    url = _url(nodes)
+    url = nodes.url
     writes = nodes.folder / "heartbeat-writes"
     data = {"step": "crash:beats", "every_ms": 2, "for_ms": BEAT_FOR_MS}
     async with Engine(url, workflows=[guarded]) as engine:
@@ -224,7 +222,7 @@ async def _slow(nodes: Nodes, redispatch_ms: int | None) -> Facts:
     A fan of three on one worker that holds member 1 until released: members 2 and 3 complete
     (once a fresh orchestrator replaced the first), waking the run while member 1 is pending.
     """
-    url = _url(nodes)
+    url = nodes.url
     hold = _hold(nodes)
     quick = str(nodes.folder / "hold" / "quick")
     inputs = [
@@ -280,8 +278,10 @@ async def slow_leased(nodes: Nodes) -> Facts:
     return await _slow(nodes, SLOW_LEASE_MS)
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Facts | BaseException]:
+@pytest.fixture(scope="module", params=STORES)
+def outcomes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Facts | BaseException]:
     """Every scenario of this module, run at once."""
     scenarios = {
         "relapsed": relapsed,
@@ -290,7 +290,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Facts | Base
         "slow_unleased": slow_unleased,
         "slow_leased": slow_leased,
     }
-    return run_concurrently(tmp_path_factory, scenarios)
+    return run_concurrently(tmp_path_factory, scenarios, scenario_store(request))
 
 
 # -- the checks -----------------------------------------------------------------------------------

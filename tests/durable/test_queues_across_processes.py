@@ -9,14 +9,12 @@ processes certainly run attempts of the queue. The scenarios run at once.
 from __future__ import annotations
 
 import itertools
-import sqlite3
-from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from effects.durable import Engine
+from tests.durable.conftest import STORES
 from tests.durable.crash_support.app import QUEUE, guarded
 from tests.durable.crash_support.harness import (
     FINISHED,
@@ -24,17 +22,15 @@ from tests.durable.crash_support.harness import (
     outcome,
     read_execs,
     run_concurrently,
+    scenario_store,
     until,
 )
+from tests.durable.support import rows
 
 RUNS = 8
 #: Leases and claims: none expires in a test.
 LONG_MS = 30_000
 Facts = dict[str, Any]
-
-
-def _url(nodes: Nodes) -> str:
-    return f"sqlite:///{nodes.folder / 'durable.db'}"
 
 
 def _lane(url: str, lane: str, *extra: str) -> list[str]:
@@ -68,7 +64,7 @@ async def serialized(nodes: Nodes) -> Facts:
     Eight runs over both lanes; the first attempt admitted holds its slot until every other
     one is waiting for it, then they all run.
     """
-    url = _url(nodes)
+    url = nodes.url
     opened = nodes.folder / "open"
     async with Engine(url, workflows=[guarded]) as engine:
         run_ids = [f"run-{n}" for n in range(RUNS)]
@@ -98,7 +94,7 @@ async def serialized(nodes: Nodes) -> Facts:
 
 async def backoff(nodes: Nodes) -> Facts:
     """Run F fails once and waits ten minutes; run S, on the other process, is started then."""
-    url = _url(nodes)
+    url = nodes.url
     async with Engine(url, workflows=[guarded]) as engine:
         flaky = _call("a", "F", fail_first=True, policy={"retries": 2, "backoff_ms": 600_000})
         await engine.start(guarded, flaky, run_id="F")
@@ -112,9 +108,7 @@ async def backoff(nodes: Nodes) -> Facts:
         await until(nodes, "F's retry to be stamped", retry_stamped)
         await engine.start(guarded, _call("b", "S"), run_id="S")
         await until(nodes, "S to finish", _finished(engine, ["S"]))
-        path = Path(url.removeprefix("sqlite:///"))
-        with closing(sqlite3.connect(path)) as db:
-            f_tasks = db.execute("SELECT status FROM tasks WHERE run_id = 'F'").fetchall()
+        f_tasks = rows(url, "SELECT status FROM tasks WHERE run_id = 'F'")
         return {
             "f": await engine.get_run("F"),
             "f_checkpoints": await engine.checkpoints("F"),
@@ -126,10 +120,14 @@ async def backoff(nodes: Nodes) -> Facts:
         }
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Facts | BaseException]:
+@pytest.fixture(scope="module", params=STORES)
+def outcomes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Facts | BaseException]:
     """Every scenario of this module, run at once."""
-    return run_concurrently(tmp_path_factory, {"serialized": serialized, "backoff": backoff})
+    return run_concurrently(
+        tmp_path_factory, {"serialized": serialized, "backoff": backoff}, scenario_store(request)
+    )
 
 
 def test_two_processes_sharing_a_queue_of_one_never_run_two_attempts_at_once(

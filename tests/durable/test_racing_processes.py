@@ -37,10 +37,10 @@ def _barrier(nodes: Nodes, args: dict[str, list[str]], *, release_after: float =
 
 @pytest.mark.anyio
 async def test_processes_starting_the_same_run_ids_at_once_make_each_run_once(
-    tmp_path: Path, nodes: Nodes
+    tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:
     """3 processes start the same 60 run ids at the same moment: 60 runs, each started once."""
-    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    url = durable_store_url
     run_ids = [f"same-{i}" for i in range(RUNS)]
     names = [f"starter{n}" for n in range(3)]
     starts: dict[str, str] = {}
@@ -83,10 +83,10 @@ async def test_processes_starting_the_same_run_ids_at_once_make_each_run_once(
 
 @pytest.mark.anyio
 async def test_two_processes_recovering_the_same_expired_runs_recover_each_once(
-    tmp_path: Path, nodes: Nodes
+    tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:
     """Two processes recover 20 expired runs at the same moment: each recovered and counted once."""
-    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    url = durable_store_url
     run_ids = [f"held-{i}" for i in range(20)]
     held = tmp_path / "held"
     held.mkdir()

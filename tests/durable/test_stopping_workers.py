@@ -27,13 +27,14 @@ LEASE_MS = 30_000
 
 
 @asynccontextmanager
-async def _mid_step(tmp_path: Path, nodes: Nodes) -> AsyncIterator[tuple[Engine, Node, Path]]:
+async def _mid_step(
+    tmp_path: Path, nodes: Nodes, url: str
+) -> AsyncIterator[tuple[Engine, Node, Path]]:
     """
     A run whose one step a worker process is in the middle of (waiting for a file), this process
     orchestrating; yields the engine, the worker and the folder whose ``release`` file ends the
     wait. Claims and leases last 30 s, so nothing here can expire.
     """
-    url = f"sqlite:///{tmp_path / 'durable.db'}"
     folder = tmp_path / "wait"
     folder.mkdir()
     async with Engine(url, workflows=[waiting], lease_ms=LEASE_MS) as engine:
@@ -67,10 +68,10 @@ async def _finished(engine: Engine) -> Any:
 
 @pytest.mark.anyio
 async def test_sigterm_lets_the_attempt_in_flight_finish_and_report(
-    tmp_path: Path, nodes: Nodes
+    tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:
     """SIGTERM mid-step: the worker finishes that attempt, records it, and exits 0."""
-    async with _mid_step(tmp_path, nodes) as (engine, worker, folder):
+    async with _mid_step(tmp_path, nodes, durable_store_url) as (engine, worker, folder):
         os.kill(worker.pid, signal.SIGTERM)
 
         async def stopping() -> bool:
@@ -91,10 +92,10 @@ async def test_sigterm_lets_the_attempt_in_flight_finish_and_report(
 
 @pytest.mark.anyio
 async def test_ctrl_c_hands_the_attempt_back_for_another_worker(
-    tmp_path: Path, nodes: Nodes
+    tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:
     """SIGINT mid-step: the claim is released at once, and another worker runs that attempt."""
-    async with _mid_step(tmp_path, nodes) as (engine, worker, _):
+    async with _mid_step(tmp_path, nodes, durable_store_url) as (engine, worker, _):
         os.kill(worker.pid, signal.SIGINT)
         code = await asyncio.to_thread(worker.process.wait, 60)
         worker.stopped = True

@@ -1,12 +1,13 @@
 """
-``CrashingStore``: a ``Store`` that delegates to ``SqliteStore`` and kills its own process at one
-chosen persistence point, so a test can show what a crash at exactly that write leaves behind.
+``CrashingStore``: a ``Store`` that delegates to the store its URL names (SQLite or PostgreSQL) and
+kills its own process at one chosen persistence point, so a test can show what a crash at exactly
+that write leaves behind.
 
 The process dies by ``os._exit(137)``: no ``finally`` block, no ``atexit``, no lease released,
 which is what a ``kill -9`` or a power cut of the process leaves. Just before dying it writes the
 point's name to a marker file, so a test knows the crash happened where it meant it to.
 
-``CountingStore``: a ``SqliteStore`` that logs every heartbeat write it receives.
+``CountingStore``: a store that logs every heartbeat write it receives.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from effects.durable import SqliteStore, Task
+from effects.durable import Task
+from effects.durable._engine import open_store
 from effects.durable._store import ClaimedRun, TaskOutcome, TurnCommit
 
 #: The points, with when the process dies there:
@@ -61,10 +63,10 @@ def _backoff_ms(commit: TurnCommit) -> int:
 
 class CrashingStore:
     """
-    A ``SqliteStore`` on *url* whose process dies at the first write that is *point*.
+    The store on *url* whose process dies at the first write that is *point*.
 
     Args:
-        url: The SQLite store URL.
+        url: The store URL (``sqlite:///...`` or ``postgresql://...``).
         point: One of ``POINTS``.
         marker: The file to write *point* to just before dying.
     """
@@ -73,13 +75,13 @@ class CrashingStore:
         if point not in POINTS:
             msg = f"unknown crash point {point!r}; known: {', '.join(POINTS)}"
             raise ValueError(msg)
-        self._inner = SqliteStore(url)
+        self._inner = open_store(url)
         self.url = url
         self._point = point
         self._marker = marker
 
     def __getattr__(self, name: str) -> Any:
-        # Every method that is no persistence point of ours goes straight to SQLite.
+        # Every method that is no persistence point of ours goes straight to the store.
         return getattr(self._inner, name)
 
     def _die(self) -> None:
@@ -131,15 +133,19 @@ class CrashingStore:
         return recorded
 
 
-class CountingStore(SqliteStore):
+class CountingStore:
     """
-    A ``SqliteStore`` that appends a line (the beat's epoch ms) to *log* for every heartbeat
-    write it receives, so a test can count a worker process's writes.
+    The store on *url* (SQLite or PostgreSQL), appending a line (the beat's epoch ms) to *log*
+    for every heartbeat write it receives, so a test can count a worker process's writes.
     """
 
     def __init__(self, url: str, log: Path) -> None:
-        super().__init__(url)
+        self._inner = open_store(url)
+        self.url = url
         self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
     async def heartbeat(
         self, task: Task, *, now: int, progress: str | None, lease_until: int | None
@@ -151,4 +157,6 @@ class CountingStore(SqliteStore):
             os.write(fd, line)
         finally:
             os.close(fd)
-        return await super().heartbeat(task, now=now, progress=progress, lease_until=lease_until)
+        return await self._inner.heartbeat(
+            task, now=now, progress=progress, lease_until=lease_until
+        )

@@ -151,12 +151,14 @@ class Nodes:
     ``python -m tests.durable.crash_support.node``, or with *forked* a ``Forked`` one.
     """
 
-    def __init__(self, folder: Path, *, forked: bool = False) -> None:
+    def __init__(self, folder: Path, *, forked: bool = False, url: str | None = None) -> None:
         self.folder = folder
         self.logs = folder / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.spawned: list[Node] = []
         self.forked = forked
+        #: The store of this test's engines: *url*, or a SQLite file in *folder*.
+        self.url = url or f"sqlite:///{folder / 'durable.db'}"
 
     def spawn(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Node:
         """Start a node running ``node.main(args)``; its output goes to ``<name>-<n>.out``."""
@@ -249,16 +251,20 @@ Scenario = Callable[[Nodes], Awaitable[T]]
 
 
 def run_concurrently(
-    tmp_path_factory: pytest.TempPathFactory, scenarios: Mapping[str, Scenario[T]]
+    tmp_path_factory: pytest.TempPathFactory,
+    scenarios: Mapping[str, Scenario[T]],
+    store: Callable[[], str] | None = None,
 ) -> dict[str, T | BaseException]:
     """
     Run every scenario at once (each with its own folder and nodes, killed at its end), so a
     test module waits out its windows and process starts once; return each one's result or
-    error (with the end of its nodes' output), for its own test to check.
+    error (with the end of its nodes' output), for its own test to check. *store* gives each
+    scenario's store URL (a fresh PostgreSQL schema, say); by default a SQLite file of its own.
     """
 
     async def one(name: str, scenario: Scenario[T]) -> T:
-        nodes = Nodes(tmp_path_factory.mktemp(name), forked=True)
+        url = None if store is None else store()
+        nodes = Nodes(tmp_path_factory.mktemp(name), forked=True, url=url)
         began = time.monotonic()
         try:
             return await scenario(nodes)
@@ -277,6 +283,18 @@ def run_concurrently(
         return dict(zip(scenarios, results, strict=True))
 
     return asyncio.run(every())
+
+
+def scenario_store(request: pytest.FixtureRequest) -> Callable[[], str] | None:
+    """
+    For a module fixture parametrized over ``STORES``: what gives each scenario its store
+    (``run_concurrently``'s *store*), None for SQLite files.
+    """
+    if request.param == "sqlite":
+        return None
+    server: Any = request.getfixturevalue("postgres_server")
+    url: Callable[[], str] = server.url
+    return url
 
 
 def outcome(results: Mapping[str, T | BaseException], name: str) -> T:
