@@ -1,4 +1,4 @@
-"""The Store protocol, held by every store: SQLite and in-memory, the same tests for both."""
+"""The Store protocol, held by every store: SQLite, PostgreSQL and in-memory, the same tests."""
 
 from __future__ import annotations
 
@@ -17,13 +17,18 @@ from migrate import DefinitionResult, StateWrite, WindowCommit
 from tests.migrate.helpers import noop, people
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "postgresql", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[migrate.Store]:
     """A fresh store of each kind."""
     if request.param == "memory":
         yield migrate.MemoryStore()
         return
-    with migrate.open_store("sqlite:///state.db", base_dir=tmp_path) as opened:
+    url = (
+        "sqlite:///state.db"
+        if request.param == "sqlite"
+        else str(request.getfixturevalue("postgres_url"))
+    )
+    with migrate.open_store(url, base_dir=tmp_path) as opened:
         yield opened
 
 
