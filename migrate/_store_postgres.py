@@ -820,14 +820,18 @@ class PostgresStore:
 
 def _lives(holder_lives: bool, pid: int, host: str, token: str | None) -> bool:
     """
-    Whether the holder of a run or a lock lives: its session does, or it is another process of
-    this host that lives (it may be reconnecting after a server restart). This process knows
-    that a store of its own whose session is gone was closed or lost.
+    Whether the holder of a run or a lock lives. A process of this host that is gone is dead
+    (its session may outlive it by a moment); otherwise it lives while its session does, and so
+    does another process of this host that lives (it may be reconnecting after a server
+    restart). This process knows that a store of its own whose session is gone was closed.
     """
+    here = is_alive(ProcessId(pid, host, token))  # None: another host
+    if here is False:
+        return False
     if holder_lives:
         return True
     me = this_process()
-    return (pid, host) != (me.pid, me.host) and is_alive(ProcessId(pid, host, token)) is True
+    return here is True and (pid, host) != (me.pid, me.host)
 
 
 def _evidence_type(error: str | None) -> object:

@@ -6,8 +6,10 @@ and store-facing tests, which run on both stores.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -297,3 +299,57 @@ def test_a_lock_taken_while_its_holder_was_disconnected_stops_the_holder(
         with pytest.raises(migrate.StoreError, match="lock of 'd' was taken by another run"):
             first.counts("d")
         assert [("d", "b")] == [(lock.definition_id, lock.run_id) for lock in second.locks()]
+
+
+def _until_gone(url: str, backend_pid: int) -> None:
+    """Wait until the server has ended the session *backend_pid* (its locks go with it)."""
+    with psycopg.connect(url.split("?", 1)[0], autocommit=True) as admin:
+        for _ in range(1000):
+            rows = admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend_pid,)
+            ).fetchall()
+            if not rows:
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"session {backend_pid} did not end")
+
+
+def test_a_lock_of_another_host_is_broken_once_its_session_is_gone(postgres_url: str) -> None:
+    """Another host's lock: refused while its holder's session lives, broken once it ended."""
+    with PostgresStore(postgres_url) as taker:
+        holder = PostgresStore(postgres_url)
+        holder.create_run("far", "normal", {})
+        holder.acquire_locks("far", ["d"])
+        assert holder._conn is not None
+        backend = holder._conn.info.backend_pid
+        holder._conn.execute("UPDATE locks SET host = 'elsewhere', pid = 1")
+        holder._conn.execute("UPDATE runs SET host = 'elsewhere', pid = 1, status = 'running'")
+        taker.create_run("near", "normal", {})
+        with pytest.raises(migrate.LockHeld, match="on host elsewhere"):
+            taker.acquire_locks("near", ["d"])
+        assert () == taker.recover_dead_runs()
+        holder.close()  # the machine is gone: so is its session
+        _until_gone(postgres_url, backend)
+        assert ("far",) == taker.recover_dead_runs()
+        taker.acquire_locks("near", ["d"])
+        far = taker.run("far")
+        assert far is not None
+        assert (["near"], "failed", "process 1 died") == (
+            [lock.run_id for lock in taker.locks()],
+            far.status,
+            far.error,
+        )
+
+
+def test_a_lock_of_a_dead_process_here_is_broken_at_once(postgres_url: str) -> None:
+    """A process of this host that is gone holds nothing, even while its session lingers."""
+    with PostgresStore(postgres_url) as holder, PostgresStore(postgres_url) as taker:
+        holder.create_run("gone", "normal", {})
+        holder.acquire_locks("gone", ["d"])
+        assert holder._conn is not None
+        child = subprocess.Popen([sys.executable, "-c", "pass"])
+        child.wait()
+        holder._conn.execute("UPDATE locks SET pid = %s, process = NULL", (child.pid,))
+        taker.create_run("here", "normal", {})
+        taker.acquire_locks("here", ["d"])  # the holder's session still lives
+        assert ["here"] == [lock.run_id for lock in taker.locks()]
