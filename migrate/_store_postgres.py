@@ -264,9 +264,13 @@ class PostgresStore:
                         "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                         (f"{SCHEMA_NAME}:schema:{schema}",),
                     )
-                    conn.execute(
-                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
-                    )
+                    # Only when missing: a role that may read and write the tables but not
+                    # create schemas uses a store made for it.
+                    found = conn.execute(
+                        "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
+                    ).fetchall()
+                    if not found:
+                        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
                 rows = conn.execute(
                     "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
                     "ORDER BY table_name",
@@ -426,10 +430,12 @@ class PostgresStore:
         self._conn = None
 
     def _error(self, what: str, error: psycopg.Error) -> StoreError:
-        read_only = isinstance(error, psycopg.errors.ReadOnlySqlTransaction)
+        read_only = isinstance(
+            error, psycopg.errors.ReadOnlySqlTransaction | psycopg.errors.InsufficientPrivilege
+        )
         text = _one_line(error)
         if read_only:
-            text += "; this command writes to the store: open it for writing"
+            text += "; this command writes to the store: give it a role that may write"
         msg = f"store {self.url} failed while {what}: {text}"
         return StoreError(msg, error, read_only=read_only)
 

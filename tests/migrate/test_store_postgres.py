@@ -6,13 +6,16 @@ and store-facing tests, which run on both stores.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import attrs
 import psycopg
 import pytest
 from psycopg import sql
@@ -20,6 +23,7 @@ from psycopg import sql
 import migrate
 from migrate import DefinitionResult, StateWrite, WindowCommit
 from migrate._store_postgres import SCHEMA_VERSION, PostgresStore
+from tests.migrate.cli_support import make_project
 from tests.postgres_server import PostgresServer
 
 
@@ -353,3 +357,71 @@ def test_a_lock_of_a_dead_process_here_is_broken_at_once(postgres_url: str) -> N
         taker.create_run("here", "normal", {})
         taker.acquire_locks("here", ["d"])  # the holder's session still lives
         assert ["here"] == [lock.run_id for lock in taker.locks()]
+
+
+def test_the_command_line_store_replaces_the_configs(tmp_path: Path, postgres_url: str) -> None:
+    """``migrate --store URL run`` keeps its states in that store, not in the config's."""
+    project = make_project(tmp_path / "p", ["ok", "bad", "ok"])
+    done = project.main("--store", postgres_url, "run", "people")
+    assert 1 == done.returncode, done.stderr
+    with migrate.open_store(postgres_url) as store:
+        assert migrate.Counts(migrated=2, failed=1) == store.counts("people")
+    assert not (project.root / "state").exists()  # the config's SQLite store was never made
+    listed = project.main("--store", postgres_url, "failures", "people", "--json")
+    assert ["2"] == [f["identity"] for f in json.loads(listed.stdout)]
+
+
+def test_a_relative_sqlite_store_on_the_command_line_starts_at_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--store sqlite:///here.db`` is the working folder's file, not the config folder's."""
+    project = make_project(tmp_path / "p", ["ok"])
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    done = project.main("--store", "sqlite:///here.db", "run", "people")
+    assert (0, True, False) == (
+        done.returncode,
+        (work / "here.db").exists(),
+        (project.root / "here.db").exists(),
+    )
+
+
+def test_a_role_that_may_only_read_queries_and_is_refused_a_run(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    """A role with SELECT only: status and failures read the store; a run is a StoreError."""
+    schema = _schema_of(postgres_url)
+    role = f"ro_{schema}"
+    writer = migrate.Config(
+        [migrate.Migration("p", migrate.MemorySource(_rows(3)), _gated("-", lambda: None))],
+        store=postgres_url,
+    )
+    migrate.run(writer)
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        admin.execute(
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                sql.Identifier(schema), sql.Identifier(role)
+            )
+        )
+        admin.execute(
+            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
+                sql.Identifier(schema), sql.Identifier(role)
+            )
+        )
+    try:
+        url = postgres_url.replace("postgresql://postgres@", f"postgresql://{role}@")
+        reader = attrs.evolve(writer, store=url)
+        assert 3 == migrate.status(reader).definitions["p"].migrated
+        with pytest.raises(migrate.StoreError, match="permission denied") as caught:
+            migrate.run(reader)
+        assert (True, "a role that may write") == (
+            caught.value.read_only,
+            str(caught.value).rsplit("give it ", 1)[1],
+        )
+        assert 3 == migrate.status(reader).definitions["p"].migrated
+    finally:
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
