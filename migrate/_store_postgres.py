@@ -59,13 +59,13 @@ from migrate._store_rows import (
     STATE_COLUMNS,
     dead_run,
     definitions_json,
-    failure_record,
+    failure_records,
     item_state,
     loads,
     lock_info,
     run_record,
 )
-from migrate._text import natural_key, stored_text
+from migrate._text import stored_text
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -219,6 +219,8 @@ class PostgresStore:
         #: Whether the schema holds a store (only a read-only open finds none).
         self.exists = True
         self._closed = False
+        #: The server process of this store's last session.
+        self._backend: int | None = None
         try:
             conn = self._connect()
         except psycopg.Error as error:
@@ -248,11 +250,26 @@ class PostgresStore:
             # The JSON columns are read as their text, decoded as SQLite's are.
             conn.adapters.register_loader("json", TextLoader)
             if not self.read_only:
-                conn.execute("SELECT pg_advisory_lock(%s)", (self._holder,))
+                self._take_holder_key(conn)
         except BaseException:
             conn.close()
             raise
+        self._backend = conn.info.backend_pid
         return conn
+
+    def _take_holder_key(self, conn: Connection) -> None:
+        """Hold this store's key in *conn*'s session; a session of ours the server still keeps
+        (the client saw the network fail, the server did not yet) is ended first."""
+        query: LiteralString = "SELECT pg_try_advisory_lock(%s)"
+        if conn.execute(query, (self._holder,)).fetchall()[0][0]:
+            return
+        if self._backend is not None:
+            conn.execute("SELECT pg_terminate_backend(%s, 5000)", (self._backend,))
+            if conn.execute(query, (self._holder,)).fetchall()[0][0]:
+                return
+        # Reported as a lost connection: the caller tries again until reconnect_timeout_ms.
+        msg = "this store's previous session still holds its key"
+        raise psycopg.OperationalError(msg)
 
     def _prepare(self, conn: Connection) -> None:
         schema = self.schema
@@ -800,8 +817,7 @@ class PostgresStore:
             "WHERE definition = %s AND status = 'failed'",
             (definition_id,),
         )
-        ordered = sorted(rows, key=lambda row: natural_key(row[0]))
-        return tuple(failure_record(row) for row in (ordered if limit is None else ordered[:limit]))
+        return failure_records(rows, limit)
 
     def forget(self, definition_id: str, identities: Sequence[str]) -> tuple[ItemState, ...]:
         """Remove the stored states of these identities; return the states removed."""

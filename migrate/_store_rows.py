@@ -22,6 +22,7 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
+from migrate._text import natural_key
 
 __all__ = [
     "LOCK_COLUMNS",
@@ -30,6 +31,7 @@ __all__ = [
     "dead_run",
     "definitions_json",
     "failure_record",
+    "failure_records",
     "item_state",
     "loads",
     "lock_info",
@@ -104,6 +106,15 @@ def failure_record(row: Sequence[Any]) -> FailureRecord:
         journal=tuple(loads(row[3]) or ()),
         position=row[4],
     )
+
+
+def failure_records(rows: Sequence[Sequence[Any]], limit: int | None) -> tuple[FailureRecord, ...]:
+    """
+    Rows of ``identity, run_id, error, journal, position`` as failures in natural identity order
+    (``"7"`` before ``"13"``), the first *limit* of them (``None``: all).
+    """
+    ordered = sorted(rows, key=lambda row: natural_key(row[0]))
+    return tuple(failure_record(row) for row in (ordered if limit is None else ordered[:limit]))
 
 
 def dead_run(record: RunRecord) -> tuple[RunStatus, dict[str, DefinitionResult]]:

@@ -43,13 +43,13 @@ from migrate._store_rows import (
     STATE_COLUMNS,
     dead_run,
     definitions_json,
-    failure_record,
+    failure_records,
     item_state,
     loads,
     lock_info,
     run_record,
 )
-from migrate._text import natural_key, stored_text
+from migrate._text import stored_text
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "store_path"]
 
@@ -756,8 +756,7 @@ class SqliteStore:
             "WHERE definition = ? AND status = 'failed'",
             (definition_id,),
         )
-        ordered = sorted(rows, key=lambda row: natural_key(row[0]))
-        return tuple(failure_record(row) for row in (ordered if limit is None else ordered[:limit]))
+        return failure_records(rows, limit)
 
     def forget(self, definition_id: str, identities: Sequence[str]) -> tuple[ItemState, ...]:
         """Remove the stored states of these identities; return the states removed."""

@@ -425,3 +425,32 @@ def test_a_role_that_may_only_read_queries_and_is_refused_a_run(
         with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
             admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_session_of_ours_the_server_still_keeps_is_ended_on_reconnect(
+    postgres_url: str,
+) -> None:
+    """Our connection is gone but the server still holds our key in a session: reconnecting
+    ends that session and takes the key, instead of waiting on it for ever."""
+    dsn = postgres_url.split("?", 1)[0]
+    with PostgresStore(postgres_url) as store, psycopg.connect(dsn, autocommit=True) as lingering:
+        store.create_run("r", "normal", {})
+        store.acquire_locks("r", ["d"])
+        key = store._holder
+        assert store._conn is not None
+        current = store._conn.info.backend_pid
+        # The lingering session plays our old one: it holds our key, and is the one we knew.
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 10000)", (current,))
+        lingering.execute("SELECT pg_advisory_lock(%s)", (key,))
+        store._backend = lingering.info.backend_pid
+        assert migrate.Counts() == store.counts("d")  # reconnected, key taken back
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            holders = admin.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+                "AND (classid::bigint << 32 | objid::bigint) = %s",
+                (key,),
+            ).fetchall()
+        assert store._conn is not None
+        assert [(store._conn.info.backend_pid,)] == holders
+        assert ("d", "r") == (store.locks()[0].definition_id, store.locks()[0].run_id)
