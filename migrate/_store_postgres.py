@@ -147,8 +147,9 @@ _HOLDER_LIVES: Final = (
 )
 # Identities sort by their UTF-8 bytes, as in SQLite, whatever the database's collation.
 _BY_IDENTITY: Final = 'ORDER BY identity COLLATE "C"'
-# A window's states travel as one JSON array of StateWrite tuples: encoded by the json module and
-# taken apart by the server, it costs a fifth of what psycopg's text arrays do.
+# A window's states travel as one JSON array of StateWrite tuples, encoded by the json module and
+# taken apart by the server: one parameter instead of eight text[] (whose encoding alone costs
+# psycopg about 5x as much client time; end to end the two measured alike).
 _UPSERT_STATES: Final = (
     "INSERT INTO item_states (definition, run_id, updated_at, identity, status, version, "
     "reason, error, journal, tracking, position) "
