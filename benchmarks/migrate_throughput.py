@@ -31,14 +31,24 @@ a failed-item run.
    ``cache_size``, is not traced) and the peak RSS of a run without tracemalloc. Streaming keeps
    the peak bounded by the window, not the source: target, peak at N <= 1.5 x peak at N / 10.
 
+5. ``--store postgresql://...`` (or ``--store postgresql``: a throwaway server of
+   ``tests/postgres_server.py`` at PostgreSQL's default durability, ``fsync=on`` and
+   ``synchronous_commit=on``): items 1 and 2 with the PostgreSQL store, each round in a fresh
+   schema of that database (created, then dropped; the role needs ``CREATE`` on it), beside the
+   PostgreSQL floor: the same CSV rows, one hand-written batched ``INSERT ... ON CONFLICT DO
+   UPDATE`` of a window's state rows (``unnest`` of arrays: one statement) and a ``COMMIT`` per
+   window, with psycopg; and the naive loop's PostgreSQL form (``INSERT`` and ``COMMIT`` per
+   item). Items 3 and 4 are about SQLite and are left out.
+
 Run with ``.venv/bin/python benchmarks/migrate_throughput.py [--rows N] [--failed N]
-[--naive-rows N] [--load-rows N] [--rounds N] [--profile] [--no-memory]``; ``--profile`` prints
-the top of a cProfile of one throughput run.
+[--naive-rows N] [--load-rows N] [--rounds N] [--profile] [--no-memory] [--store URL]``;
+``--profile`` prints the top of a cProfile of one throughput run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import csv
 import gc
@@ -56,6 +66,7 @@ from typing import IO, Any
 from unittest import mock
 
 from _memory import Figures, emit, fresh, peak_rss
+from _postgres_floor import PostgresBench
 
 import migrate
 
@@ -109,13 +120,10 @@ def counting_opens(path: Path) -> Iterator[list[int]]:
         yield opened
 
 
-def ours(
-    work: Path, source: Path, rows: int, round_: int, profiler: cProfile.Profile | None
-) -> float:
-    """Migrate the *rows* rows of *source* with a no-op process into a fresh store; seconds."""
+def ours(store: str, source: Path, rows: int, profiler: cProfile.Profile | None) -> float:
+    """Migrate the *rows* rows of *source* with a no-op process into the fresh *store*; seconds."""
     config = migrate.Config(
-        [migrate.Migration("rows", migrate.CsvSource(source), do_nothing)],
-        store=f"sqlite:///{work / f'throughput-{round_}.db'}",
+        [migrate.Migration("rows", migrate.CsvSource(source), do_nothing)], store=store
     )
     started = time.perf_counter()
     if profiler is not None:
@@ -181,7 +189,15 @@ def naive(db_path: Path, source: Path, rows: int) -> float:
     return took
 
 
-def throughput(work: Path, rows: int, naive_rows: int, rounds: int, *, profile: bool) -> float:
+def throughput(
+    work: Path,
+    rows: int,
+    naive_rows: int,
+    rounds: int,
+    pg: PostgresBench | None,
+    *,
+    profile: bool,
+) -> float:
     """Time ours, the floor and the naive loop in interleaved rounds; print; return our rate."""
     source = work / "rows.csv"
     write_csv(source, rows)
@@ -190,11 +206,19 @@ def throughput(work: Path, rows: int, naive_rows: int, rounds: int, *, profile: 
     best = {"ours": float("inf"), "floor": float("inf"), "naive": float("inf")}
     for round_ in range(rounds):
         # Only the first round is profiled: the profile is of one run, not of several.
-        took = {
-            "ours": ours(work, source, rows, round_, profiler if round_ == 0 else None),
-            "floor": floor(work / f"floor-{round_}.db", source, rows),
-            "naive": naive(work / f"naive-{round_}.db", source, naive_rows),
-        }
+        chosen = profiler if round_ == 0 else None
+        if pg is None:
+            took = {
+                "ours": ours(f"sqlite:///{work / f'throughput-{round_}.db'}", source, rows, chosen),
+                "floor": floor(work / f"floor-{round_}.db", source, rows),
+                "naive": naive(work / f"naive-{round_}.db", source, naive_rows),
+            }
+        else:
+            took = {
+                "ours": ours(pg.store(f"ours_{round_}"), source, rows, chosen),
+                "floor": pg.floor(f"floor_{round_}", source, rows, WINDOW),
+                "naive": pg.naive(f"naive_{round_}", source, naive_rows),
+            }
         for name, seconds in took.items():
             best[name] = min(best[name], seconds)
     rates = {
@@ -204,14 +228,16 @@ def throughput(work: Path, rows: int, naive_rows: int, rounds: int, *, profile: 
     }
     rate = rates["ours"]
     verdict = "meets" if rate >= THROUGHPUT_TARGET else "MISSES"
+    kind = "SQLite" if pg is None else f"PostgreSQL ({pg.describe()})"
     print(
-        f"throughput: {rows:,} CSV rows, no-op process, SQLite store: {best['ours']:.2f} s, "
+        f"throughput: {rows:,} CSV rows, no-op process, {kind} store: {best['ours']:.2f} s, "
         f"{rate:,.0f} items/s ({verdict} the target of {THROUGHPUT_TARGET:,}/s)"
     )
     print(f"side by side, best of {rounds} interleaved round(s), same CSV file:")
+    batch = "executemany" if pg is None else "one INSERT ... ON CONFLICT"
     labels = {
         "ours": f"migrate run (CsvSource, no-op, store), {rows:,} rows",
-        "floor": f"floor: DictReader + executemany/commit per {WINDOW:,}, {rows:,} rows",
+        "floor": f"floor: DictReader + {batch}/commit per {WINDOW:,}, {rows:,} rows",
         "naive": f"naive: DictReader + INSERT/commit per item, {naive_rows:,} rows",
     }
     width = max(len(label) for label in labels.values()) + 2
@@ -315,7 +341,7 @@ def destination_load(work: Path, rows: int, rounds: int) -> float:
     return rates["ours"]
 
 
-def failed_run_reads(work: Path, rows: int) -> int:
+def failed_run_reads(work: Path, rows: int, pg: PostgresBench | None) -> int:
     """Fail *rows* items, then reprocess them with ``--failed``; return source reads."""
     path = work / "failing.csv"
     write_csv(path, rows)
@@ -327,7 +353,7 @@ def failed_run_reads(work: Path, rows: int) -> int:
 
     config = migrate.Config(
         [migrate.Migration("failing", CountingCsvSource(path), process)],
-        store=f"sqlite:///{work / 'failed.db'}",
+        store=f"sqlite:///{work / 'failed.db'}" if pg is None else pg.store("failed"),
     )
     first = migrate.run(config, migrate.RunOptions(definitions=("failing",)))
     failed = first.definitions["failing"].counts.failed
@@ -439,6 +465,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds, best kept")
     parser.add_argument("--profile", action="store_true", help="cProfile one throughput run")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory comparison")
+    parser.add_argument(
+        "--store",
+        default="sqlite",
+        help="sqlite (default), a postgresql:// URL, or postgresql: a throwaway server",
+    )
     parser.add_argument("--memory-case", help=argparse.SUPPRESS)
     parser.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -449,10 +480,21 @@ def main() -> None:
         return
     if min(args.rows, args.failed, args.naive_rows, args.load_rows, args.rounds) < 1:
         parser.error("--rows, --failed, --naive-rows, --load-rows and --rounds must be >= 1")
-    with tempfile.TemporaryDirectory(prefix="migrate-bench-") as folder:
+    if args.store != "sqlite" and not args.store.startswith(("postgresql", "postgres://")):
+        parser.error(f"--store must be sqlite, postgresql or a postgresql:// URL, not {args.store}")
+    with (
+        tempfile.TemporaryDirectory(prefix="migrate-bench-") as folder,
+        contextlib.ExitStack() as stack,
+    ):
         work = Path(folder)
-        throughput(work, args.rows, args.naive_rows, args.rounds, profile=args.profile)
-        failed_run_reads(work, args.failed)
+        pg = None
+        if args.store != "sqlite":
+            pg = stack.enter_context(PostgresBench.at(args.store))
+        throughput(work, args.rows, args.naive_rows, args.rounds, pg, profile=args.profile)
+        failed_run_reads(work, args.failed, pg)
+        if pg is not None:
+            print("SqlDestination load and memory: SQLite figures, left out with --store")
+            return
         destination_load(work, args.load_rows, args.rounds)
         if not args.no_memory:
             memory(work, args.rows)

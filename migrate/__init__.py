@@ -65,7 +65,8 @@ from migrate._state import (
 )
 from migrate._store import StateWrite, Store, WindowCommit
 from migrate._store_memory import MemoryStore
-from migrate._store_sqlite import SCHEMA_VERSION, SqliteStore, open_store
+from migrate._store_open import open_store
+from migrate._store_sqlite import SCHEMA_VERSION, SqliteStore
 from migrate._text import format_time
 
 __all__ = [

@@ -1,9 +1,9 @@
 """
 The ``migrate`` command line.
 
-``migrate [--config FILE] COMMAND``; commands: ``list``, ``graph``, ``status``, ``runs``,
-``failures``, ``unlock`` and ``run``. ``--json`` prints one JSON document on stdout for scripts;
-progress and messages go to stderr.
+``migrate [--config FILE] [--store URL] COMMAND``; commands: ``list``, ``graph``, ``status``,
+``runs``, ``failures``, ``unlock`` and ``run``. ``--store`` replaces the config's store.
+``--json`` prints one JSON document on stdout for scripts; progress and messages go to stderr.
 
 Exit codes: 0 done, and no failed item is stored for the definitions run; 1 the run finished
 with failed items (this run's or earlier ones' waiting for ``--failed``); 2 bad usage or config
@@ -23,7 +23,10 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Final, Literal, Protocol, TextIO
+
+import attrs
 
 from migrate import (
     Config,
@@ -114,6 +117,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         default=None,
         help="config file defining `config = migrate.Config(...)` (default: ./migrate_config.py)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help="the store to use instead of the config's: sqlite:///PATH (relative to the working "
+        "folder) or postgresql://USER@HOST/DB?schema=NAME",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -269,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run" and args.failed and args.skipped:
             raise UsageError("--failed and --skipped cannot be used together; run them one by one")
         config = load_config(args.config)
+        if args.store is not None:
+            config = _with_store(config, args.store)
         command: Callable[[Config, argparse.Namespace, Writer], int] = _COMMANDS[args.command]
         return command(config, args, out)
     except (ConfigError, UsageError) as error:
@@ -291,6 +303,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     finally:
         out.flush()
+
+
+def _with_store(config: Config, url: str) -> Config:
+    """*config* with the store *url* given on the command line (a relative SQLite path starts at
+    the working folder, as any path on a command line does, not at the config's)."""
+    if url.startswith("sqlite:///"):
+        rest, mark, query = url.removeprefix("sqlite:///").partition("?")
+        url = f"sqlite:///{Path(rest).absolute()}{mark}{query}" if rest else url
+    return attrs.evolve(config, store=url)
 
 
 def _error(message: str) -> None:

@@ -15,7 +15,7 @@ from effects import Effect
 from migrate._errors import ConfigError, SourceError, UsageError
 from migrate._sources import Item, Source
 from migrate._store import Store
-from migrate._store_sqlite import open_store
+from migrate._store_open import open_store
 from schedules import to_seconds
 
 if TYPE_CHECKING:
@@ -207,8 +207,9 @@ class Config:
         migrations: The definitions, in the order ``list`` shows them.
         store: ``"sqlite:///path"`` (a relative path is relative to *base_dir*: the config
             file's folder when loaded with `load_config`; ``?timeout=SECONDS`` sets how long a
-            write waits for another connection's lock), or a `Store` object such as a
-            `MemoryStore`, used as it is by every run and query of this config.
+            write waits for another connection's lock), ``"postgresql://user@host/db"`` (a
+            schema of a PostgreSQL database, ``?schema=NAME``; see `open_store`), or a `Store`
+            object such as a `MemoryStore`, used as it is by every run and query of this config.
         base_dir: The folder relative store paths, and relative paths of file sources, start
             from; ``None``: the working folder.
 
@@ -264,7 +265,8 @@ class Config:
         store = cast(object, self.store)
         if not isinstance(store, str | Store):
             raise ConfigError(
-                f"store must be a 'sqlite:///path' string or a migrate Store, got {self.store!r}"
+                f"store must be a 'sqlite:///path' or 'postgresql://...' URL, or a migrate Store, "
+                f"got {self.store!r}"
             )
 
     @property

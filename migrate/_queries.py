@@ -11,7 +11,7 @@ from migrate._errors import StoreError, UsageError
 from migrate._reports import DefinitionStatus, RunRef, StatusReport
 from migrate._state import FailureRecord, ItemState, LockInfo, RunRecord
 from migrate._store import Store
-from migrate._store_sqlite import store_path
+from migrate._store_open import store_exists
 
 __all__ = ["failures", "forget", "runs", "status", "unlock"]
 
@@ -24,7 +24,7 @@ def _reading(config: Config, *, recover: bool = True) -> Generator[Store]:
     dead processes failed (*recover*), so they do not show as running.
     """
     read_only = not recover or (
-        isinstance(config.store, str) and not store_path(config.store, config.base_dir).exists()
+        isinstance(config.store, str) and not store_exists(config.store, config.base_dir)
     )
     if not read_only:
         try:

@@ -22,15 +22,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, cast
 
-import attrs
-
 from migrate._errors import ConfigError, LockHeld, StoreError, StoreSchemaError
 from migrate._liveness import ProcessId, is_alive, this_process
 from migrate._sources import Contract, Cursor
 from migrate._state import (
     Counts,
     DefinitionResult,
-    ErrorEvidence,
     FailureRecord,
     ItemState,
     ItemStatus,
@@ -40,9 +37,21 @@ from migrate._state import (
 )
 from migrate._store import POSITIONAL_TYPES, PriorState, Store, WindowCommit
 from migrate._store_memory import MemoryStore
-from migrate._text import natural_key, stored_text
+from migrate._store_rows import (
+    LOCK_COLUMNS,
+    RUN_COLUMNS,
+    STATE_COLUMNS,
+    dead_run,
+    definitions_json,
+    failure_records,
+    item_state,
+    loads,
+    lock_info,
+    run_record,
+)
+from migrate._text import stored_text
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_store", "store_path"]
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "store_path"]
 
 #: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
 #: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
@@ -115,12 +124,6 @@ _INSERT_STATE = (
     "INSERT OR REPLACE INTO item_states (definition, run_id, updated_at, identity, status, "
     "version, reason, error, journal, tracking, position) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_RUN_COLUMNS = "id, status, mode, definitions, error, started_at, ended_at, pid, host"
-_STATE_COLUMNS = (
-    "definition, identity, status, reason, error, version, journal, tracking, run_id, updated_at, "
-    "position"
-)
-_LOCK_COLUMNS = "definition, run_id, pid, host, acquired_at, process"
 _MAGIC = b"SQLite format 3\x00"
 _HEADER = 100
 
@@ -128,7 +131,10 @@ _HEADER = 100
 def _path_and_options(url: str, base_dir: Path | None) -> tuple[Path, float]:
     prefix = "sqlite:///"
     if not url.startswith(prefix) or len(url) == len(prefix):
-        raise ConfigError(f"store must look like 'sqlite:///path/to/state.db', got {url!r}")
+        raise ConfigError(
+            "store must look like 'sqlite:///path/to/state.db' or "
+            f"'postgresql://user@host:5432/db', got {url!r}"
+        )
     rest, _, query = url[len(prefix) :].partition("?")
     timeout = DEFAULT_TIMEOUT
     for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
@@ -157,29 +163,13 @@ def store_path(url: str, base_dir: str | os.PathLike[str] | None = None) -> Path
     return _path_and_options(url, None if base_dir is None else Path(base_dir))[0]
 
 
-def open_store(
+def open_sqlite(
     url: str,
     *,
     base_dir: str | os.PathLike[str] | None = None,
     read_only: bool = False,
 ) -> Store:
-    """
-    Open (creating on demand, unless *read_only*) the store at *url*.
-
-    Args:
-        url: ``"sqlite:///relative/path.db"`` or ``"sqlite:////absolute/path.db"``, optionally
-            with ``?timeout=SECONDS``: how long a write waits for a lock another connection holds
-            before it fails (default 30).
-        base_dir: Where a relative path starts; ``None``: the working folder.
-        read_only: Open for reading only: nothing is created or written (a read-only file or
-            mount works), and a store file that does not exist yet reads as an empty store.
-
-    Raises:
-        ConfigError: If *url* is not a ``sqlite:///`` URL or has an unknown option.
-        StoreSchemaError: If the store was written by a newer version of ``migrate``.
-        StoreError: If the file is not a migrate store, is corrupt or truncated, or cannot be
-            opened (for writing, unless *read_only*).
-    """
+    """The SQLite store at a ``sqlite:///`` *url* (see `migrate.open_store`)."""
     path, timeout = _path_and_options(url, None if base_dir is None else Path(base_dir))
     if read_only and not path.exists():
         return MemoryStore(name=f"sqlite:{path} (not created yet)")
@@ -189,10 +179,6 @@ def open_store(
 def _writable(path: Path) -> bool:
     """Whether *path* and its folder (for SQLite's -wal and -shm files) can be written."""
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 def _header_problem(path: Path) -> str | None:
@@ -258,7 +244,7 @@ class SqliteStore:
         self._lock = threading.RLock()
         self._process = this_process()
         self._tables = frozenset({"contracts"})
-        self._columns = {"item_states": _STATE_COLUMNS, "locks": _LOCK_COLUMNS, "runs": ""}
+        self._columns = {"item_states": STATE_COLUMNS, "locks": LOCK_COLUMNS, "runs": ""}
         self.host = self._process.host
         problem = _header_problem(self.path)
         if problem is not None:
@@ -449,7 +435,7 @@ class SqliteStore:
                 (
                     run_id,
                     mode,
-                    _definitions_json(definitions),
+                    definitions_json(definitions),
                     time.time(),
                     me.pid,
                     me.host,
@@ -486,7 +472,7 @@ class SqliteStore:
             params.append(status)
         if definitions is not None:
             sets.append("definitions = ?")
-            params.append(_definitions_json(definitions))
+            params.append(definitions_json(definitions))
         if error is not None:
             sets.append("error = ?")
             params.append(stored_text(error))
@@ -498,17 +484,17 @@ class SqliteStore:
 
     def run(self, run_id: str) -> RunRecord | None:
         """The run with this id, if any."""
-        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
-        return _run_record(rows[0]) if rows else None
+        rows = self._query(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        return run_record(rows[0]) if rows else None
 
     def runs(self, limit: int | None = 20) -> tuple[RunRecord, ...]:
         """Runs, newest first; at most *limit* (``None``: all)."""
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY seq DESC"
+        sql = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY seq DESC"
         params: tuple[Any, ...] = ()
         if limit is not None:
             sql += " LIMIT ?"
             params = (limit,)
-        return tuple(_run_record(row) for row in self._query(sql, params))
+        return tuple(run_record(row) for row in self._query(sql, params))
 
     def latest_run_for(
         self, definition_id: str, *, include_start_failed: bool = False
@@ -516,11 +502,11 @@ class SqliteStore:
         """The newest run that covered *definition_id* (start-failed runs skipped by default)."""
         skip = "" if include_start_failed else "status != 'start-failed' AND "
         rows = self._query(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE {skip}EXISTS "
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE {skip}EXISTS "
             "(SELECT 1 FROM json_each(runs.definitions) WHERE key = ?) ORDER BY seq DESC LIMIT 1",
             (definition_id,),
         )
-        return _run_record(rows[0]) if rows else None
+        return run_record(rows[0]) if rows else None
 
     def recover_dead_runs(self) -> tuple[str, ...]:
         """
@@ -534,25 +520,18 @@ class SqliteStore:
         if self.read_only:
             return ()
         rows = self._query(
-            f"SELECT {_RUN_COLUMNS}, process FROM runs "
+            f"SELECT {RUN_COLUMNS}, process FROM runs "
             "WHERE status IN ('queued', 'running') AND host = ?",
             (self.host,),
         )
         dead = [
-            _run_record(row) for row in rows if is_alive(ProcessId(row[7], row[8], row[9])) is False
+            run_record(row) for row in rows if is_alive(ProcessId(row[7], row[8], row[9])) is False
         ]
         if not dead:
             return ()
         with self.transaction("recovering the runs of dead processes") as db:
             for record in dead:
-                status: RunStatus = "failed" if record.status == "running" else "start-failed"
-                definitions = {
-                    key: attrs.evolve(
-                        value,
-                        status="failed" if value.status in ("running", "queued") else value.status,
-                    )
-                    for key, value in record.definitions.items()
-                }
+                status, definitions = dead_run(record)
                 self._update_run(
                     db, record.run_id, status, definitions, f"process {record.pid} died", True
                 )
@@ -576,16 +555,16 @@ class SqliteStore:
         with self.transaction("taking locks") as db:
             for definition_id in wanted:
                 row = db.execute(
-                    f"SELECT {_LOCK_COLUMNS} FROM locks WHERE definition = ?", (definition_id,)
+                    f"SELECT {LOCK_COLUMNS} FROM locks WHERE definition = ?", (definition_id,)
                 ).fetchone()
                 if row is None:
                     continue
                 if is_alive(ProcessId(row[2], row[3], row[5])) is False:
                     db.execute("DELETE FROM locks WHERE definition = ?", (definition_id,))
                     continue
-                raise LockHeld(_lock_info(row))
+                raise LockHeld(lock_info(row))
             db.executemany(
-                f"INSERT INTO locks ({_LOCK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO locks ({LOCK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
                 [(d, run_id, me.pid, me.host, now, me.token) for d in wanted],
             )
 
@@ -597,18 +576,18 @@ class SqliteStore:
     def locks(self) -> tuple[LockInfo, ...]:
         """The locks held now."""
         rows = self._query(f"SELECT {self._columns['locks']} FROM locks ORDER BY definition")
-        return tuple(_lock_info(row) for row in rows)
+        return tuple(lock_info(row) for row in rows)
 
     def unlock(self, definition_id: str) -> LockInfo | None:
         """Break *definition_id*'s lock; return it (``None`` if it was not locked)."""
         with self.transaction(f"unlocking {definition_id!r}") as db:
             row = db.execute(
-                f"SELECT {_LOCK_COLUMNS} FROM locks WHERE definition = ?", (definition_id,)
+                f"SELECT {LOCK_COLUMNS} FROM locks WHERE definition = ?", (definition_id,)
             ).fetchone()
             if row is None:
                 return None
             db.execute("DELETE FROM locks WHERE definition = ?", (definition_id,))
-        return _lock_info(row)
+        return lock_info(row)
 
     # --- contracts --------------------------------------------------------------------------
 
@@ -652,7 +631,7 @@ class SqliteStore:
     def cursor(self, definition_id: str) -> Cursor:
         """The saved cursor of *definition_id* (``None``: from the beginning)."""
         rows = self._query("SELECT cursor FROM cursors WHERE definition = ?", (definition_id,))
-        return cast(Cursor, _loads(rows[0][0])) if rows else None
+        return cast(Cursor, loads(rows[0][0])) if rows else None
 
     def reset_cursor(self, definition_id: str) -> None:
         """Forget the saved cursor: the next normal run reads from the beginning."""
@@ -754,7 +733,7 @@ class SqliteStore:
             "WHERE definition = ? AND identity = ?",
             (definition_id, identity),
         )
-        return _item_state(rows[0]) if rows else None
+        return item_state(rows[0]) if rows else None
 
     def items(self, definition_id: str) -> tuple[ItemState, ...]:
         """Every stored state of *definition_id*, in identity order."""
@@ -763,7 +742,7 @@ class SqliteStore:
             "WHERE definition = ? ORDER BY identity",
             (definition_id,),
         )
-        return tuple(_item_state(row) for row in rows)
+        return tuple(item_state(row) for row in rows)
 
     def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:
         """
@@ -777,17 +756,7 @@ class SqliteStore:
             "WHERE definition = ? AND status = 'failed'",
             (definition_id,),
         )
-        ordered = sorted(rows, key=lambda row: natural_key(row[0]))
-        return tuple(
-            FailureRecord(
-                identity=row[0],
-                run_id=row[1],
-                error=ErrorEvidence.from_json(_loads(row[2]) or {}),
-                journal=tuple(_loads(row[3]) or ()),
-                position=row[4],
-            )
-            for row in (ordered if limit is None else ordered[:limit])
-        )
+        return failure_records(rows, limit)
 
     def forget(self, definition_id: str, identities: Sequence[str]) -> tuple[ItemState, ...]:
         """Remove the stored states of these identities; return the states removed."""
@@ -803,7 +772,7 @@ class SqliteStore:
                 "AND identity IN (SELECT value FROM json_each(?))",
                 (definition_id, wanted),
             )
-        return tuple(_item_state(row) for row in rows)
+        return tuple(item_state(row) for row in rows)
 
     def tracking(self, definition_id: str, identity: str) -> dict[str, Any] | None:
         """The tracking record stored for one item, or ``None``."""
@@ -811,53 +780,11 @@ class SqliteStore:
             "SELECT tracking FROM item_states WHERE definition = ? AND identity = ?",
             (definition_id, identity),
         )
-        return cast("dict[str, Any] | None", _loads(rows[0][0])) if rows else None
+        return cast("dict[str, Any] | None", loads(rows[0][0])) if rows else None
 
 
 def _save_cursor(db: sqlite3.Connection, definition_id: str, cursor: Cursor) -> None:
     db.execute(
         "INSERT OR REPLACE INTO cursors (definition, cursor, updated_at) VALUES (?, ?, ?)",
         (definition_id, None if cursor is None else json.dumps(cursor), time.time()),
-    )
-
-
-def _definitions_json(definitions: Mapping[str, DefinitionResult]) -> str:
-    return json.dumps({key: value.to_json() for key, value in definitions.items()})
-
-
-def _lock_info(row: Sequence[Any]) -> LockInfo:
-    return LockInfo(row[0], row[1], row[2], row[3], row[4], row[5])
-
-
-def _run_record(row: Sequence[Any]) -> RunRecord:
-    definitions = {
-        key: DefinitionResult.from_json(value) for key, value in json.loads(row[3]).items()
-    }
-    return RunRecord(
-        run_id=row[0],
-        status=row[1],
-        mode=row[2],
-        definitions=definitions,
-        error=row[4],
-        started_at=row[5],
-        ended_at=row[6],
-        pid=row[7],
-        host=row[8],
-    )
-
-
-def _item_state(row: Sequence[Any]) -> ItemState:
-    error = _loads(row[4])
-    return ItemState(
-        definition_id=row[0],
-        identity=row[1],
-        status=row[2],
-        reason=row[3],
-        error=None if error is None else ErrorEvidence.from_json(error),
-        version=row[5],
-        journal=tuple(_loads(row[6]) or ()),
-        tracking=_loads(row[7]),
-        run_id=row[8],
-        updated_at=row[9],
-        position=row[10],
     )

@@ -5,7 +5,15 @@ from __future__ import annotations
 import datetime
 import re
 
-__all__ = ["format_time", "natural_key", "plural", "printable", "storable", "stored_text"]
+__all__ = [
+    "format_time",
+    "natural_key",
+    "plural",
+    "printable",
+    "storable",
+    "stored_text",
+    "unstorable_part",
+]
 
 
 def format_time(timestamp: float) -> str:
@@ -92,13 +100,16 @@ def natural_key(identity: str) -> tuple[tuple[int, int, str], ...]:
 
 def storable(text: str) -> bool:
     """
-    Whether *text* can be stored as it is: it encodes as UTF-8, so it holds no lone surrogate
-    (which JSON's ``\\ud800`` escapes produce, and which no database accepts).
+    Whether *text* can be stored as it is, in every store: it encodes as UTF-8, so it holds no
+    lone surrogate (which JSON's ``\\ud800`` escapes produce, and which no database accepts), and
+    it holds no U+0000 (NUL), which PostgreSQL's ``text`` and ``jsonb`` cannot hold.
 
     Example:
-        >>> storable("Zoë"), storable("a\\ud800")
-        (True, False)
+        >>> storable("Zoë"), storable("a\\ud800"), storable("a\\x00b")
+        (True, False, False)
     """
+    if "\x00" in text:
+        return False
     if text.isascii():
         return True
     try:
@@ -108,14 +119,27 @@ def storable(text: str) -> bool:
     return True
 
 
-def stored_text(text: str) -> str:
+def unstorable_part(text: str) -> str:
     """
-    *text* made storable: lone surrogates become ``\\udXXX`` escapes; other text is kept.
+    What in *text* no store can hold, for a message: ``"U+0000 (NUL)"`` or ``"a lone
+    surrogate"`` (the first of the two when it holds both).
 
     Example:
-        >>> stored_text("a\\ud800b")
-        'a\\\\ud800b'
+        >>> unstorable_part("a\\x00"), unstorable_part("a\\udc80")
+        ('U+0000 (NUL)', 'a lone surrogate')
+    """
+    return "U+0000 (NUL)" if "\x00" in text else "a lone surrogate"
+
+
+def stored_text(text: str) -> str:
+    """
+    *text* made storable: lone surrogates become ``\\udXXX`` escapes and U+0000 becomes
+    ``\\x00``; other text is kept.
+
+    Example:
+        >>> stored_text("a\\ud800b"), stored_text("a\\x00b")
+        ('a\\\\ud800b', 'a\\\\x00b')
     """
     if storable(text):
         return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")

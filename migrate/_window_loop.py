@@ -39,7 +39,7 @@ from migrate._sources import Cursor, Fault, Item
 from migrate._sources._base import MissingFieldError, duplicate_fault, excerpt
 from migrate._state import Counts, ErrorEvidence, ItemStatus
 from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
-from migrate._text import plural, storable, stored_text
+from migrate._text import plural, storable, stored_text, unstorable_part
 from migrate._window_writes import BatchFailure, WindowWrites, writing
 from migrate._workers import DaemonPool
 
@@ -549,7 +549,7 @@ class WindowLoop:
     def _unstorable(
         self, items: Sequence[Item], faults: Sequence[Fault]
     ) -> tuple[list[Item], list[Fault]]:
-        """Turn items whose identity no store can hold (a lone surrogate) into faults."""
+        """Turn items whose identity no store can hold (a lone surrogate, U+0000) into faults."""
         describe = self.migration.source.describe()
         kept: list[Item] = []
         more = list(faults)
@@ -562,7 +562,7 @@ class WindowLoop:
                 Fault(
                     place,
                     "BadIdentity",
-                    f"{describe} {place} has an identity with a lone surrogate "
+                    f"{describe} {place} has an identity with {unstorable_part(item.identity)} "
                     f"({stored_text(item.identity)!r}), which no store can hold; the record "
                     "was not migrated",
                     details={"source": describe, "record": excerpt(item.data)},

@@ -9,7 +9,7 @@ import numbers
 import uuid
 from typing import Any, cast
 
-from migrate._text import storable, stored_text
+from migrate._text import storable, stored_text, unstorable_part
 
 __all__ = ["IdentityProblem", "identity_text"]
 
@@ -47,7 +47,7 @@ def identity_text(value: Any) -> str:
     value                                  identity
     =====================================  ================================================
     ``str``                                itself (an empty string has no identity; one with
-                                           a lone surrogate is refused)
+                                           a lone surrogate or U+0000 is refused)
     ``int``                                decimal digits: ``42``, ``-7``
     ``float``, ``Decimal``                 by value: integral ones as an ``int`` (``1.0``
                                            and ``Decimal("1.00")`` are ``1``), others in
@@ -80,7 +80,7 @@ def identity_text(value: Any) -> str:
             raise IdentityProblem("is empty", missing=True)
         if not storable(value):
             raise IdentityProblem(
-                f"holds a lone surrogate ({stored_text(value)!r}), which no store can hold",
+                f"holds {unstorable_part(value)} ({stored_text(value)!r}), which no store can hold",
                 missing=False,
             )
         return value

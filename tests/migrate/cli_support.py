@@ -107,7 +107,7 @@ config = migrate.Config(
             requires=("people",),
         ),
     ],
-    store="sqlite:///state/migrate.db",
+    store=STORE,
 )
 '''
 
@@ -215,11 +215,23 @@ class Project:
             time.sleep(0.01)
 
 
-def make_project(root: Path, states: Sequence[str], *, window: int = 10) -> Project:
-    """A project with people in *states* and one order per person, CSV windows of *window*."""
+def make_project(
+    root: Path,
+    states: Sequence[str],
+    *,
+    window: int = 10,
+    store: str | None = None,
+) -> Project:
+    """
+    A project with people in *states* and one order per person, CSV windows of *window*; its
+    store at the URL *store* (``None``: ``state/migrate.db`` in the project).
+    """
     project = Project(root)
     root.mkdir(parents=True, exist_ok=True)
-    project.config.write_text(CONFIG_TEXT.replace("WINDOW", str(window)))
+    url = "sqlite:///state/migrate.db" if store is None else store
+    project.config.write_text(
+        CONFIG_TEXT.replace("WINDOW", str(window)).replace("STORE", repr(url))
+    )
     project.write_people(states)
     project.write_orders(range(1, len(states) + 1))
     db = sqlite3.connect(root / "dest.db")

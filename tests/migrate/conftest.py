@@ -1,4 +1,7 @@
-"""Fixtures for the migrate tests."""
+"""
+Fixtures for the migrate tests. A test on the ``store_url`` fixture runs on both SQL stores,
+SQLite and PostgreSQL (a schema of its own per test).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.migrate.helpers import people, write_csv
+
+STORES = ("sqlite", "postgresql")
 
 
 @pytest.fixture
@@ -28,3 +33,12 @@ def _config_modules_stay_in_their_test(tmp_path: Path) -> Iterator[None]:
         file = getattr(module, "__file__", None)
         if file and Path(file).is_relative_to(tmp_path):
             del sys.modules[name]
+
+
+@pytest.fixture(params=STORES)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: a SQLite file in tmp_path, or a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url

@@ -37,9 +37,11 @@ def people(n: int, *, start: int = 1) -> list[dict[str, Any]]:
     return [{"id": str(i), "name": f"person {i}"} for i in range(start, start + n)]
 
 
-def config_of(tmp_path: Path, *migrations: migrate.Migration) -> migrate.Config:
-    """A config with its store in *tmp_path*."""
-    return migrate.Config(migrations, store="sqlite:///state.db", base_dir=tmp_path)
+def config_of(
+    tmp_path: Path, *migrations: migrate.Migration, store: str = "sqlite:///state.db"
+) -> migrate.Config:
+    """A config with its files in *tmp_path* and its store there (or at the URL *store*)."""
+    return migrate.Config(migrations, store=store, base_dir=tmp_path)
 
 
 def states(config: migrate.Config, definition_id: str) -> dict[str, str]:

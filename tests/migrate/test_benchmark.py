@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
+
+from tests.postgres_server import PostgresServer
+
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "migrate_throughput.py"
 SMALL = (
     "--rows",
@@ -22,6 +26,22 @@ SMALL = (
 )
 
 
+def _check_loop_rates(stdout: str) -> None:
+    """The rows of ours, floor and naive: items/s, and ours / it consistent with the rates."""
+    rows = {
+        match["name"]: (float(match["rate"].replace(",", "")), float(match["ratio"]))
+        for match in re.finditer(
+            r"^  (?P<name>migrate run|floor|naive)\b.*?(?P<rate>[\d,]+)\s+(?P<ratio>[\d.]+)$",
+            stdout,
+            re.MULTILINE,
+        )
+    }
+    assert ["migrate run", "floor", "naive"] == list(rows)
+    ours = rows["migrate run"][0]
+    for rate, ratio in rows.values():
+        assert abs(ours / rate - ratio) <= 0.01 + 0.01 * ratio
+
+
 def test_benchmark_prints_each_loop_rate_and_our_ratio_to_it() -> None:
     """A small run prints items/s of ours, floor and naive, and ours / each, consistently."""
     done = subprocess.run(
@@ -31,18 +51,7 @@ def test_benchmark_prints_each_loop_rate_and_our_ratio_to_it() -> None:
         timeout=120,
         check=True,
     )
-    rows = {
-        match["name"]: (float(match["rate"].replace(",", "")), float(match["ratio"]))
-        for match in re.finditer(
-            r"^  (?P<name>migrate run|floor|naive)\b.*?(?P<rate>[\d,]+)\s+(?P<ratio>[\d.]+)$",
-            done.stdout,
-            re.MULTILINE,
-        )
-    }
-    assert ["migrate run", "floor", "naive"] == list(rows)
-    ours = rows["migrate run"][0]
-    for rate, ratio in rows.values():
-        assert abs(ours / rate - ratio) <= 0.01 + 0.01 * ratio
+    _check_loop_rates(done.stdout)
     assert re.search(r"^  ours / floor = [\d.]+", done.stdout, re.MULTILINE)
     assert re.search(r"^  ours / naive = [\d.]+", done.stdout, re.MULTILINE)
     assert "naive: DictReader + INSERT/commit per item, 30 rows" in done.stdout
@@ -51,3 +60,25 @@ def test_benchmark_prints_each_loop_rate_and_our_ratio_to_it() -> None:
         r"^  ours: upserts in a run, 50 rows +[\d,]+ +1\.00$", done.stdout, re.MULTILINE
     )
     assert re.search(r"^  per call: .* +[\d,]+ +[\d.]+$", done.stdout, re.MULTILINE)
+
+
+def test_benchmark_with_a_postgres_store_prints_ours_beside_its_floor(
+    postgres_server: PostgresServer,
+) -> None:
+    """--store postgresql://...: ours, the batched-upsert floor and naive, with ratios."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARK), *SMALL, "--store", postgres_server.dsn()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    _check_loop_rates(done.stdout)
+    assert "no-op process, PostgreSQL (" in done.stdout
+    assert "floor: DictReader + one INSERT ... ON CONFLICT/commit per 1,000" in done.stdout
+    assert "source read 1 time for 20 identities (meets the target of once)" in done.stdout
+    with psycopg.connect(postgres_server.dsn()) as db:
+        left = db.execute(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'bench_%'"
+        ).fetchone()
+    assert (0,) == left  # every schema it made is dropped

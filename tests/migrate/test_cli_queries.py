@@ -8,13 +8,20 @@ from pathlib import Path
 import pytest
 
 from tests.migrate.cli_support import Project, make_project
+from tests.migrate.conftest import STORES
+from tests.postgres_server import PostgresServer
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    """Six people (one bad, one skipped) and their orders; people run once. Tests only read."""
+@pytest.fixture(scope="module", params=STORES)
+def project(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """Six people (one bad, one skipped) and their orders; people run once. Tests only read.
+    Its store: SQLite, or a PostgreSQL schema of its own."""
+    store = None
+    if request.param == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        store = server.url()
     project = make_project(
-        tmp_path_factory.mktemp("queries"), ["ok", "bad", "ok", "skip", "ok", "ok"]
+        tmp_path_factory.mktemp("queries"), ["ok", "bad", "ok", "skip", "ok", "ok"], store=store
     )
     done = project.cli("run", "people")
     assert done.returncode == 1, done.stderr

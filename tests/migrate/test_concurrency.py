@@ -10,7 +10,7 @@ import migrate
 from tests.migrate.helpers import config_of, people
 
 
-def test_async_process_runs_for_every_item(tmp_path: Path) -> None:
+def test_async_process_runs_for_every_item(tmp_path: Path, store_url: str) -> None:
     """An ``async def`` process is awaited for each item; Skip and errors work as in sync."""
 
     async def process(item: migrate.Item, scope: migrate.Scope) -> None:
@@ -20,12 +20,14 @@ def test_async_process_runs_for_every_item(tmp_path: Path) -> None:
         if item.identity == "3":
             raise ValueError("three")
 
-    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(4)), process))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource(people(4)), process), store=store_url
+    )
     summary = migrate.run(config)
     assert migrate.Counts(migrated=2, skipped=1, failed=1) == summary.definitions["p"].counts
 
 
-def test_async_concurrency_is_bounded(tmp_path: Path) -> None:
+def test_async_concurrency_is_bounded(tmp_path: Path, store_url: str) -> None:
     """With concurrency=3, at most 3 async items are in progress at once, and 3 are reached."""
     active = [0]
     peak = [0]
@@ -37,12 +39,14 @@ def test_async_concurrency_is_bounded(tmp_path: Path) -> None:
         active[0] -= 1
 
     source = migrate.MemorySource(people(20), window_size=10)
-    config = config_of(tmp_path, migrate.Migration("p", source, process, concurrency=3))
+    config = config_of(
+        tmp_path, migrate.Migration("p", source, process, concurrency=3), store=store_url
+    )
     summary = migrate.run(config)
     assert (3, 20) == (peak[0], summary.definitions["p"].counts.migrated)
 
 
-def test_sync_process_with_concurrency_runs_in_threads(tmp_path: Path) -> None:
+def test_sync_process_with_concurrency_runs_in_threads(tmp_path: Path, store_url: str) -> None:
     """A sync process with concurrency > 1 runs in worker threads, bounded, states in order."""
     lock = threading.Lock()
     active = [0]
@@ -60,7 +64,9 @@ def test_sync_process_with_concurrency_runs_in_threads(tmp_path: Path) -> None:
             active[0] -= 1
 
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.MemorySource(people(6)), process, concurrency=2)
+        tmp_path,
+        migrate.Migration("p", migrate.MemorySource(people(6)), process, concurrency=2),
+        store=store_url,
     )
     summary = migrate.run(config)
     assert (2, 6) == (peak[0], summary.definitions["p"].counts.migrated)
@@ -68,7 +74,7 @@ def test_sync_process_with_concurrency_runs_in_threads(tmp_path: Path) -> None:
         assert [{"n": i} for i in range(1, 7)] == [s.tracking for s in store.items("p")]
 
 
-def test_run_options_concurrency_overrides_the_definition(tmp_path: Path) -> None:
+def test_run_options_concurrency_overrides_the_definition(tmp_path: Path, store_url: str) -> None:
     """RunOptions(concurrency=N) (the -c flag) overrides each definition's concurrency."""
     active = [0]
     peak = [0]
@@ -79,12 +85,16 @@ def test_run_options_concurrency_overrides_the_definition(tmp_path: Path) -> Non
         await asyncio.sleep(0.001)
         active[0] -= 1
 
-    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(8)), process))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource(people(8)), process), store=store_url
+    )
     migrate.run(config, migrate.RunOptions(concurrency=4))
     assert 4 == peak[0]
 
 
-def test_journal_entries_stay_with_their_item_under_concurrency(tmp_path: Path) -> None:
+def test_journal_entries_stay_with_their_item_under_concurrency(
+    tmp_path: Path, store_url: str
+) -> None:
     """Destination journal entries go to the right item when items run concurrently."""
 
     @migrate.destination(name="api", key=lambda identity: identity)
@@ -95,7 +105,9 @@ def test_journal_entries_stay_with_their_item_under_concurrency(tmp_path: Path) 
         await put(item.identity).run_or_raise()
 
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.MemorySource(people(9)), process, concurrency=5)
+        tmp_path,
+        migrate.Migration("p", migrate.MemorySource(people(9)), process, concurrency=5),
+        store=store_url,
     )
     migrate.run(config)
     with config.open_store() as store:
@@ -103,7 +115,7 @@ def test_journal_entries_stay_with_their_item_under_concurrency(tmp_path: Path) 
     assert {str(i): [str(i)] for i in range(1, 10)} == keys
 
 
-def test_sync_concurrency_runs_that_many_items_at_once(tmp_path: Path) -> None:
+def test_sync_concurrency_runs_that_many_items_at_once(tmp_path: Path, store_url: str) -> None:
     """concurrency=10 runs 10 plain processes at once (more than asyncio's default threads)."""
     barrier = threading.Barrier(10, timeout=60)
 
@@ -111,12 +123,16 @@ def test_sync_concurrency_runs_that_many_items_at_once(tmp_path: Path) -> None:
         barrier.wait()  # breaks (and fails every item) unless all 10 are in here together
 
     source = migrate.MemorySource(people(20), window_size=10)
-    config = config_of(tmp_path, migrate.Migration("p", source, process, concurrency=10))
+    config = config_of(
+        tmp_path, migrate.Migration("p", source, process, concurrency=10), store=store_url
+    )
     summary = migrate.run(config)
     assert migrate.Counts(migrated=20) == summary.definitions["p"].counts
 
 
-def test_a_sync_process_over_its_timeout_fails_and_the_others_go_on(tmp_path: Path) -> None:
+def test_a_sync_process_over_its_timeout_fails_and_the_others_go_on(
+    tmp_path: Path, store_url: str
+) -> None:
     """timeout= fails items that overran; their threads are replaced, so N still run at once."""
     release = threading.Event()
     barrier = threading.Barrier(2, timeout=60)
@@ -129,7 +145,9 @@ def test_a_sync_process_over_its_timeout_fails_and_the_others_go_on(tmp_path: Pa
 
     source = migrate.MemorySource(people(5))
     config = config_of(
-        tmp_path, migrate.Migration("p", source, process, concurrency=2, timeout="300ms")
+        tmp_path,
+        migrate.Migration("p", source, process, concurrency=2, timeout="300ms"),
+        store=store_url,
     )
     try:
         summary = migrate.run(config)
@@ -144,7 +162,7 @@ def test_a_sync_process_over_its_timeout_fails_and_the_others_go_on(tmp_path: Pa
     assert migrate.Counts(migrated=3, failed=2) == summary.definitions["p"].counts
 
 
-def test_an_async_process_over_its_timeout_is_cancelled(tmp_path: Path) -> None:
+def test_an_async_process_over_its_timeout_is_cancelled(tmp_path: Path, store_url: str) -> None:
     """An async process over timeout= is cancelled and its item fails with TimeoutError."""
     cancelled: list[str] = []
 
@@ -157,7 +175,9 @@ def test_an_async_process_over_its_timeout_is_cancelled(tmp_path: Path) -> None:
                 raise
 
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process, timeout=0.1)
+        tmp_path,
+        migrate.Migration("p", migrate.MemorySource(people(3)), process, timeout=0.1),
+        store=store_url,
     )
     summary = migrate.run(config)
     (failure,) = migrate.failures(config, "p")
@@ -170,6 +190,7 @@ def test_an_async_process_over_its_timeout_is_cancelled(tmp_path: Path) -> None:
 
 def test_a_plain_process_with_a_timeout_and_concurrency_1_still_runs_in_order(
     tmp_path: Path,
+    store_url: str,
 ) -> None:
     """With timeout= and concurrency 1, items run one at a time (in a worker thread), in order."""
     seen: list[str] = []
@@ -181,7 +202,9 @@ def test_a_plain_process_with_a_timeout_and_concurrency_1_still_runs_in_order(
         seen.append(item.identity)
 
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.MemorySource(people(4)), process, timeout=30)
+        tmp_path,
+        migrate.Migration("p", migrate.MemorySource(people(4)), process, timeout=30),
+        store=store_url,
     )
     migrate.run(config)
     assert (["1", "2", "3", "4"], {False}) == (seen, threads)

@@ -182,9 +182,9 @@ def test_get_unknown_id_is_a_usage_error_listing_known_ids() -> None:
 
 
 def test_bad_store_url_is_a_config_error(tmp_path: Path) -> None:
-    """A store that is not ``sqlite:///...`` is refused when opened."""
-    config = migrate.Config([], store="postgres://x", base_dir=tmp_path)
-    with pytest.raises(migrate.ConfigError, match="store must look like 'sqlite:///"):
+    """A store that is neither ``sqlite:///...`` nor ``postgresql://...`` is refused when opened."""
+    config = migrate.Config([], store="mysql://x", base_dir=tmp_path)
+    with pytest.raises(migrate.ConfigError, match=r"must look like 'sqlite:///.*' or 'postgr"):
         config.open_store()
 
 

@@ -107,24 +107,34 @@ def test_changed_field_is_refused_naming_the_change(
     assert ("start-failed", message) == (record.status, record.error)
 
 
-def test_changed_kind_and_lookup_are_refused(tmp_path: Path) -> None:
+def test_changed_kind_and_lookup_are_refused(tmp_path: Path, store_url: str) -> None:
     """Replacing a CSV source by a JSON Lines one, or a direct lookup by a scan, is refused."""
     rows = people(3)
     write_csv(tmp_path / "p.csv", rows)
     write_jsonl(tmp_path / "p.jsonl", rows)
     migrate.run(
-        config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(tmp_path / "p.csv"), noop))
+        config_of(
+            tmp_path,
+            migrate.Migration("p", migrate.CsvSource(tmp_path / "p.csv"), noop),
+            store=store_url,
+        )
     )
     jsonl = config_of(
-        tmp_path, migrate.Migration("p", migrate.JsonlSource(tmp_path / "p.jsonl"), noop)
+        tmp_path,
+        migrate.Migration("p", migrate.JsonlSource(tmp_path / "p.jsonl"), noop),
+        store=store_url,
     )
     with pytest.raises(migrate.ContractChanged, match="source kind 'csv' -> 'jsonl'"):
         migrate.run(jsonl)
 
-    migrate.run(config_of(tmp_path, migrate.Migration("m", migrate.MemorySource(rows), noop)))
+    migrate.run(
+        config_of(
+            tmp_path, migrate.Migration("m", migrate.MemorySource(rows), noop), store=store_url
+        )
+    )
     scan = migrate.MemorySource(rows, lookup="scan")
     with pytest.raises(migrate.ContractChanged, match="lookup strategy 'direct' -> 'scan'"):
-        migrate.run(config_of(tmp_path, migrate.Migration("m", scan, noop)))
+        migrate.run(config_of(tmp_path, migrate.Migration("m", scan, noop), store=store_url))
 
 
 def test_every_mode_is_refused(tmp_path: Path) -> None:
@@ -144,15 +154,21 @@ def test_every_mode_is_refused(tmp_path: Path) -> None:
     assert [] == seen
 
 
-def test_moving_the_file_keeps_the_contract(tmp_path: Path) -> None:
+def test_moving_the_file_keeps_the_contract(tmp_path: Path, store_url: str) -> None:
     """Where the source reads from is not part of the contract: a moved file runs normally."""
     write_csv(tmp_path / "old.csv", people(3))
     migrate.run(
-        config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(tmp_path / "old.csv"), noop))
+        config_of(
+            tmp_path,
+            migrate.Migration("p", migrate.CsvSource(tmp_path / "old.csv"), noop),
+            store=store_url,
+        )
     )
     (tmp_path / "old.csv").rename(tmp_path / "new.csv")
     moved = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(tmp_path / "new.csv"), noop)
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(tmp_path / "new.csv"), noop),
+        store=store_url,
     )
     summary = migrate.run(moved)  # same content: the saved cursor still holds
     assert ("succeeded", migrate.Counts()) == (summary.status, summary.definitions["p"].counts)
@@ -194,42 +210,52 @@ def test_force_with_update_needs_no_advice(tmp_path: Path) -> None:
     ) == (summary.notes)
 
 
-def test_force_on_a_new_kind_reads_from_the_start(tmp_path: Path) -> None:
+def test_force_on_a_new_kind_reads_from_the_start(tmp_path: Path, store_url: str) -> None:
     """Accepting another kind of source forgets the old cursor (it belongs to the old kind)."""
     rows = people(3)
     write_csv(tmp_path / "p.csv", rows)
     migrate.run(
-        config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(tmp_path / "p.csv"), noop))
+        config_of(
+            tmp_path,
+            migrate.Migration("p", migrate.CsvSource(tmp_path / "p.csv"), noop),
+            store=store_url,
+        )
     )
     seen: list[str] = []
     memory = config_of(
-        tmp_path, migrate.Migration("p", migrate.MemorySource(people(4)), recorder(seen))
+        tmp_path,
+        migrate.Migration("p", migrate.MemorySource(people(4)), recorder(seen)),
+        store=store_url,
     )
     summary = migrate.run(memory, FORCE)
     assert migrate.Counts(migrated=4) == summary.definitions["p"].counts
     assert dict.fromkeys(["1", "2", "3", "4"], "migrated") == states(memory, "p")
 
 
-def test_a_contract_without_stored_states_changes_freely(tmp_path: Path) -> None:
+def test_a_contract_without_stored_states_changes_freely(tmp_path: Path, store_url: str) -> None:
     """When nothing was stored under the old contract, the new one is recorded without refusal."""
     missing = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(tmp_path / "later.csv"), noop)
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(tmp_path / "later.csv"), noop),
+        store=store_url,
     )
     assert migrate.run(missing).definitions["p"].error is not None  # the file is not there yet
     write_csv(tmp_path / "later.csv", people(2))
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(tmp_path / "later.csv", "name"), noop)
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(tmp_path / "later.csv", "name"), noop),
+        store=store_url,
     )
     summary = migrate.run(config)
     assert (migrate.Counts(migrated=2), ()) == (summary.definitions["p"].counts, summary.notes)
     assert migrate.Contract("csv", "name", None, "scan") == _stored_contract(config, "p")
 
 
-def test_a_blocked_definition_records_no_contract(tmp_path: Path) -> None:
+def test_a_blocked_definition_records_no_contract(tmp_path: Path, store_url: str) -> None:
     """A definition not run (blocked by a failed dependency in the plan) records no contract."""
     bad = migrate.Migration("a", migrate.MemorySource(people(2)), recorder([], fail={"1"}))
     b = migrate.Migration("b", migrate.MemorySource(people(2)), noop, requires=("a",))
-    config = config_of(tmp_path, bad, b)
+    config = config_of(tmp_path, bad, b, store=store_url)
     summary = migrate.run(config)
     assert "blocked" == summary.definitions["b"].status
     assert None is _stored_contract(config, "b")

@@ -28,10 +28,12 @@ def _state(i: int) -> str:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("concurrency", ["1", "4"])
-def test_killed_run_is_finished_by_the_next_run(tmp_path: Path, concurrency: str) -> None:
+def test_killed_run_is_finished_by_the_next_run(
+    tmp_path: Path, concurrency: str, store_url: str
+) -> None:
     """After kill -9 mid-window, the next run finishes: one state per identity, no double count."""
     states = [_state(i) for i in range(1, N + 1)]
-    project = make_project(tmp_path, states, window=WINDOW)
+    project = make_project(tmp_path, states, window=WINDOW, store=store_url)
     (tmp_path / "block_at").write_text(str(BLOCK_AT))
 
     crashed = project.popen("run", "people", "-c", concurrency, "--progress", "none")

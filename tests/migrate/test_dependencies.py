@@ -97,7 +97,7 @@ def test_dependency_failing_in_the_same_run_blocks_its_dependents(tmp_path: Path
     assert summary.definitions["reviews"].status == "succeeded"
 
 
-def test_with_dependencies_runs_dependency_then_named(tmp_path: Path) -> None:
+def test_with_dependencies_runs_dependency_then_named(tmp_path: Path, store_url: str) -> None:
     """A with-dependencies run processes the dependency first, then the named definition."""
     order: list[str] = []
 
@@ -113,6 +113,7 @@ def test_with_dependencies_runs_dependency_then_named(tmp_path: Path) -> None:
             "books", migrate.MemorySource(people(1)), process_for("books"), requires=["authors"]
         ),
         migrate.Migration("authors", migrate.MemorySource(people(1)), process_for("authors")),
+        store=store_url,
     )
     migrate.run(config, migrate.RunOptions(definitions=("books",), with_dependencies=True))
     assert order == ["authors", "books"]

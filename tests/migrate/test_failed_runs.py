@@ -13,7 +13,9 @@ from tests.migrate.helpers import config_of, noop, people, recorder, states, wri
 FAILED = migrate.RunOptions(failed=True)
 
 
-def test_failed_run_processes_only_failed_items_with_current_data(tmp_path: Path) -> None:
+def test_failed_run_processes_only_failed_items_with_current_data(
+    tmp_path: Path, store_url: str
+) -> None:
     """--failed reprocesses just the failed items, reading each one's current data."""
     path = write_csv(tmp_path / "p.csv", people(6))
     bad_names: set[str] = {"person 2", "person 5"}
@@ -24,7 +26,9 @@ def test_failed_run_processes_only_failed_items_with_current_data(tmp_path: Path
         if item.data["name"] in bad_names:
             raise ValueError("invalid name")
 
-    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(path), process))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.CsvSource(path), process), store=store_url
+    )
     first = migrate.run(config)
     rows = people(6)
     rows[1]["name"] = "fixed 2"
@@ -39,7 +43,7 @@ def test_failed_run_processes_only_failed_items_with_current_data(tmp_path: Path
     assert dict.fromkeys([str(i) for i in range(1, 7)], "migrated") == states(config, "p")
 
 
-def test_failed_run_reaches_failures_behind_the_cursor(tmp_path: Path) -> None:
+def test_failed_run_reaches_failures_behind_the_cursor(tmp_path: Path, store_url: str) -> None:
     """Failures behind the saved cursor are reprocessed without a full traversal."""
     path = write_csv(tmp_path / "p.csv", people(9))
     fail = {"1"}
@@ -47,6 +51,7 @@ def test_failed_run_reaches_failures_behind_the_cursor(tmp_path: Path) -> None:
     config = config_of(
         tmp_path,
         migrate.Migration("p", migrate.CsvSource(path, window_size=2), recorder(seen, fail)),
+        store=store_url,
     )
     migrate.run(config)
     fail.clear()
@@ -57,12 +62,14 @@ def test_failed_run_reaches_failures_behind_the_cursor(tmp_path: Path) -> None:
     assert seen == ["1"]
 
 
-def test_still_failing_items_stay_failed_with_new_evidence(tmp_path: Path) -> None:
+def test_still_failing_items_stay_failed_with_new_evidence(tmp_path: Path, store_url: str) -> None:
     """An item failing again keeps a failed state, with the new run id and evidence."""
     path = write_csv(tmp_path / "p.csv", people(3))
     seen: list[str] = []
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen, {"2"}))
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(path), recorder(seen, {"2"})),
+        store=store_url,
     )
     migrate.run(config)
     summary = migrate.run(config, FAILED)
@@ -70,12 +77,16 @@ def test_still_failing_items_stay_failed_with_new_evidence(tmp_path: Path) -> No
     assert ("2", summary.run_id, "failed") == (failure.identity, failure.run_id, summary.status)
 
 
-def test_identity_not_found_becomes_a_failed_state_saying_so(tmp_path: Path) -> None:
+def test_identity_not_found_becomes_a_failed_state_saying_so(
+    tmp_path: Path, store_url: str
+) -> None:
     """A failed identity that vanished from the source fails with a not-found source error."""
     path = write_csv(tmp_path / "p.csv", people(3))
     seen: list[str] = []
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen, {"3"}))
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(path), recorder(seen, {"3"})),
+        store=store_url,
     )
     migrate.run(config)
     write_csv(path, people(2))
@@ -86,11 +97,13 @@ def test_identity_not_found_becomes_a_failed_state_saying_so(tmp_path: Path) -> 
     assert summary.definitions["p"].counts.failed == 1
 
 
-def test_failed_run_does_not_touch_the_cursor(tmp_path: Path) -> None:
+def test_failed_run_does_not_touch_the_cursor(tmp_path: Path, store_url: str) -> None:
     """A failed-item run leaves the discovery cursor where it was."""
     path = write_csv(tmp_path / "p.csv", people(4))
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder([], {"1"}))
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(path), recorder([], {"1"})),
+        store=store_url,
     )
     migrate.run(config)
     with config.open_store() as store:
@@ -100,15 +113,17 @@ def test_failed_run_does_not_touch_the_cursor(tmp_path: Path) -> None:
         assert before == store.cursor("p")
 
 
-def test_failed_run_with_no_failures_is_a_clean_no_op(tmp_path: Path) -> None:
+def test_failed_run_with_no_failures_is_a_clean_no_op(tmp_path: Path, store_url: str) -> None:
     """With nothing failed, a failed-item run processes nothing and succeeds."""
-    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), noop))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), noop), store=store_url
+    )
     migrate.run(config)
     summary = migrate.run(config, FAILED)
     assert ("succeeded", migrate.Counts()) == (summary.status, summary.definitions["p"].counts)
 
 
-def test_failed_run_over_a_direct_sql_source(tmp_path: Path) -> None:
+def test_failed_run_over_a_direct_sql_source(tmp_path: Path, store_url: str) -> None:
     """A failed-item run over SqlSource looks each identity up by key."""
     db_path = tmp_path / "src.db"
     with sqlite3.connect(db_path) as db:
@@ -121,7 +136,7 @@ def test_failed_run_over_a_direct_sql_source(tmp_path: Path) -> None:
             raise ValueError("not ok")
 
     source = migrate.SqlSource(lambda: sqlite3.connect(db_path), "t")
-    config = config_of(tmp_path, migrate.Migration("t", source, process))
+    config = config_of(tmp_path, migrate.Migration("t", source, process), store=store_url)
     assert migrate.run(config).definitions["t"].counts.failed == 1
     with sqlite3.connect(db_path) as db:
         db.execute("UPDATE t SET ok = 1")
@@ -130,17 +145,21 @@ def test_failed_run_over_a_direct_sql_source(tmp_path: Path) -> None:
     assert migrate.Counts(migrated=1) == summary.definitions["t"].counts
 
 
-def test_failed_and_skipped_together_are_refused(tmp_path: Path) -> None:
+def test_failed_and_skipped_together_are_refused(tmp_path: Path, store_url: str) -> None:
     """--failed with --skipped is a usage error."""
-    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource([]), noop))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource([]), noop), store=store_url
+    )
     with pytest.raises(migrate.UsageError, match="--failed and --skipped cannot be used together"):
         migrate.run(config, migrate.RunOptions(failed=True, skipped=True))
 
 
-def test_progress_total_is_the_number_of_targets(tmp_path: Path) -> None:
+def test_progress_total_is_the_number_of_targets(tmp_path: Path, store_url: str) -> None:
     """In a failed-item run, progress events carry the number of targeted identities."""
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.MemorySource(people(5)), recorder([], {"1", "4"}))
+        tmp_path,
+        migrate.Migration("p", migrate.MemorySource(people(5)), recorder([], {"1", "4"})),
+        store=store_url,
     )
     migrate.run(config)
     events: list[migrate.ProgressEvent] = []
@@ -148,7 +167,7 @@ def test_progress_total_is_the_number_of_targets(tmp_path: Path) -> None:
     assert {2} == {e.total for e in events}
 
 
-def test_failures_are_listed_in_natural_identity_order(tmp_path: Path) -> None:
+def test_failures_are_listed_in_natural_identity_order(tmp_path: Path, store_url: str) -> None:
     """failures() lists "7" before "13" (numbers numerically, then text); limit takes the first."""
     rows = [{"id": key} for key in ("13", "b10", "7", "100", "a", "b2", "2")]
     config = config_of(
@@ -156,6 +175,7 @@ def test_failures_are_listed_in_natural_identity_order(tmp_path: Path) -> None:
         migrate.Migration(
             "p", migrate.MemorySource(rows), recorder([], fail={r["id"] for r in rows})
         ),
+        store=store_url,
     )
     migrate.run(config)
     listed = [f.identity for f in migrate.failures(config, "p")]

@@ -24,13 +24,17 @@ def _failure(config: migrate.Config, definition: str, identity: str) -> migrate.
     return found
 
 
-def test_csv_row_with_an_empty_identity_is_a_failed_item_naming_its_line(tmp_path: Path) -> None:
+def test_csv_row_with_an_empty_identity_is_a_failed_item_naming_its_line(
+    tmp_path: Path, store_url: str
+) -> None:
     """An empty identity cell fails that row under <line N>; the rows after it are migrated."""
     path = write_csv(
         tmp_path / "p.csv", [{"id": "1", "n": "a"}, {"id": "", "n": "b"}, {"id": "3", "n": "c"}]
     )
     seen: list[str] = []
-    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen)))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen)), store=store_url
+    )
     summary = migrate.run(config)
     assert (["1", "3"], {"1": "migrated", "3": "migrated", "<line 3>": "failed"}) == (
         seen,
@@ -62,12 +66,14 @@ def test_csv_row_with_an_empty_identity_is_a_failed_item_naming_its_line(tmp_pat
     ],
 )
 def test_jsonl_record_without_a_usable_identity_is_a_failed_item(
-    tmp_path: Path, record: dict[str, Any], kind: str, said: str
+    tmp_path: Path, record: dict[str, Any], kind: str, said: str, store_url: str
 ) -> None:
     """A JSONL object whose identity is null, absent, empty or of a bad type fails alone."""
     path = write_jsonl(tmp_path / "p.jsonl", [{"id": 1}, record, {"id": 3}])
     seen: list[str] = []
-    config = config_of(tmp_path, migrate.Migration("p", migrate.JsonlSource(path), recorder(seen)))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.JsonlSource(path), recorder(seen)), store=store_url
+    )
     migrate.run(config)
     failure = _failure(config, "p", "<line 2>")
     assert (["1", "3"], kind) == (seen, failure.error.type)
@@ -75,11 +81,13 @@ def test_jsonl_record_without_a_usable_identity_is_a_failed_item(
     assert "None" not in states(config, "p")
 
 
-def test_jsonl_1_and_quoted_1_are_one_identity(tmp_path: Path) -> None:
+def test_jsonl_1_and_quoted_1_are_one_identity(tmp_path: Path, store_url: str) -> None:
     """``1`` and ``"1"`` are the same identity: in one file a duplicate, across runs one state."""
     path = write_jsonl(tmp_path / "p.jsonl", [{"id": 1, "n": "a"}, {"id": "1", "n": "b"}])
     seen: list[str] = []
-    config = config_of(tmp_path, migrate.Migration("p", migrate.JsonlSource(path), recorder(seen)))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.JsonlSource(path), recorder(seen)), store=store_url
+    )
     migrate.run(config)
     failure = _failure(config, "p", "1")
     assert ([], "DuplicateIdentity", ["line 1", "line 2"]) == (
@@ -102,13 +110,15 @@ def _sql_table(path: Path, ids: Sequence[object], declared: str = "INTEGER") -> 
     db.close()
 
 
-def test_sql_null_identities_fail_alone_and_never_end_discovery(tmp_path: Path) -> None:
+def test_sql_null_identities_fail_alone_and_never_end_discovery(
+    tmp_path: Path, store_url: str
+) -> None:
     """Rows with a NULL id are failed items; every row with an id, before and after, is read."""
     path = tmp_path / "src.db"
     _sql_table(path, [1, None, 2, 3, None, 4, 5])
     seen: list[str] = []
     source = migrate.SqlSource(lambda: sqlite3.connect(path), "t", window_size=2)
-    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen)))
+    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen)), store=store_url)
     summary = migrate.run(config)
     assert (["1", "2", "3", "4", "5"], 5, 2) == (
         seen,
@@ -124,13 +134,13 @@ def test_sql_null_identities_fail_alone_and_never_end_discovery(tmp_path: Path) 
     assert ["1", "2", "3", "4", "5", "6"] == seen
 
 
-def test_sql_window_ending_on_a_null_id_reads_on(tmp_path: Path) -> None:
+def test_sql_window_ending_on_a_null_id_reads_on(tmp_path: Path, store_url: str) -> None:
     """A window made only of NULL-id rows does not stop the run: the keyed rows follow."""
     path = tmp_path / "src.db"
     _sql_table(path, [None, None, 7, 8])
     seen: list[str] = []
     source = migrate.SqlSource(lambda: sqlite3.connect(path), "t", window_size=2)
-    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen)))
+    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen)), store=store_url)
     migrate.run(config)
     assert ["7", "8"] == seen
 
@@ -220,7 +230,10 @@ def test_driver_key_types_give_stable_identities_and_cursors(
         lambda: _Typed(path, convert), "t", window_size=2, identity_type=back
     )
     expected = [migrate.identity_text(convert(k)) for k in keys]
-    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen, fail={expected[1]})))
+    config = config_of(
+        tmp_path,
+        migrate.Migration("t", source, recorder(seen, fail={expected[1]})),
+    )
     migrate.run(config)
     with config.open_store() as store:
         saved = store.cursor("t")
@@ -230,7 +243,7 @@ def test_driver_key_types_give_stable_identities_and_cursors(
     assert [*expected, expected[1]] == seen
 
 
-def test_blob_keys_are_hex_and_found_again(tmp_path: Path) -> None:
+def test_blob_keys_are_hex_and_found_again(tmp_path: Path, store_url: str) -> None:
     """BLOB keys become lowercase hex identities; bytes.fromhex looks them up again."""
     path = tmp_path / "src.db"
     _sql_table(path, [b"\x00\x01", b"\x00\x02", b"\xff"], "BLOB")
@@ -238,7 +251,9 @@ def test_blob_keys_are_hex_and_found_again(tmp_path: Path) -> None:
     source = migrate.SqlSource(
         lambda: sqlite3.connect(path), "t", window_size=2, identity_type=bytes.fromhex
     )
-    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen, fail={"0002"})))
+    config = config_of(
+        tmp_path, migrate.Migration("t", source, recorder(seen, fail={"0002"})), store=store_url
+    )
     migrate.run(config)
     migrate.run(config, migrate.RunOptions(failed=True))
     assert ["0001", "0002", "ff", "0002"] == seen
@@ -267,10 +282,12 @@ def test_bytes_identities_round_trip_through_hex(value: bytes) -> None:
     assert value == bytes.fromhex(migrate.identity_text(value))
 
 
-def test_a_fixed_record_clears_its_positional_failure(tmp_path: Path) -> None:
+def test_a_fixed_record_clears_its_positional_failure(tmp_path: Path, store_url: str) -> None:
     """--failed reads the source for <line N>: still broken it stays, fixed it is forgotten."""
     path = write_csv(tmp_path / "p.csv", [{"id": "1"}, {"id": ""}, {"id": "3"}])
-    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder([])))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder([])), store=store_url
+    )
     migrate.run(config)
     assert "failed" == states(config, "p")["<line 3>"]
     still = migrate.run(config, migrate.RunOptions(failed=True))
@@ -285,10 +302,13 @@ def test_a_fixed_record_clears_its_positional_failure(tmp_path: Path) -> None:
 
 def test_a_normal_pass_from_the_top_clears_positional_failures_it_no_longer_meets(
     tmp_path: Path,
+    store_url: str,
 ) -> None:
     """A normal run reading the whole (changed) file forgets <line N> it does not meet again."""
     path = write_csv(tmp_path / "p.csv", [{"id": "1"}, {"id": ""}, {"id": "3"}])
-    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder([])))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder([])), store=store_url
+    )
     migrate.run(config)
     write_csv(path, [{"id": "1"}, {"id": "2"}, {"id": "3"}])
     summary = migrate.run(config)
@@ -298,13 +318,15 @@ def test_a_normal_pass_from_the_top_clears_positional_failures_it_no_longer_meet
     )
 
 
-def test_a_sql_row_given_an_id_clears_its_null_failure_with_failed(tmp_path: Path) -> None:
+def test_a_sql_row_given_an_id_clears_its_null_failure_with_failed(
+    tmp_path: Path, store_url: str
+) -> None:
     """A NULL-id row fixed in the table migrates under its id; --failed forgets its old key."""
     path = tmp_path / "src.db"
     _sql_table(path, [1, None, 2])
     seen: list[str] = []
     source = migrate.SqlSource(lambda: sqlite3.connect(path), "t")
-    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen)))
+    config = config_of(tmp_path, migrate.Migration("t", source, recorder(seen)), store=store_url)
     migrate.run(config)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE t SET id = 99 WHERE id IS NULL")

@@ -31,7 +31,7 @@ def process(item, scope):
 
 config = migrate.Config(
     [migrate.Migration("p", migrate.MemorySource([{"id": i} for i in range(1, 9)]), process)],
-    store="sqlite:///state.db",
+    store=STORE,
 )
 """
 
@@ -49,10 +49,10 @@ def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("concurrency", ["1", "4"])
 def test_ctrl_c_stops_a_run_with_stuck_calls_and_marks_them_interrupted(
-    tmp_path: Path, concurrency: str
+    tmp_path: Path, concurrency: str, store_url: str
 ) -> None:
     """SIGINT ends the run with 130; stuck items are interrupted (not failed), the rest kept."""
-    (tmp_path / "migrate_config.py").write_text(CONFIG)
+    (tmp_path / "migrate_config.py").write_text(CONFIG.replace("STORE", repr(store_url)))
     running = subprocess.Popen(
         [
             *migrate_command(),

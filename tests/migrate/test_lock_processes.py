@@ -10,9 +10,9 @@ from tests.migrate.cli_support import make_project
 
 
 @pytest.mark.timeout(120)
-def test_second_run_is_refused_until_unlock(tmp_path: Path) -> None:
+def test_second_run_is_refused_until_unlock(tmp_path: Path, store_url: str) -> None:
     """While a run holds a lock a second run exits 3 naming it; after unlock a run proceeds."""
-    project = make_project(tmp_path, ["ok"] * 30, window=10)
+    project = make_project(tmp_path, ["ok"] * 30, window=10, store=store_url)
     (tmp_path / "block_at").write_text("5")
     holder = project.popen("run", "people", "--progress", "none")
     try:

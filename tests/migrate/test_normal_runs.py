@@ -10,12 +10,15 @@ import migrate
 from tests.migrate.helpers import config_of, noop, people, recorder, states, write_csv
 
 
-def test_first_run_migrates_every_item_in_source_order(csv_people: Path, tmp_path: Path) -> None:
+def test_first_run_migrates_every_item_in_source_order(
+    csv_people: Path, tmp_path: Path, store_url: str
+) -> None:
     """Every item is processed once, in source order, and stored as migrated."""
     seen: list[str] = []
     config = config_of(
         tmp_path,
         migrate.Migration("p", migrate.CsvSource(csv_people, window_size=3), recorder(seen)),
+        store=store_url,
     )
     summary = migrate.run(config)
     assert [str(i) for i in range(1, 11)] == seen
@@ -24,9 +27,11 @@ def test_first_run_migrates_every_item_in_source_order(csv_people: Path, tmp_pat
     assert dict.fromkeys(seen, "migrated") == states(config, "p")
 
 
-def test_run_json_has_the_issue_keys(csv_people: Path, tmp_path: Path) -> None:
+def test_run_json_has_the_issue_keys(csv_people: Path, tmp_path: Path, store_url: str) -> None:
     """RunSummary.to_json has run_id, status and per-definition counts with the fixed keys."""
-    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(csv_people), noop))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.CsvSource(csv_people), noop), store=store_url
+    )
     document = migrate.run(config).to_json()
     assert {"run_id", "status", "definitions"} <= set(document)
     counts = document["definitions"]["p"]
@@ -35,11 +40,15 @@ def test_run_json_has_the_issue_keys(csv_people: Path, tmp_path: Path) -> None:
     } == {"migrated": 10, "skipped": 0, "failed": 0, "unchanged": 0, "needs_update": 0}
 
 
-def test_second_run_continues_from_the_saved_cursor(csv_people: Path, tmp_path: Path) -> None:
+def test_second_run_continues_from_the_saved_cursor(
+    csv_people: Path, tmp_path: Path, store_url: str
+) -> None:
     """After a complete run, a normal run finds nothing new and processes nothing."""
     seen: list[str] = []
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(csv_people), recorder(seen))
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(csv_people), recorder(seen)),
+        store=store_url,
     )
     migrate.run(config)
     seen.clear()
@@ -47,11 +56,13 @@ def test_second_run_continues_from_the_saved_cursor(csv_people: Path, tmp_path: 
     assert ([], migrate.Counts()) == (seen, summary.definitions["p"].counts)
 
 
-def test_appended_rows_are_processed_and_old_ones_unchanged(tmp_path: Path) -> None:
+def test_appended_rows_are_processed_and_old_ones_unchanged(tmp_path: Path, store_url: str) -> None:
     """A changed file restarts from the top: same-version items count unchanged, new ones run."""
     path = write_csv(tmp_path / "p.csv", people(5))
     seen: list[str] = []
-    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen)))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen)), store=store_url
+    )
     migrate.run(config)
     write_csv(path, people(7))
     seen.clear()
@@ -62,11 +73,13 @@ def test_appended_rows_are_processed_and_old_ones_unchanged(tmp_path: Path) -> N
     )
 
 
-def test_changed_item_is_processed_again(tmp_path: Path) -> None:
+def test_changed_item_is_processed_again(tmp_path: Path, store_url: str) -> None:
     """An item whose source version changed is processed again, not counted unchanged."""
     path = write_csv(tmp_path / "p.csv", people(3))
     seen: list[str] = []
-    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen)))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen)), store=store_url
+    )
     migrate.run(config)
     rows = people(3)
     rows[1]["name"] = "renamed"
@@ -79,13 +92,15 @@ def test_changed_item_is_processed_again(tmp_path: Path) -> None:
     )
 
 
-def test_failed_items_met_again_are_processed_again(tmp_path: Path) -> None:
+def test_failed_items_met_again_are_processed_again(tmp_path: Path, store_url: str) -> None:
     """A normal run that meets a failed item (same version) processes it again."""
     path = write_csv(tmp_path / "p.csv", people(4))
     fail = {"2", "3"}
     seen: list[str] = []
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(path), recorder(seen, fail))
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(path), recorder(seen, fail)),
+        store=store_url,
     )
     first = migrate.run(config)
     assert (first.status, first.definitions["p"].counts.failed) == ("failed", 2)
@@ -100,11 +115,13 @@ def test_failed_items_met_again_are_processed_again(tmp_path: Path) -> None:
     assert dict.fromkeys(["1", "2", "3", "4", "5"], "migrated") == states(config, "p")
 
 
-def test_skip_stores_the_reason(csv_people: Path, tmp_path: Path) -> None:
+def test_skip_stores_the_reason(csv_people: Path, tmp_path: Path, store_url: str) -> None:
     """raise Skip(reason) stores a skipped state with the reason."""
     seen: list[str] = []
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(csv_people), recorder(seen, skip={"4"}))
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(csv_people), recorder(seen, skip={"4"})),
+        store=store_url,
     )
     summary = migrate.run(config)
     with config.open_store() as store:
@@ -118,11 +135,13 @@ def test_skip_stores_the_reason(csv_people: Path, tmp_path: Path) -> None:
     ) == (9, 1, "succeeded")
 
 
-def test_failure_evidence_is_stored(csv_people: Path, tmp_path: Path) -> None:
+def test_failure_evidence_is_stored(csv_people: Path, tmp_path: Path, store_url: str) -> None:
     """A process error stores kind, type, message, where, attempts; the run status is failed."""
     seen: list[str] = []
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(csv_people), recorder(seen, fail={"3"}))
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(csv_people), recorder(seen, fail={"3"})),
+        store=store_url,
     )
     summary = migrate.run(config)
     assert summary.status == "failed"
@@ -138,7 +157,7 @@ def test_failure_evidence_is_stored(csv_people: Path, tmp_path: Path) -> None:
     assert "helpers.py" in error.details["where"]
 
 
-def test_top_errors_counts_the_most_common(tmp_path: Path) -> None:
+def test_top_errors_counts_the_most_common(tmp_path: Path, store_url: str) -> None:
     """The summary lists the failures' most common errors, most common first."""
 
     def process(item: migrate.Item, scope: migrate.Scope) -> None:
@@ -148,7 +167,7 @@ def test_top_errors_counts_the_most_common(tmp_path: Path) -> None:
             raise ValueError("bad")
 
     source = migrate.MemorySource([{"id": i} for i in range(1, 13)])
-    config = config_of(tmp_path, migrate.Migration("p", source, process))
+    config = config_of(tmp_path, migrate.Migration("p", source, process), store=store_url)
     summary = migrate.run(config)
     assert [(error.type, error.count) for error in summary.top_errors] == [
         ("KeyError", 6),
@@ -156,7 +175,9 @@ def test_top_errors_counts_the_most_common(tmp_path: Path) -> None:
     ]
 
 
-def test_top_errors_group_messages_that_differ_only_in_numbers(tmp_path: Path) -> None:
+def test_top_errors_group_messages_that_differ_only_in_numbers(
+    tmp_path: Path, store_url: str
+) -> None:
     """Messages naming different ids count as one error, shown with <n> for the numbers."""
 
     def process(item: migrate.Item, scope: migrate.Scope) -> None:
@@ -166,18 +187,22 @@ def test_top_errors_group_messages_that_differ_only_in_numbers(tmp_path: Path) -
             raise ValueError("quota exceeded")
 
     source = migrate.MemorySource([{"id": i} for i in range(1, 7)])
-    summary = migrate.run(config_of(tmp_path, migrate.Migration("p", source, process)))
+    summary = migrate.run(
+        config_of(tmp_path, migrate.Migration("p", source, process), store=store_url)
+    )
     assert [(e.message, e.count) for e in summary.top_errors] == [
         ("row <n> has no title", 3),
         ("quota exceeded", 1),
     ]
 
 
-def test_progress_reports_each_committed_window(csv_people: Path, tmp_path: Path) -> None:
+def test_progress_reports_each_committed_window(
+    csv_people: Path, tmp_path: Path, store_url: str
+) -> None:
     """The progress callback gets start, one event per window with counts so far, then end."""
     events: list[migrate.ProgressEvent] = []
     source = migrate.CsvSource(csv_people, window_size=4)
-    config = config_of(tmp_path, migrate.Migration("p", source, noop))
+    config = config_of(tmp_path, migrate.Migration("p", source, noop), store=store_url)
     migrate.run(config, progress=events.append)
     assert [(e.kind, e.window, e.processed) for e in events if e.kind != "item"] == [
         ("start", 0, 0),
@@ -191,13 +216,15 @@ def test_progress_reports_each_committed_window(csv_people: Path, tmp_path: Path
 
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_progress_ticks_between_windows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, concurrency: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, concurrency: int, store_url: str
 ) -> None:
     """Item events report items processed inside a window before it is committed."""
     monkeypatch.setattr("migrate._window_loop._TICK_EVERY", 0.0)  # a tick after every item
     events: list[migrate.ProgressEvent] = []
     source = migrate.MemorySource(people(6), window_size=3)
-    config = config_of(tmp_path, migrate.Migration("p", source, noop, concurrency=concurrency))
+    config = config_of(
+        tmp_path, migrate.Migration("p", source, noop, concurrency=concurrency), store=store_url
+    )
     migrate.run(config, progress=events.append)
     assert [(e.kind, e.window, e.processed) for e in events] == [
         ("start", 0, 0),
@@ -213,9 +240,11 @@ def test_progress_ticks_between_windows(
     ]
 
 
-def test_run_record_is_stored_with_counts(csv_people: Path, tmp_path: Path) -> None:
+def test_run_record_is_stored_with_counts(csv_people: Path, tmp_path: Path, store_url: str) -> None:
     """The run is stored as succeeded with its per-definition counts and mode."""
-    config = config_of(tmp_path, migrate.Migration("p", migrate.CsvSource(csv_people), noop))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.CsvSource(csv_people), noop), store=store_url
+    )
     summary = migrate.run(config)
     (record,) = migrate.runs(config)
     assert (summary.run_id, "succeeded", "normal") == (record.run_id, record.status, record.mode)
@@ -223,7 +252,9 @@ def test_run_record_is_stored_with_counts(csv_people: Path, tmp_path: Path) -> N
     assert record.ended_at is not None
 
 
-def test_interrupted_run_loses_nothing_and_counts_nothing_twice(tmp_path: Path) -> None:
+def test_interrupted_run_loses_nothing_and_counts_nothing_twice(
+    tmp_path: Path, store_url: str
+) -> None:
     """Ctrl-C mid-window keeps what was done, marks the item it was in interrupted; then resume."""
     path = write_csv(tmp_path / "p.csv", people(10))
     seen: list[str] = []
@@ -235,7 +266,9 @@ def test_interrupted_run_loses_nothing_and_counts_nothing_twice(tmp_path: Path) 
         seen.append(item.identity)
 
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(path, window_size=3), process)
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(path, window_size=3), process),
+        store=store_url,
     )
     with pytest.raises(KeyboardInterrupt):
         migrate.run(config)
@@ -261,10 +294,14 @@ def test_interrupted_run_loses_nothing_and_counts_nothing_twice(tmp_path: Path) 
     assert dict.fromkeys((str(i) for i in range(1, 11)), "migrated") == states(config, "p")
 
 
-def test_source_read_failure_stops_the_definition_with_an_error(tmp_path: Path) -> None:
+def test_source_read_failure_stops_the_definition_with_an_error(
+    tmp_path: Path, store_url: str
+) -> None:
     """A window read that fails stops the definition; the run is failed with the error."""
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(tmp_path / "missing.csv"), noop)
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(tmp_path / "missing.csv"), noop),
+        store=store_url,
     )
     summary = migrate.run(config)
     result = summary.definitions["p"]
@@ -273,11 +310,15 @@ def test_source_read_failure_stops_the_definition_with_an_error(tmp_path: Path) 
     assert "failed after 1 attempt:" in result.error
 
 
-def test_a_definition_named_twice_runs_once(csv_people: Path, tmp_path: Path) -> None:
+def test_a_definition_named_twice_runs_once(
+    csv_people: Path, tmp_path: Path, store_url: str
+) -> None:
     """Naming a definition twice plans it once."""
     seen: list[str] = []
     config = config_of(
-        tmp_path, migrate.Migration("p", migrate.CsvSource(csv_people), recorder(seen))
+        tmp_path,
+        migrate.Migration("p", migrate.CsvSource(csv_people), recorder(seen)),
+        store=store_url,
     )
     migrate.run(config, migrate.RunOptions(definitions=("p", "p")))
     assert len(seen) == 10

@@ -195,6 +195,7 @@ def test_a_generator_function_is_refused_as_a_process_at_load_time(tmp_path: Pat
 
 def test_a_journal_entry_json_cannot_hold_fails_the_item_keeping_the_others(
     tmp_path: Path,
+    store_url: str,
 ) -> None:
     """An unencodable journal entry fails the item; the other entries are stored with it."""
 
@@ -203,7 +204,9 @@ def test_a_journal_entry_json_cannot_hold_fails_the_item_keeping_the_others(
         if item.identity == "2":
             scope.journal.diagnostic("odd", value={1, 2})
 
-    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process), store=store_url
+    )
     migrate.run(config)
     (failure,) = migrate.failures(config, "p")
     assert ("2", "TypeError") == (failure.identity, failure.error.type)
@@ -212,7 +215,9 @@ def test_a_journal_entry_json_cannot_hold_fails_the_item_keeping_the_others(
     assert {"1": "migrated", "2": "failed", "3": "migrated"} == states(config, "p")
 
 
-def test_a_tracking_record_changed_after_track_fails_the_item(tmp_path: Path) -> None:
+def test_a_tracking_record_changed_after_track_fails_the_item(
+    tmp_path: Path, store_url: str
+) -> None:
     """A record made unencodable after track() fails the item (tracking) and keeps the old one."""
     first = {"round": 1}
 
@@ -223,7 +228,9 @@ def test_a_tracking_record_changed_after_track_fails_the_item(tmp_path: Path) ->
             assert scope.tracking is not None
             scope.tracking["later"] = float("nan")
 
-    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process), store=store_url
+    )
     migrate.run(config)
     first["round"] = 2
     migrate.run(config, migrate.RunOptions(ids=("2",)))
@@ -252,7 +259,7 @@ def _raise_from_track(record: dict[str, Any]) -> Callable[[], None]:
     return poison
 
 
-def test_a_poison_item_never_wedges_the_rerun(tmp_path: Path) -> None:
+def test_a_poison_item_never_wedges_the_rerun(tmp_path: Path, store_url: str) -> None:
     """The next run meets the poison item again, fails it again, and finishes the rest."""
     rows = people(6)
     seen: list[str] = []
@@ -263,13 +270,13 @@ def test_a_poison_item_never_wedges_the_rerun(tmp_path: Path) -> None:
             raise HostileError
 
     source = migrate.MemorySource(rows, window_size=2)
-    config = config_of(tmp_path, migrate.Migration("p", source, process))
+    config = config_of(tmp_path, migrate.Migration("p", source, process), store=store_url)
     migrate.run(config)
     migrate.run(config, migrate.RunOptions(failed=True))
     assert ["1", "2", "3", "4", "5", "6", "2"] == seen
 
 
-def test_async_process_errors_are_poison_safe_too(tmp_path: Path) -> None:
+def test_async_process_errors_are_poison_safe_too(tmp_path: Path, store_url: str) -> None:
     """An async process raising a hostile error or sys.exit fails its item alone."""
 
     async def process(item: migrate.Item, scope: migrate.Scope) -> None:
@@ -279,7 +286,9 @@ def test_async_process_errors_are_poison_safe_too(tmp_path: Path) -> None:
         if item.identity == "2":
             sys.exit(0)
 
-    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process))
+    config = config_of(
+        tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process), store=store_url
+    )
     migrate.run(config)
     assert {"1": "failed", "2": "failed", "3": "migrated"} == states(config, "p")
 
@@ -317,7 +326,9 @@ def test_evidence_always_encodes_as_strict_json(value: object, message: str, hos
     assert {"kind", "type", "message", "details", "attempts"} == set(document)
 
 
-def test_text_no_store_can_hold_fails_alone_and_never_wedges(tmp_path: Path) -> None:
+def test_text_no_store_can_hold_fails_alone_and_never_wedges(
+    tmp_path: Path, store_url: str
+) -> None:
     """A lone surrogate (JSON allows "\\ud800") in an identity, version or Skip reason is safe."""
     path = tmp_path / "p.jsonl"
     path.write_text(
@@ -330,7 +341,7 @@ def test_text_no_store_can_hold_fails_alone_and_never_wedges(tmp_path: Path) -> 
             raise migrate.Skip("no \udc80 thanks")
 
     source = migrate.JsonlSource(path, version="v")
-    config = config_of(tmp_path, migrate.Migration("p", source, process))
+    config = config_of(tmp_path, migrate.Migration("p", source, process), store=store_url)
     for _ in range(2):  # the rerun meets the same records and gets past them again
         migrate.run(config)
     (failure,) = migrate.failures(config, "p")

@@ -1,8 +1,9 @@
-"""The Store protocol, held by every store: SQLite and in-memory, the same tests for both."""
+"""The Store protocol, held by every store: SQLite, PostgreSQL and in-memory, the same tests."""
 
 from __future__ import annotations
 
 import json
+import secrets
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +18,18 @@ from migrate import DefinitionResult, StateWrite, WindowCommit
 from tests.migrate.helpers import noop, people
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "postgresql", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[migrate.Store]:
     """A fresh store of each kind."""
     if request.param == "memory":
         yield migrate.MemoryStore()
         return
-    with migrate.open_store("sqlite:///state.db", base_dir=tmp_path) as opened:
+    url = (
+        "sqlite:///state.db"
+        if request.param == "sqlite"
+        else str(request.getfixturevalue("postgres_url"))
+    )
+    with migrate.open_store(url, base_dir=tmp_path) as opened:
         yield opened
 
 
@@ -269,3 +275,32 @@ def test_the_sqlite_store_and_the_memory_store_agree(tmp_path: Path, sequence: A
         expected = [(s.identity, s.status, s.version) for s in memory.items("d")]
         assert expected == [(s.identity, s.status, s.version) for s in sqlite_store.items("d")]
         assert memory.counts("d") == sqlite_store.counts("d")
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=25)
+@given(windows)
+def test_the_postgres_store_and_the_memory_store_agree(postgres_url: str, sequence: Any) -> None:
+    """Any sequence of window commits leaves PostgreSQL's states as the memory store's."""
+    memory = migrate.MemoryStore()
+    definition = f"d{secrets.token_hex(6)}"  # the schema serves every example
+    with migrate.open_store(postgres_url) as postgres_store:
+        for store in (memory, postgres_store):
+            run_id = f"r{secrets.token_hex(6)}"
+            store.create_run(run_id, "normal", {})
+            for written, forgotten, mark in sequence:
+                states = [StateWrite(k, v, f"v{k}") for k, v in sorted(written.items())]
+                store.commit_window(
+                    WindowCommit(
+                        definition,
+                        run_id,
+                        states,
+                        {},
+                        forget=tuple(sorted(forgotten)),
+                        mark_needs_update=mark,
+                    )
+                )
+        expected = [(s.identity, s.status, s.version) for s in memory.items(definition)]
+        assert expected == [
+            (s.identity, s.status, s.version) for s in postgres_store.items(definition)
+        ]
+        assert memory.counts(definition) == postgres_store.counts(definition)
