@@ -320,7 +320,8 @@ class Engine:
             await self._store.open()
             # A store that hears other processes' writes (PostgreSQL's NOTIFY) wakes work().
             hint = getattr(self._store, "wake_hint", None)
-            if callable(hint) and inspect.isawaitable(given := hint(self._notify)):
+            wants = {"runs": bool(self._workflow_keys), "tasks": bool(self._groups)}
+            if callable(hint) and inspect.isawaitable(given := hint(self._notify, **wants)):
                 await given
         self._opened += 1
 
@@ -737,7 +738,13 @@ class Engine:
                 ):
                     return
                 continue
-            if claimed and len(self._inflight) < _DRAIN_CONCURRENCY:
+            # A claim that took fewer than it asked for saw nothing more to take: what appears
+            # later sets the event (this process) or waits for the end-of-drain look (others).
+            if (
+                claimed
+                and (claimed >= free or not settled)
+                and len(self._inflight) < _DRAIN_CONCURRENCY
+            ):
                 continue
             if not claimed and settled and self._parked_count() >= len(self._inflight):
                 return  # all that is left waits for a time to come
@@ -781,7 +788,9 @@ class Engine:
                         last_recovery = now
                     free = concurrency - len(self._inflight)
                     claimed = await self._claim(free) if free > 0 else 0
-                    if claimed and len(self._inflight) < concurrency:
+                    # Fewer than asked for: nothing more was there to take; what appears later
+                    # wakes the loop (this process, or a NOTIFY) or waits for the next poll.
+                    if claimed >= free > 0 and len(self._inflight) < concurrency:
                         continue
                     due = await self._store.next_due(now)
                 except StoreError as error:

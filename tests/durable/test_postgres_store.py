@@ -26,7 +26,16 @@ from effects.durable import (
     step,
     workflow,
 )
-from effects.durable._store import NewRun
+from effects.durable._records import Checkpoint
+from effects.durable._store import (
+    CheckpointWrite,
+    NewEvent,
+    NewRun,
+    NewTask,
+    RunAdvance,
+    StaleTurnError,
+    TurnCommit,
+)
 from effects.durable._store_postgres import PostgresStore, parse_postgres_url
 from effects.testing import VirtualClock
 from tests.durable.support import START_MS, execute, rows
@@ -351,6 +360,114 @@ async def test_listen_off_takes_no_listening_connection(postgres_url: str) -> No
         )
     assert "polled" == run.output
     assert [(0,)] == listening
+
+
+@pytest.mark.parametrize(
+    ("payload", "wanted", "expected"),
+    [
+        ("other:r", "r", True),
+        ("other:r", "t", False),
+        ("other:t", "t", True),
+        ("other:t", "r", False),
+        ("other:rt", "t", True),
+        ("other:rt", "", False),
+        ("me:rt", "rt", False),
+        ("other", "", True),
+        ("other:", "t", True),
+    ],
+)
+def test_a_notification_wakes_only_stores_that_want_its_kind(
+    payload: str, wanted: str, expected: bool
+) -> None:
+    """Runs ("r") wake stores of turns, tasks ("t") stores of workers; no kind wakes all."""
+    assert expected == pg.wakes(payload, "me", wanted)
+
+
+async def test_a_run_its_step_and_the_result_notify_runs_tasks_runs(postgres_url: str) -> None:
+    """The start says "r", the dispatch "t", the result "r": a worker sleeps through starts."""
+    channel = f"effects_durable.{parse_postgres_url(postgres_url)[1].schema}"
+    with connect(postgres_url) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        async with Engine(postgres_url, workflows=[simple], steps=[echo]) as engine:
+            run_id = await engine.start(simple, "told")
+            await engine.run_until_idle()
+            run = await engine.get_run(run_id)
+        kinds = [
+            note.payload.partition(":")[2]
+            for note in listener.notifies(timeout=PATIENCE, stop_after=3)
+        ]
+    assert ("completed", "told") == (run.status, run.output)
+    assert ["r", "t", "r"] == kinds
+
+
+async def test_worker_and_turn_engines_each_hear_only_their_kind(postgres_url: str) -> None:
+    """An engine of steps alone asks for tasks, one of workflows alone for runs."""
+    asked: dict[str, tuple[bool, bool]] = {}
+
+    class Asking(PostgresStore):
+        name = ""
+
+        def wake_hint(self, callback: Any, *, runs: bool = True, tasks: bool = True) -> None:
+            asked[self.name] = (runs, tasks)
+            super().wake_hint(callback, runs=runs, tasks=tasks)
+
+    turns, workers, both = Asking(postgres_url), Asking(postgres_url), Asking(postgres_url)
+    turns.name, workers.name, both.name = "turns", "workers", "both"
+    async with (
+        Engine(turns, workflows=[simple]),
+        Engine(workers, steps=[echo]),
+        Engine(both, workflows=[simple], steps=[echo]),
+    ):
+        pass
+    assert {"turns": (True, False), "workers": (False, True), "both": (True, True)} == asked
+
+
+# -- a turn's commit in one statement --------------------------------------------------------
+
+
+async def test_a_one_statement_commit_meeting_a_written_row_lands_nothing(
+    postgres_url: str,
+) -> None:
+    """A dispatch whose checkpoint row exists already: stale, and no advance, task or event."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        await store.create_run(NewRun("r1", "simple", "", "1", START_MS), [])
+        (claimed,) = await store.claim_runs(
+            workflows=[("simple", "")],
+            now=START_MS,
+            lease_until=START_MS + 30_000,
+            owner="e1",
+            limit=1,
+        )
+        await store.record_local_step(
+            "r1", claimed.token, seq=1, name="local", output="1", started=START_MS, now=START_MS
+        )
+        checkpoint = Checkpoint(
+            "r1", 1, "echo", "remote", "r1:1", "pending", 1, None, None, None, (), False,
+            START_MS, START_MS, input=1,
+        )  # fmt: skip
+        commit = TurnCommit(
+            "r1",
+            claimed.token,
+            START_MS,
+            RunAdvance("suspend"),
+            checkpoints=(CheckpointWrite(checkpoint, None, input="1"),),
+            tasks=(NewTask("r1", 1, "r1:1", "echo", "default", "1", 1, START_MS),),
+            events=(NewEvent("step.dispatched", START_MS, 1),),
+        )
+        with pytest.raises(StaleTurnError, match="written meanwhile"):
+            await store.commit_turn(commit)
+        run = await store.get_run("r1")
+        (kept,) = await store.checkpoints("r1")
+    finally:
+        await store.close()
+    assert run is not None
+    assert ("running", "local", "completed") == (run.status, kept.kind, kept.status)
+    assert [(0,)] == rows(postgres_url, "SELECT COUNT(*) FROM tasks")
+    assert [(0,)] == rows(
+        postgres_url, "SELECT COUNT(*) FROM events WHERE name = 'step.dispatched'"
+    )
 
 
 # -- many engines on one store ----------------------------------------------------------------
