@@ -264,6 +264,9 @@ class Engine:
         self._inflight: set[asyncio.Task[None]] = set()
         self._turns: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Event | None = None
+        # Whether something may have made work since work() last looked (every wake-up but a
+        # worker's attempt ending, which frees a slot and nothing else).
+        self._news = True
         self._stopping = False
         self._opened = 0
         self._waiters: dict[str, StepWaiter] = {}
@@ -339,7 +342,18 @@ class Engine:
         return epoch_ms(self._clock)
 
     def _notify(self) -> None:
+        self._news = True
         if self._wake is not None:
+            self._wake.set()
+
+    def _attempt_ended(self) -> None:
+        """
+        An attempt finished: with workflows here its result may have woken a run of this
+        process (news); an engine of workers only has just a slot back.
+        """
+        if self._workflow_keys:
+            self._notify()
+        elif self._wake is not None:
             self._wake.set()
 
     # -- what turns ask of their engine (TurnHost) ----------------------------------------------
@@ -598,7 +612,10 @@ class Engine:
         def done(finished: asyncio.Task[None]) -> None:
             self._inflight.discard(finished)
             self._turns.discard(finished)
-            self._notify()
+            if turn:
+                self._notify()
+            else:
+                self._attempt_ended()
             if not finished.cancelled() and finished.exception() is not None:
                 _log.error(
                     "a turn or step attempt failed unexpectedly", exc_info=finished.exception()
@@ -776,39 +793,49 @@ class Engine:
             raise ValueError(msg)
         self._stopping = False
         wake = self._wake_event()
+        loop = asyncio.get_running_loop()
         last_recovery = -math.inf
+        # When (loop time) the loop looks again unless told to, and whether it had no free slot
+        # when it last looked: an attempt ending then is a reason to look.
+        deadline = -math.inf
+        full = False
         try:
             while not self._stopping:
                 wake.clear()
-                now = self._now()
-                timeout = poll / 1000
-                try:
-                    if now - last_recovery >= poll:
-                        await self._recover()
-                        last_recovery = now
-                    free = concurrency - len(self._inflight)
-                    claimed = await self._claim(free) if free > 0 else 0
-                    # Fewer than asked for: nothing more was there to take; what appears later
-                    # wakes the loop (this process, or a NOTIFY) or waits for the next poll.
-                    if claimed >= free > 0 and len(self._inflight) < concurrency:
-                        continue
-                    due = await self._store.next_due(now)
-                except StoreError as error:
-                    # A full disk or a lost connection may pass: try again at the next poll.
-                    _log.error(
-                        "the worker loop could not use the store (next try in %d ms): %s",
-                        poll,
-                        error,
-                    )
-                    due = None
-                if due is not None:
-                    timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
+                news, self._news = self._news, False
+                if news or full or loop.time() >= deadline:
+                    now = self._now()
+                    timeout = poll / 1000
+                    try:
+                        if now - last_recovery >= poll:
+                            await self._recover()
+                            last_recovery = now
+                        free = concurrency - len(self._inflight)
+                        claimed = await self._claim(free) if free > 0 else 0
+                        # Fewer than asked for: nothing more was there to take; what appears
+                        # later wakes the loop (this process, or a NOTIFY) or the next poll.
+                        if claimed >= free > 0 and len(self._inflight) < concurrency:
+                            self._news = True
+                            continue
+                        due = await self._store.next_due(now)
+                    except StoreError as error:
+                        # A full disk or a lost connection may pass: try again at the next poll.
+                        _log.error(
+                            "the worker loop could not use the store (next try in %d ms): %s",
+                            poll,
+                            error,
+                        )
+                        due = None
+                    if due is not None:
+                        timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
+                    full = len(self._inflight) >= concurrency
+                    deadline = loop.time() + timeout
                 if self._stopping:
                     break
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
                 # that lands as the wake-up does, and work() would then not stop.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
+                    async with asyncio.timeout_at(deadline):
                         await wake.wait()
             await self._drain_for_stop()
         except BaseException:
@@ -982,7 +1009,7 @@ class Engine:
                 renewer.cancel()
         await self._store.record_result(task, self._id, outcome, self._now())
         self._hear(task.step_id, task.attempt, finished=True)
-        self._notify()
+        self._attempt_ended()
 
     async def _run_handler(
         self, definition: StepDef[Any, Any], task: Task, beats: _Beats
