@@ -812,6 +812,8 @@ class Engine:
                             last_recovery = now
                         free = concurrency - len(self._inflight)
                         claimed = await self._claim(free) if free > 0 else 0
+                        # Judged now: an attempt ending during the reads below then counts.
+                        full = len(self._inflight) >= concurrency
                         # Fewer than asked for: nothing more was there to take; what appears
                         # later wakes the loop (this process, or a NOTIFY) or the next poll.
                         if claimed >= free > 0 and len(self._inflight) < concurrency:
@@ -828,7 +830,6 @@ class Engine:
                         due = None
                     if due is not None:
                         timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
-                    full = len(self._inflight) >= concurrency
                     deadline = loop.time() + timeout
                 if self._stopping:
                     break
