@@ -267,6 +267,8 @@ class Engine:
         # Whether something may have made work since work() last looked (every wake-up but a
         # worker's attempt ending, which frees a slot and nothing else).
         self._news = True
+        # Whether the due times next_due reads may have changed since work() last read them.
+        self._due_news = True
         self._stopping = False
         self._opened = 0
         self._waiters: dict[str, StepWaiter] = {}
@@ -323,8 +325,12 @@ class Engine:
             await self._store.open()
             # A store that hears other processes' writes (PostgreSQL's NOTIFY) wakes work().
             hint = getattr(self._store, "wake_hint", None)
-            wants = {"runs": bool(self._workflow_keys), "tasks": bool(self._groups)}
-            if callable(hint) and inspect.isawaitable(given := hint(self._notify, **wants)):
+            wants = {
+                "runs": bool(self._workflow_keys),
+                "tasks": bool(self._groups),
+                "due": self.due_changed,
+            }
+            if callable(hint) and inspect.isawaitable(given := hint(self._work_now, **wants)):
                 await given
         self._opened += 1
 
@@ -341,10 +347,29 @@ class Engine:
     def _now(self) -> int:
         return epoch_ms(self._clock)
 
-    def _notify(self) -> None:
+    def _notify(self, *, due: bool = True) -> None:
+        """Wake work() and run_until_idle: something may be claimable (*due*: or due later)."""
         self._news = True
+        if due:
+            self._due_news = True
         if self._wake is not None:
             self._wake.set()
+
+    def _work_now(self) -> None:
+        """
+        Another process's write (a NOTIFY) may be work to claim now; a time to come is told
+        apart, with ``due_changed``.
+        """
+        self._notify(due=False)
+
+    def _dispatched(self) -> None:
+        """A turn of this engine queued attempts: news for its own workers, if it has any."""
+        if self._groups:
+            self._notify(due=False)
+
+    def due_changed(self) -> None:
+        """A time to come was written (a timer, a task available later): work() reads again."""
+        self._due_news = True
 
     def _attempt_ended(self) -> None:
         """
@@ -352,7 +377,9 @@ class Engine:
         process (news); an engine of workers only has just a slot back.
         """
         if self._workflow_keys:
-            self._notify()
+            # A result makes its run claimable now; the time it may wait for comes with the
+            # turn that decides it.
+            self._notify(due=False)
         elif self._wake is not None:
             self._wake.set()
 
@@ -497,7 +524,7 @@ class Engine:
                 f" not {definition.name!r}"
             )
             raise ValueError(msg)
-        self._notify()
+        self._notify(due=False)
         return run_id
 
     async def get_run(self, run_id: str) -> Run:
@@ -613,7 +640,8 @@ class Engine:
             self._inflight.discard(finished)
             self._turns.discard(finished)
             if turn:
-                self._notify()
+                # What the turn set for later it said with due_changed.
+                self._notify(due=False)
             else:
                 self._attempt_ended()
             if not finished.cancelled() and finished.exception() is not None:
@@ -803,9 +831,15 @@ class Engine:
             while not self._stopping:
                 wake.clear()
                 news, self._news = self._news, False
-                if news or full or loop.time() >= deadline:
+                timed_out = loop.time() >= deadline
+                if news or full or timed_out:
+                    due_news, self._due_news = self._due_news, False
                     now = self._now()
                     timeout = poll / 1000
+                    # The due times are read again only when something may have moved them;
+                    # news of work to do now leaves the deadline as it was.
+                    read_due = due_news or timed_out
+                    due: int | None = None
                     try:
                         if now - last_recovery >= poll:
                             await self._recover()
@@ -818,8 +852,10 @@ class Engine:
                         # later wakes the loop (this process, or a NOTIFY) or the next poll.
                         if claimed >= free > 0 and len(self._inflight) < concurrency:
                             self._news = True
+                            self._due_news = self._due_news or due_news
                             continue
-                        due = await self._store.next_due(now)
+                        if read_due:
+                            due = await self._store.next_due(now)
                     except StoreError as error:
                         # A full disk or a lost connection may pass: try again at the next poll.
                         _log.error(
@@ -827,10 +863,11 @@ class Engine:
                             poll,
                             error,
                         )
-                        due = None
-                    if due is not None:
-                        timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
-                    deadline = loop.time() + timeout
+                        read_due = True
+                    if read_due:
+                        if due is not None:
+                            timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
+                        deadline = loop.time() + timeout
                 if self._stopping:
                     break
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
@@ -874,7 +911,7 @@ class Engine:
             run,
             claimed.token,
             self._steps,
-            self._notify,
+            self._dispatched,
             self,
             lease_until=self._now() + self._lease_ms,
         )

@@ -284,18 +284,33 @@ def parse_postgres_url(url: str) -> tuple[str, PostgresOptions]:
 
 def wakes(payload: str, sender: str, wanted: str) -> bool:
     """
-    Whether a notification's *payload* (``"<sender>:<kinds>"``, kinds of ``"r"`` for runs and
-    ``"t"`` for tasks) should wake a store that sends as *sender* and wants *wanted*: never our
-    own, and a payload without kinds (an older version's) wakes every store.
+    Whether a notification's *payload* (``"<sender>:<kinds>"``, kinds of ``"r"`` for runs,
+    ``"t"`` for tasks, ``"d"`` for a time to come) should wake a store that sends as *sender*
+    and wants *wanted*: never our own, and a payload without kinds (an older version's) wakes
+    every store.
     """
     who, _, kinds = payload.partition(":")
     return who != sender and (not kinds or any(kind in wanted for kind in kinds))
+
+
+def brings_due(payload: str) -> bool:
+    """Whether a notification may bring a time to come (``"d"``, or no kinds at all)."""
+    kinds = payload.partition(":")[2]
+    return not kinds or "d" in kinds
 
 
 def _text_array(values: Iterable[str]) -> str:
     """*values* as a ``text[]`` literal: one str parameter dumps far faster than a list."""
     quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
     return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
+
+
+def _later(commit: TurnCommit) -> bool:
+    """Whether *commit* brings a time to come: a timer, or a task available only later."""
+    adv = commit.advance
+    return (adv.action == "suspend" and adv.wake_at is not None) or any(
+        task.available_at > commit.now for task in commit.tasks
+    )
 
 
 _dumps: Final = json.JSONEncoder(separators=(",", ":")).encode
@@ -429,6 +444,7 @@ class PostgresStore:
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._wake: Callable[[], None] | None = None
+        self._wake_due: Callable[[], None] | None = None
         #: The kinds of notification the engine wants: "r" (runs) and "t" (tasks).
         self._wanted = "rt"
         self._opening: asyncio.Lock | None = None
@@ -439,15 +455,23 @@ class PostgresStore:
     # -- connection and schema ------------------------------------------------------------------
 
     def wake_hint(
-        self, callback: Callable[[], None], *, runs: bool = True, tasks: bool = True
+        self,
+        callback: Callable[[], None],
+        *,
+        runs: bool = True,
+        tasks: bool = True,
+        due: Callable[[], None] | None = None,
     ) -> None:
         """
         Call *callback* (in the event loop) whenever another engine's NOTIFY may mean work:
         for runs (a new or woken run, a timer: what turns do) if *runs*, for tasks (a queued
         attempt: what workers do) if *tasks*. An engine of workers only is not woken by every
-        run that starts.
+        run that starts. Before such a call, call *due* too if the news may bring a time to
+        come (a timer, a task available later): one that says it does not, leaves the
+        engine's ``next_due`` as it was.
         """
         self._wake = callback
+        self._wake_due = due
         self._wanted = ("r" if runs else "") + ("t" if tasks else "")
 
     def _connect_kwargs(self) -> dict[str, Any]:
@@ -568,9 +592,12 @@ class PostgresStore:
                     backoff = _FIRST_BACKOFF
                     # Whatever was announced while we were not listening is not lost work:
                     # one extra poll finds it.
+                    self._hint_due()
                     self._hint()
                     async for note in conn.notifies():
                         if wakes(note.payload, self._sender, self._wanted):
+                            if brings_due(note.payload):
+                                self._hint_due()
                             self._hint()
                 finally:
                     await conn.close()
@@ -583,6 +610,11 @@ class PostgresStore:
         wake = self._wake
         if wake is not None:
             wake()
+
+    def _hint_due(self) -> None:
+        due = self._wake_due
+        if due is not None:
+            due()
 
     @property
     def _conns(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
@@ -615,7 +647,7 @@ class PostgresStore:
                 await asyncio.sleep(min(backoff, left))
                 backoff = min(_MAX_BACKOFF, backoff * 2)
 
-    async def _notify(self, conn: AsyncConnection[Any], kinds: str = "rt") -> None:
+    async def _notify(self, conn: AsyncConnection[Any], kinds: str = "rtd") -> None:
         if self._options.listen:
             await conn.execute(
                 "SELECT pg_notify(%s, %s)", (self._channel, f"{self._sender}:{kinds}")
@@ -647,8 +679,8 @@ class PostgresStore:
         """*events* as the parameter ``_EVENTS_FROM`` reads: ``[[seq, name, level, at, data]]``."""
         return {"events": _dumps([[e.seq, e.name, e.level, e.at, e.data] for e in events])}
 
-    def _hint_params(self, kinds: str = "rt") -> dict[str, Any]:
-        """The parameters of a statement's ``pg_notify`` for *kinds* ("r": runs, "t": tasks)."""
+    def _hint_params(self, kinds: str = "rtd") -> dict[str, Any]:
+        """The parameters of a statement's ``pg_notify`` for *kinds* (see ``wakes``)."""
         return {
             "channel": self._channel,
             "sender": f"{self._sender}:{kinds}",
@@ -954,7 +986,7 @@ class PostgresStore:
                 for task in commit.tasks:
                     queued = await self._enqueue(conn, task, commit.now) or queued
                 if queued and not queued_for_sure:
-                    await self._notify(conn, "t")
+                    await self._notify(conn, "td" if _later(commit) else "t")
                 for queue in sorted({q for q in withdrawn if q is not None}):
                     await self._admit_waiting(conn, queue, commit.now)
 
@@ -1264,7 +1296,11 @@ class PostgresStore:
             "token": commit.token,
             "now": commit.now,
             **self._events_json(commit.events),
-            **self._hint_params(("r" if runs else "") + ("t" if tasks else "")),
+            **self._hint_params(
+                ("r" if runs else "")
+                + ("t" if tasks else "")
+                + ("d" if (runs or tasks) and _later(commit) else "")
+            ),
         }
         guard = "WHERE run_id = %(run)s AND lease_token = %(token)s AND status = 'running'"
         if adv.action == "continue" and adv.lease_until is None:

@@ -374,6 +374,7 @@ async def test_listen_off_takes_no_listening_connection(postgres_url: str) -> No
         ("me:rt", "rt", False),
         ("other", "", True),
         ("other:", "t", True),
+        ("other:td", "t", True),
     ],
 )
 def test_a_notification_wakes_only_stores_that_want_its_kind(
@@ -381,6 +382,21 @@ def test_a_notification_wakes_only_stores_that_want_its_kind(
 ) -> None:
     """Runs ("r") wake stores of turns, tasks ("t") stores of workers; no kind wakes all."""
     assert expected == pg.wakes(payload, "me", wanted)
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ("other:rd", True),
+        ("other:td", True),
+        ("other:rt", False),
+        ("other:r", False),
+        ("old", True),
+    ],
+)
+def test_a_notification_says_whether_it_brings_a_time_to_come(payload: str, expected: bool) -> None:
+    """A timer or a task available later ("d") makes engines read their due times again."""
+    assert expected == pg.brings_due(payload)
 
 
 async def test_a_run_its_step_and_the_result_notify_runs_tasks_runs(postgres_url: str) -> None:
@@ -407,9 +423,11 @@ async def test_worker_and_turn_engines_each_hear_only_their_kind(postgres_url: s
     class Asking(PostgresStore):
         name = ""
 
-        def wake_hint(self, callback: Any, *, runs: bool = True, tasks: bool = True) -> None:
+        def wake_hint(
+            self, callback: Any, *, runs: bool = True, tasks: bool = True, due: Any = None
+        ) -> None:
             asked[self.name] = (runs, tasks)
-            super().wake_hint(callback, runs=runs, tasks=tasks)
+            super().wake_hint(callback, runs=runs, tasks=tasks, due=due)
 
     turns, workers, both = Asking(postgres_url), Asking(postgres_url), Asking(postgres_url)
     turns.name, workers.name, both.name = "turns", "workers", "both"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from effects.durable import Engine, WorkflowContext, step, workflow
+from effects.durable import Engine, WorkflowContext, current_step, step, workflow
 from effects.durable._engine import open_store
 
 pytestmark = pytest.mark.anyio
@@ -23,6 +23,21 @@ NEVER_MS = 600_000
 async def double(n: int) -> int:
     """Twice the input."""
     return 2 * n
+
+
+@step("double-later", retries=2, backoff_ms=300)
+async def double_later(n: int) -> int:
+    """Twice the input, failing on the first attempt (the retry waits 300 ms)."""
+    if current_step().attempt == 1:
+        msg = "not yet"
+        raise RuntimeError(msg)
+    return 2 * n
+
+
+@workflow("doubled-later")
+async def doubled_later(ctx: WorkflowContext, n: int) -> int:
+    """Dispatch ``double_later``; return its output."""
+    return await ctx.step(double_later, n)
 
 
 @workflow("doubled")
@@ -113,3 +128,29 @@ async def test_an_attempt_ending_with_slots_free_costs_a_worker_no_claim(
         await asyncio.wait_for(loop, PATIENCE)
     assert [3] == claims
     assert [0, 2, 4] == await _outputs(url, ids)
+
+
+async def test_a_durable_retry_runs_on_time_with_no_poll_in_sight(postgres_url: str) -> None:
+    """Turns and workers apart, polls ten minutes away: the retry's timer is read and kept."""
+    async with (
+        Engine(postgres_url, workflows=[doubled_later]) as orchestrator,
+        Engine(postgres_url, steps=[double_later]) as worker,
+    ):
+        loops = [
+            asyncio.get_running_loop().create_task(engine.work(poll_ms=NEVER_MS))
+            for engine in (orchestrator, worker)
+        ]
+        try:
+            run_id = await orchestrator.start(doubled_later, 4)
+
+            async def finished() -> bool:
+                return (await orchestrator.get_run(run_id)).status == "completed"
+
+            await _until(finished, "the run, its step retried once")
+            run = await orchestrator.get_run(run_id)
+            (checkpoint,) = await orchestrator.checkpoints(run_id)
+        finally:
+            for engine in (orchestrator, worker):
+                engine.stop()
+            await asyncio.wait_for(asyncio.gather(*loops), PATIENCE)
+    assert (8, 2) == (run.output, checkpoint.attempts)
