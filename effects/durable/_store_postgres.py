@@ -37,6 +37,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import attrs
 import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -442,6 +443,11 @@ class PostgresStore:
         # hears what its own process writes.
         self._sender = secrets.token_hex(8)
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        # One connection kept out of the pool for calls that come one after another (a turn's
+        # steps): checking one out and back in costs more Python than a statement does. A call
+        # that finds it in use takes one from the pool.
+        self._held: AsyncConnection[Any] | None = None
+        self._held_busy = False
         self._listener: asyncio.Task[None] | None = None
         self._wake: Callable[[], None] | None = None
         self._wake_due: Callable[[], None] | None = None
@@ -577,7 +583,10 @@ class PostgresStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
         pool, self._pool = self._pool, None
+        held, self._held = self._held, None
         if pool is not None:
+            if held is not None:
+                await pool.putconn(held)
             await pool.close()
 
     async def _listen(self) -> None:
@@ -635,6 +644,8 @@ class PostgresStore:
         backoff = _FIRST_BACKOFF
         while True:
             try:
+                if not self._held_busy:
+                    return await self._on_held(pool, fn, retry, deadline)
                 async with pool.connection(timeout=max(0.1, deadline - time.monotonic())) as conn:
                     return await fn(conn, retry)
             except psycopg.OperationalError as error:
@@ -646,6 +657,31 @@ class PostgresStore:
                 retry.again = True
                 await asyncio.sleep(min(backoff, left))
                 backoff = min(_MAX_BACKOFF, backoff * 2)
+
+    async def _on_held(
+        self,
+        pool: AsyncConnectionPool[AsyncConnection[Any]],
+        fn: Callable[[AsyncConnection[Any], _Retry], Awaitable[T]],
+        retry: _Retry,
+        deadline: float,
+    ) -> T:
+        """*fn* on the held connection (taken from the pool when there is none yet)."""
+        self._held_busy = True
+        try:
+            conn = self._held
+            if conn is None:
+                conn = await pool.getconn(timeout=max(0.1, deadline - time.monotonic()))
+                self._held = conn
+            try:
+                return await fn(conn, retry)
+            finally:
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    # Broken, or cut off inside a statement or a transaction: the pool checks
+                    # it (resets or discards it) and the next call takes another.
+                    self._held = None
+                    await pool.putconn(conn)
+        finally:
+            self._held_busy = False
 
     async def _notify(self, conn: AsyncConnection[Any], kinds: str = "rtd") -> None:
         if self._options.listen:

@@ -488,6 +488,32 @@ async def test_a_one_statement_commit_meeting_a_written_row_lands_nothing(
     )
 
 
+async def test_a_call_cut_off_inside_a_transaction_leaves_nothing_open(postgres_url: str) -> None:
+    """The connection kept for calls in a row was left mid-transaction: the next call is clean."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+
+    async def leave_open(conn: psycopg.AsyncConnection[Any], _: Any) -> None:
+        await conn.execute("BEGIN")
+        await conn.execute("INSERT INTO durable_meta (key, value) VALUES ('leak', 'x')")
+        msg = "cut off"
+        raise RuntimeError(msg)
+
+    async def status(conn: psycopg.AsyncConnection[Any], _: Any) -> Any:
+        return conn.info.transaction_status
+
+    try:
+        with pytest.raises(RuntimeError, match="cut off"):
+            await store._call(leave_open)
+        after = await store._call(status)
+        runs = await store.list_runs()
+    finally:
+        await store.close()
+    assert psycopg.pq.TransactionStatus.IDLE == after
+    assert [] == runs
+    assert [] == rows(postgres_url, "SELECT key FROM durable_meta WHERE key = 'leak'")
+
+
 # -- many engines on one store ----------------------------------------------------------------
 
 
