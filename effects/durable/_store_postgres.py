@@ -306,6 +306,11 @@ def _text_array(values: Iterable[str]) -> str:
     return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
+def _prefixed(prefix: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """Named parameters from *pairs*, each name with *prefix* (one row of a statement)."""
+    return {prefix + key: value for key, value in pairs}
+
+
 def _later(commit: TurnCommit) -> bool:
     """Whether *commit* brings a time to come: a timer, or a task available only later."""
     adv = commit.advance
@@ -1081,9 +1086,9 @@ class PostgresStore:
             cp: Checkpoint = write.checkpoint
             parts.append(_CHECKPOINT_FROM_HELD.replace("%(", f"%(c{n}_"))
             params.update(
-                {
-                    f"c{n}_{key}": value
-                    for key, value in (
+                _prefixed(
+                    f"c{n}_",
+                    (
                         ("seq", cp.seq),
                         ("name", cp.name),
                         ("kind", cp.kind),
@@ -1107,15 +1112,15 @@ class PostgresStore:
                         ("heartbeat_at", cp.heartbeat_at),
                         ("created_at", cp.created_at),
                         ("updated_at", commit.now),
-                    )
-                }
+                    ),
+                )
             )
         for n, task in enumerate(commit.tasks):
             parts.append(_TASK_FROM_HELD.replace("%(", f"%(t{n}_"))
             params.update(
-                {
-                    f"t{n}_{key}": value
-                    for key, value in (
+                _prefixed(
+                    f"t{n}_",
+                    (
                         ("seq", task.seq),
                         ("step_id", task.step_id),
                         ("name", task.name),
@@ -1125,8 +1130,8 @@ class PostgresStore:
                         ("available_at", task.available_at),
                         ("redispatched", task.redispatched),
                         ("created_at", commit.now),
-                    )
-                }
+                    ),
+                )
             )
         rows = "".join(f" w{n} AS ({part})," for n, part in enumerate(parts))
         # The advance's statement begins "WITH held AS (...), trail ...": the rows go after it.
