@@ -514,6 +514,25 @@ async def test_a_call_cut_off_inside_a_transaction_leaves_nothing_open(postgres_
     assert [] == rows(postgres_url, "SELECT key FROM durable_meta WHERE key = 'leak'")
 
 
+async def test_names_with_quotes_backslashes_and_commas_are_claimed(postgres_url: str) -> None:
+    """Workflow, version and group names travel as text[] literals: odd characters survive."""
+    odd = 'we"ird\\name, {x} NULL'
+
+    @step("odd-step", group=odd)
+    async def odd_step(value: Any) -> Any:
+        return value
+
+    @workflow(odd, version='v"1\\')
+    async def odd_flow(ctx: WorkflowContext, value: Any) -> Any:
+        return await ctx.step(odd_step, value)
+
+    async with Engine(postgres_url, workflows=[odd_flow], steps=[odd_step]) as engine:
+        run_id = await engine.start(odd_flow, "kept")
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+    assert ("completed", "kept") == (run.status, run.output)
+
+
 # -- many engines on one store ----------------------------------------------------------------
 
 
