@@ -264,6 +264,11 @@ class Engine:
         self._inflight: set[asyncio.Task[None]] = set()
         self._turns: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Event | None = None
+        # Whether something may have made work since work() last looked (every wake-up but a
+        # worker's attempt ending, which frees a slot and nothing else).
+        self._news = True
+        # Whether the due times next_due reads may have changed since work() last read them.
+        self._due_news = True
         self._stopping = False
         self._opened = 0
         self._waiters: dict[str, StepWaiter] = {}
@@ -320,7 +325,12 @@ class Engine:
             await self._store.open()
             # A store that hears other processes' writes (PostgreSQL's NOTIFY) wakes work().
             hint = getattr(self._store, "wake_hint", None)
-            if callable(hint) and inspect.isawaitable(given := hint(self._notify)):
+            wants = {
+                "runs": bool(self._workflow_keys),
+                "tasks": bool(self._groups),
+                "due": self.due_changed,
+            }
+            if callable(hint) and inspect.isawaitable(given := hint(self._work_now, **wants)):
                 await given
         self._opened += 1
 
@@ -337,8 +347,40 @@ class Engine:
     def _now(self) -> int:
         return epoch_ms(self._clock)
 
-    def _notify(self) -> None:
+    def _notify(self, *, due: bool = True) -> None:
+        """Wake work() and run_until_idle: something may be claimable (*due*: or due later)."""
+        self._news = True
+        if due:
+            self._due_news = True
         if self._wake is not None:
+            self._wake.set()
+
+    def _work_now(self) -> None:
+        """
+        Another process's write (a NOTIFY) may be work to claim now; a time to come is told
+        apart, with ``due_changed``.
+        """
+        self._notify(due=False)
+
+    def _dispatched(self) -> None:
+        """A turn of this engine queued attempts: news for its own workers, if it has any."""
+        if self._groups:
+            self._notify(due=False)
+
+    def due_changed(self) -> None:
+        """A time to come was written (a timer, a task available later): work() reads again."""
+        self._due_news = True
+
+    def _attempt_ended(self) -> None:
+        """
+        An attempt finished: with workflows here its result may have woken a run of this
+        process (news); an engine of workers only has just a slot back.
+        """
+        if self._workflow_keys:
+            # A result makes its run claimable now; the time it may wait for comes with the
+            # turn that decides it.
+            self._notify(due=False)
+        elif self._wake is not None:
             self._wake.set()
 
     # -- what turns ask of their engine (TurnHost) ----------------------------------------------
@@ -482,7 +524,7 @@ class Engine:
                 f" not {definition.name!r}"
             )
             raise ValueError(msg)
-        self._notify()
+        self._notify(due=False)
         return run_id
 
     async def get_run(self, run_id: str) -> Run:
@@ -597,7 +639,11 @@ class Engine:
         def done(finished: asyncio.Task[None]) -> None:
             self._inflight.discard(finished)
             self._turns.discard(finished)
-            self._notify()
+            if turn:
+                # What the turn set for later it said with due_changed.
+                self._notify(due=False)
+            else:
+                self._attempt_ended()
             if not finished.cancelled() and finished.exception() is not None:
                 _log.error(
                     "a turn or step attempt failed unexpectedly", exc_info=finished.exception()
@@ -737,7 +783,13 @@ class Engine:
                 ):
                     return
                 continue
-            if claimed and len(self._inflight) < _DRAIN_CONCURRENCY:
+            # A claim that took fewer than it asked for saw nothing more to take: what appears
+            # later sets the event (this process) or waits for the end-of-drain look (others).
+            if (
+                claimed
+                and (claimed >= free or not settled)
+                and len(self._inflight) < _DRAIN_CONCURRENCY
+            ):
                 continue
             if not claimed and settled and self._parked_count() >= len(self._inflight):
                 return  # all that is left waits for a time to come
@@ -769,37 +821,59 @@ class Engine:
             raise ValueError(msg)
         self._stopping = False
         wake = self._wake_event()
+        loop = asyncio.get_running_loop()
         last_recovery = -math.inf
+        # When (loop time) the loop looks again unless told to, and whether it had no free slot
+        # when it last looked: an attempt ending then is a reason to look.
+        deadline = -math.inf
+        full = False
         try:
             while not self._stopping:
                 wake.clear()
-                now = self._now()
-                timeout = poll / 1000
-                try:
-                    if now - last_recovery >= poll:
-                        await self._recover()
-                        last_recovery = now
-                    free = concurrency - len(self._inflight)
-                    claimed = await self._claim(free) if free > 0 else 0
-                    if claimed and len(self._inflight) < concurrency:
-                        continue
-                    due = await self._store.next_due(now)
-                except StoreError as error:
-                    # A full disk or a lost connection may pass: try again at the next poll.
-                    _log.error(
-                        "the worker loop could not use the store (next try in %d ms): %s",
-                        poll,
-                        error,
-                    )
-                    due = None
-                if due is not None:
-                    timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
+                news, self._news = self._news, False
+                timed_out = loop.time() >= deadline
+                if news or full or timed_out:
+                    due_news, self._due_news = self._due_news, False
+                    now = self._now()
+                    timeout = poll / 1000
+                    # The due times are read again only when something may have moved them;
+                    # news of work to do now leaves the deadline as it was.
+                    read_due = due_news or timed_out
+                    due: int | None = None
+                    try:
+                        if now - last_recovery >= poll:
+                            await self._recover()
+                            last_recovery = now
+                        free = concurrency - len(self._inflight)
+                        claimed = await self._claim(free) if free > 0 else 0
+                        # Judged now: an attempt ending during the reads below then counts.
+                        full = len(self._inflight) >= concurrency
+                        # Fewer than asked for: nothing more was there to take; what appears
+                        # later wakes the loop (this process, or a NOTIFY) or the next poll.
+                        if claimed >= free > 0 and len(self._inflight) < concurrency:
+                            self._news = True
+                            self._due_news = self._due_news or due_news
+                            continue
+                        if read_due:
+                            due = await self._store.next_due(now)
+                    except StoreError as error:
+                        # A full disk or a lost connection may pass: try again at the next poll.
+                        _log.error(
+                            "the worker loop could not use the store (next try in %d ms): %s",
+                            poll,
+                            error,
+                        )
+                        read_due = True
+                    if read_due:
+                        if due is not None:
+                            timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
+                        deadline = loop.time() + timeout
                 if self._stopping:
                     break
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
                 # that lands as the wake-up does, and work() would then not stop.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
+                    async with asyncio.timeout_at(deadline):
                         await wake.wait()
             await self._drain_for_stop()
         except BaseException:
@@ -837,7 +911,7 @@ class Engine:
             run,
             claimed.token,
             self._steps,
-            self._notify,
+            self._dispatched,
             self,
             lease_until=self._now() + self._lease_ms,
         )
@@ -973,7 +1047,7 @@ class Engine:
                 renewer.cancel()
         await self._store.record_result(task, self._id, outcome, self._now())
         self._hear(task.step_id, task.attempt, finished=True)
-        self._notify()
+        self._attempt_ended()
 
     async def _run_handler(
         self, definition: StepDef[Any, Any], task: Task, beats: _Beats

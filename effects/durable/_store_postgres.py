@@ -29,7 +29,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Final, LiteralString, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -37,6 +37,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import attrs
 import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -172,14 +173,36 @@ _SLOT_HOLDERS: Final = "('queued', 'claimed')"
 _EVENT_INSERT: Final = (
     "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (%s, %s, %s, %s, %s, %s)"
 )
-# Events of one run from the arrays of ``_event_arrays``, inserted once per row of *source* (a
-# CTE that returns the run's id when the write it guards happened), in the arrays' order.
+# Events of one run from the JSON text of ``_events_json`` (one parameter: psycopg dumps a str
+# far faster than five arrays), inserted once per row of *source* (a CTE that returns the run's
+# id when the write it guards happened), in their order.
 _EVENTS_FROM: Final = (
     "INSERT INTO events (run_id, seq, name, level, at, data)"
-    " SELECT {source}.run_id, e.seq, e.name, e.level, e.at, e.data FROM {source},"
-    " unnest(%(ev_seq)s::integer[], %(ev_name)s::text[], %(ev_level)s::text[],"
-    " %(ev_at)s::bigint[], %(ev_data)s::jsonb[]) WITH ORDINALITY"
-    " AS e(seq, name, level, at, data, n) ORDER BY e.n"
+    " SELECT {source}.run_id, (e.ev->>0)::integer, e.ev->>1, e.ev->>2, (e.ev->>3)::bigint,"
+    " e.ev->4 FROM {source}, jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY"
+    " AS e(ev, n) ORDER BY e.n"
+)
+# A new checkpoint row, inserted once per row of the ``held`` CTE (the lease held); the
+# parameters' names get a per-row prefix. Every placeholder is cast: in an INSERT ... SELECT an
+# untyped NULL would be text.
+_CHECKPOINT_FROM_HELD: Final = (
+    "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts, wake_at,"
+    " output, error, errors, final, exception, retry_state, grp, queue, dispatched_at, input,"
+    " timeout_ms, lease_ms, redispatches, heartbeat_at, created_at, updated_at)"
+    " SELECT held.run_id, %(seq)s::integer, %(name)s::text, %(kind)s::text, %(step_id)s::text,"
+    " %(status)s::text, %(attempts)s::integer, %(wake_at)s::bigint, %(output)s::jsonb,"
+    " %(error)s::jsonb, %(errors)s::jsonb, %(final)s::boolean, %(exception)s::bytea,"
+    " %(retry_state)s::jsonb, %(grp)s::text, %(queue)s::text, %(dispatched_at)s::bigint,"
+    " %(input)s::jsonb, %(timeout_ms)s::bigint, %(lease_ms)s::bigint,"
+    " %(redispatches)s::integer, %(heartbeat_at)s::bigint, %(created_at)s::bigint,"
+    " %(updated_at)s::bigint FROM held"
+)
+# A new task outside any queue, queued, inserted once per row of ``held`` (prefixed likewise).
+_TASK_FROM_HELD: Final = (
+    "INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status, available_at,"
+    " redispatched, created_at) SELECT held.run_id, %(seq)s::integer, %(step_id)s::text,"
+    " %(name)s::text, %(grp)s::text, %(input)s::jsonb, %(attempt)s::integer, 'queued',"
+    " %(available_at)s::bigint, %(redispatched)s::boolean, %(created_at)s::bigint FROM held"
 )
 # Joined into the statements whose loss in a server crash is harmless (claims, lease and claim
 # renewals, heartbeats): their commit does not wait for the WAL to reach the disk. A claim lost
@@ -258,6 +281,42 @@ def parse_postgres_url(url: str) -> tuple[str, PostgresOptions]:
         server_options=ours.get("options", ""),
     )
     return libpq, options
+
+
+def wakes(payload: str, sender: str, wanted: str) -> bool:
+    """
+    Whether a notification's *payload* (``"<sender>:<kinds>"``, kinds of ``"r"`` for runs,
+    ``"t"`` for tasks, ``"d"`` for a time to come) should wake a store that sends as *sender*
+    and wants *wanted*: never our own, and a payload without kinds (an older version's) wakes
+    every store.
+    """
+    who, _, kinds = payload.partition(":")
+    return who != sender and (not kinds or any(kind in wanted for kind in kinds))
+
+
+def brings_due(payload: str) -> bool:
+    """Whether a notification may bring a time to come (``"d"``, or no kinds at all)."""
+    kinds = payload.partition(":")[2]
+    return not kinds or "d" in kinds
+
+
+def _text_array(values: Iterable[str]) -> str:
+    """*values* as a ``text[]`` literal: one str parameter dumps far faster than a list."""
+    quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
+    return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
+
+
+def _prefixed(prefix: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """Named parameters from *pairs*, each name with *prefix* (one row of a statement)."""
+    return {prefix + key: value for key, value in pairs}
+
+
+def _later(commit: TurnCommit) -> bool:
+    """Whether *commit* brings a time to come: a timer, or a task available only later."""
+    adv = commit.advance
+    return (adv.action == "suspend" and adv.wake_at is not None) or any(
+        task.available_at > commit.now for task in commit.tasks
+    )
 
 
 _dumps: Final = json.JSONEncoder(separators=(",", ":")).encode
@@ -389,8 +448,16 @@ class PostgresStore:
         # hears what its own process writes.
         self._sender = secrets.token_hex(8)
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        # One connection kept out of the pool for calls that come one after another (a turn's
+        # steps): checking one out and back in costs more Python than a statement does. A call
+        # that finds it in use takes one from the pool.
+        self._held: AsyncConnection[Any] | None = None
+        self._held_busy = False
         self._listener: asyncio.Task[None] | None = None
         self._wake: Callable[[], None] | None = None
+        self._wake_due: Callable[[], None] | None = None
+        #: The kinds of notification the engine wants: "r" (runs) and "t" (tasks).
+        self._wanted = "rt"
         self._opening: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
@@ -398,9 +465,25 @@ class PostgresStore:
 
     # -- connection and schema ------------------------------------------------------------------
 
-    def wake_hint(self, callback: Callable[[], None]) -> None:
-        """Call *callback* (in the event loop) whenever another engine's NOTIFY may mean work."""
+    def wake_hint(
+        self,
+        callback: Callable[[], None],
+        *,
+        runs: bool = True,
+        tasks: bool = True,
+        due: Callable[[], None] | None = None,
+    ) -> None:
+        """
+        Call *callback* (in the event loop) whenever another engine's NOTIFY may mean work:
+        for runs (a new or woken run, a timer: what turns do) if *runs*, for tasks (a queued
+        attempt: what workers do) if *tasks*. An engine of workers only is not woken by every
+        run that starts. Before such a call, call *due* too if the news may bring a time to
+        come (a timer, a task available later): one that says it does not, leaves the
+        engine's ``next_due`` as it was.
+        """
         self._wake = callback
+        self._wake_due = due
+        self._wanted = ("r" if runs else "") + ("t" if tasks else "")
 
     def _connect_kwargs(self) -> dict[str, Any]:
 
@@ -505,7 +588,10 @@ class PostgresStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
         pool, self._pool = self._pool, None
+        held, self._held = self._held, None
         if pool is not None:
+            if held is not None:
+                await pool.putconn(held)
             await pool.close()
 
     async def _listen(self) -> None:
@@ -520,9 +606,12 @@ class PostgresStore:
                     backoff = _FIRST_BACKOFF
                     # Whatever was announced while we were not listening is not lost work:
                     # one extra poll finds it.
+                    self._hint_due()
                     self._hint()
                     async for note in conn.notifies():
-                        if note.payload != self._sender:
+                        if wakes(note.payload, self._sender, self._wanted):
+                            if brings_due(note.payload):
+                                self._hint_due()
                             self._hint()
                 finally:
                     await conn.close()
@@ -535,6 +624,11 @@ class PostgresStore:
         wake = self._wake
         if wake is not None:
             wake()
+
+    def _hint_due(self) -> None:
+        due = self._wake_due
+        if due is not None:
+            due()
 
     @property
     def _conns(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
@@ -555,6 +649,8 @@ class PostgresStore:
         backoff = _FIRST_BACKOFF
         while True:
             try:
+                if not self._held_busy:
+                    return await self._on_held(pool, fn, retry, deadline)
                 async with pool.connection(timeout=max(0.1, deadline - time.monotonic())) as conn:
                     return await fn(conn, retry)
             except psycopg.OperationalError as error:
@@ -567,9 +663,36 @@ class PostgresStore:
                 await asyncio.sleep(min(backoff, left))
                 backoff = min(_MAX_BACKOFF, backoff * 2)
 
-    async def _notify(self, conn: AsyncConnection[Any]) -> None:
+    async def _on_held(
+        self,
+        pool: AsyncConnectionPool[AsyncConnection[Any]],
+        fn: Callable[[AsyncConnection[Any], _Retry], Awaitable[T]],
+        retry: _Retry,
+        deadline: float,
+    ) -> T:
+        """*fn* on the held connection (taken from the pool when there is none yet)."""
+        self._held_busy = True
+        try:
+            conn = self._held
+            if conn is None:
+                conn = await pool.getconn(timeout=max(0.1, deadline - time.monotonic()))
+                self._held = conn
+            try:
+                return await fn(conn, retry)
+            finally:
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    # Broken, or cut off inside a statement or a transaction: the pool checks
+                    # it (resets or discards it) and the next call takes another.
+                    self._held = None
+                    await pool.putconn(conn)
+        finally:
+            self._held_busy = False
+
+    async def _notify(self, conn: AsyncConnection[Any], kinds: str = "rtd") -> None:
         if self._options.listen:
-            await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, self._sender))
+            await conn.execute(
+                "SELECT pg_notify(%s, %s)", (self._channel, f"{self._sender}:{kinds}")
+            )
 
     async def _queue_locks(self, conn: AsyncConnection[Any], queues: Sequence[str | None]) -> None:
         """Take the flow-control locks of *queues*, by name (one order for every transaction)."""
@@ -593,18 +716,17 @@ class PostgresStore:
             )
 
     @staticmethod
-    def _event_arrays(events: Sequence[NewEvent]) -> dict[str, Any]:
-        """*events* as the arrays ``_EVENTS_FROM`` unnests."""
-        return {
-            "ev_seq": [e.seq for e in events],
-            "ev_name": [e.name for e in events],
-            "ev_level": [e.level for e in events],
-            "ev_at": [e.at for e in events],
-            "ev_data": [Jsonb(e.data) for e in events],
-        }
+    def _events_json(events: Sequence[NewEvent]) -> dict[str, Any]:
+        """*events* as the parameter ``_EVENTS_FROM`` reads: ``[[seq, name, level, at, data]]``."""
+        return {"events": _dumps([[e.seq, e.name, e.level, e.at, e.data] for e in events])}
 
-    def _hint_params(self) -> dict[str, Any]:
-        return {"channel": self._channel, "sender": self._sender, "listen": self._options.listen}
+    def _hint_params(self, kinds: str = "rtd") -> dict[str, Any]:
+        """The parameters of a statement's ``pg_notify`` for *kinds* (see ``wakes``)."""
+        return {
+            "channel": self._channel,
+            "sender": f"{self._sender}:{kinds}",
+            "listen": self._options.listen and bool(kinds),
+        }
 
     @staticmethod
     def _payload_error(error: BaseException, what: str) -> TypeError:
@@ -633,8 +755,8 @@ class PostgresStore:
                     "version": run.version,
                     "input": run.input,
                     "now": run.now,
-                    **self._event_arrays(events),
-                    **self._hint_params(),
+                    **self._events_json(events),
+                    **self._hint_params("r"),
                 },
             )
             made = await cursor.fetchone()
@@ -756,38 +878,53 @@ class PostgresStore:
         """Take up to *limit* runnable runs of *workflows*, each with a fresh lease token."""
         if not workflows or limit <= 0:
             return []
-        names = [name for name, _ in workflows]
-        versions = [version for _, version in workflows]
+        names = _text_array(name for name, _ in workflows)
+        versions = _text_array(version for _, version in workflows)
         # One token for the runs of this call: a (run, token) pair is still unique, and a retry
         # after a lost commit finds what the first try claimed by it.
         token = f"{owner}:{secrets.token_hex(6)}"
 
         async def go(conn: AsyncConnection[Any], retry: _Retry) -> list[ClaimedRun]:
-            # The claim, then (when it took any) the claimed runs with their checkpoints, read
-            # by the token. The read must be a later statement: the claim's UPDATE sees a
+            # The claim, and pipelined behind it in the same implicit transaction (one round
+            # trip), the claimed runs with their checkpoints, read by the token from the index
+            # of running runs. The read must be a later statement: the claim's UPDATE sees a
             # result committed after the statement began (and clears its woken flag), which a
             # read in the same statement would not. On a retry after a lost reply, the runs the
-            # first try took are found the same way.
-            cursor = await conn.execute(
-                f"WITH picked AS (SELECT run_id FROM runs, {_NO_FLUSH}"
-                " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %s))"
-                " AND (workflow, version) IN"
-                " (SELECT * FROM unnest(%s::text[], %s::text[]))"
-                ' ORDER BY updated_at, run_id COLLATE "C"'
-                " LIMIT GREATEST(0, %s - (SELECT COUNT(*) FROM runs WHERE lease_token = %s))"
-                " FOR UPDATE OF runs SKIP LOCKED)"
-                " UPDATE runs SET status = 'running', lease_token = %s, lease_until = %s,"
-                " woken = false FROM picked WHERE runs.run_id = picked.run_id",
-                (now, names, versions, limit, token, token, lease_until),
+            # first try took are found the same way, and count against the limit (a scan, but
+            # only then).
+            taken = (
+                "LIMIT GREATEST(0, %(limit)s - (SELECT COUNT(*) FROM runs"
+                " WHERE lease_token = %(token)s))"
+                if retry.again
+                else "LIMIT %(limit)s"
             )
-            if cursor.rowcount == 0 and not retry.again:
-                return []
-            cursor = await conn.execute(
-                f"SELECT {_RUN_COLUMNS_OF_R}, {_CHECKPOINT_COLUMNS_OF_C} FROM runs r"
-                " LEFT JOIN checkpoints c ON c.run_id = r.run_id"
-                " WHERE r.lease_token = %s AND r.status = 'running' ORDER BY r.run_id, c.seq",
-                (token,),
-            )
+            params = {
+                "now": now,
+                "names": names,
+                "versions": versions,
+                "limit": limit,
+                "token": token,
+                "until": lease_until,
+            }
+            async with conn.pipeline():
+                await conn.execute(
+                    f"WITH picked AS (SELECT run_id FROM runs, {_NO_FLUSH}"
+                    " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %(now)s))"
+                    " AND (workflow, version) IN"
+                    " (SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
+                    f' ORDER BY updated_at, run_id COLLATE "C" {taken}'
+                    " FOR UPDATE OF runs SKIP LOCKED)"
+                    " UPDATE runs SET status = 'running', lease_token = %(token)s,"
+                    " lease_until = %(until)s, woken = false FROM picked"
+                    " WHERE runs.run_id = picked.run_id",
+                    params,
+                )
+                cursor = await conn.execute(
+                    f"SELECT {_RUN_COLUMNS_OF_R}, {_CHECKPOINT_COLUMNS_OF_C} FROM runs r"
+                    " LEFT JOIN checkpoints c ON c.run_id = r.run_id WHERE r.status = 'running'"
+                    " AND r.lease_token = %(token)s ORDER BY r.run_id, c.seq",
+                    {"token": token},
+                )
             runs: list[Run] = []
             by_run: dict[str, list[Checkpoint]] = {}
             width = len(_RUN_COLUMNS.split(", "))
@@ -832,7 +969,7 @@ class PostgresStore:
                     (now, run_id, token),
                 )
                 if cursor.rowcount:
-                    await self._notify(conn)
+                    await self._notify(conn, "r")
 
         await self._call(go)
 
@@ -845,7 +982,7 @@ class PostgresStore:
         async def simple(conn: AsyncConnection[Any], retry: _Retry) -> None:
             # No checkpoint or task: the advance and its events are one statement.
             retried.again = retry.again
-            cursor = await conn.execute(*self._advance(commit, hint=hint))
+            cursor = await conn.execute(*self._advance(commit, runs=hint, tasks=False))
             row = await cursor.fetchone()
             if row is None or row[0] != 1:
                 raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
@@ -861,7 +998,9 @@ class PostgresStore:
             fresh = {w.checkpoint.seq for w in commit.checkpoints if w.expected_rev is None}
             async with conn.transaction():
                 await self._queue_locks(conn, [t.queue for t in commit.tasks])
-                cursor = await conn.execute(*self._advance(commit, hint=hint or queued_for_sure))
+                cursor = await conn.execute(
+                    *self._advance(commit, runs=hint, tasks=queued_for_sure)
+                )
                 row = await cursor.fetchone()
                 if row is None or row[0] != 1:
                     raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
@@ -887,19 +1026,117 @@ class PostgresStore:
                 queued = False
                 for task in commit.tasks:
                     queued = await self._enqueue(conn, task, commit.now) or queued
-                if queued and not (hint or queued_for_sure):
-                    await self._notify(conn)
+                if queued and not queued_for_sure:
+                    await self._notify(conn, "td" if _later(commit) else "t")
                 for queue in sorted({q for q in withdrawn if q is not None}):
                     await self._admit_waiting(conn, queue, commit.now)
 
+        async def single(conn: AsyncConnection[Any], retry: _Retry) -> None:
+            retried.again = retry.again
+            try:
+                cursor = await conn.execute(*self._commit_statement(commit, hint=hint))
+            except psycopg.errors.UniqueViolation as error:
+                # The whole statement rolled back: a row at one of its positions was written
+                # meanwhile (by the first try, if this is a retry).
+                msg = f"run {commit.run_id}: a checkpoint of this commit was written meanwhile"
+                raise StaleTurnError(msg) from error
+            row = await cursor.fetchone()
+            if row is None or row[0] != 1:
+                raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+
+        if not commit.checkpoints and not commit.tasks:
+            how = simple
+        elif self._one_statement(commit):
+            how = single
+        else:
+            how = general
         try:
-            await self._call(general if commit.checkpoints or commit.tasks else simple)
+            await self._call(how)
         except StaleTurnError:
             if retried.again:
                 await self._give_back(commit.run_id, commit.token, commit.now)
             raise
         except psycopg.DataError as error:
             raise self._payload_error(error, f"a step of run {commit.run_id!r}") from error
+
+    @staticmethod
+    def _one_statement(commit: TurnCommit) -> bool:
+        """
+        Whether *commit* fits ``_commit_statement``: every checkpoint is a new row, and every
+        task a first one at its position (no older attempt to withdraw) outside any queue (no
+        slot to count, no queue lock).
+        """
+        fresh = {w.checkpoint.seq for w in commit.checkpoints if w.expected_rev is None}
+        return len(fresh) == len(commit.checkpoints) and all(
+            t.queue is None and t.seq in fresh for t in commit.tasks
+        )
+
+    def _commit_statement(
+        self, commit: TurnCommit, *, hint: bool
+    ) -> tuple[LiteralString, dict[str, Any]]:
+        """
+        A turn commit that ``_one_statement`` accepts, as one statement (its own transaction
+        in autocommit, one round trip): the advance's compare-and-set on the lease, its events,
+        then the checkpoint and task rows, inserted only if the lease held. A checkpoint row
+        that exists already fails the statement (unique violation), so nothing of it lands.
+        """
+        statement, params = self._advance(commit, runs=hint, tasks=bool(commit.tasks))
+        parts: list[str] = []
+        for n, write in enumerate(commit.checkpoints):
+            cp: Checkpoint = write.checkpoint
+            parts.append(_CHECKPOINT_FROM_HELD.replace("%(", f"%(c{n}_"))
+            params.update(
+                _prefixed(
+                    f"c{n}_",
+                    (
+                        ("seq", cp.seq),
+                        ("name", cp.name),
+                        ("kind", cp.kind),
+                        ("step_id", cp.step_id),
+                        ("status", cp.status),
+                        ("attempts", cp.attempts),
+                        ("wake_at", cp.wake_at),
+                        ("output", write.output),
+                        ("error", _error_json(cp.error)),
+                        ("errors", Jsonb([e.to_json() for e in cp.errors])),
+                        ("final", cp.final),
+                        ("exception", write.exception),
+                        ("retry_state", None if cp.retry_state is None else Jsonb(cp.retry_state)),
+                        ("grp", cp.group),
+                        ("queue", cp.queue),
+                        ("dispatched_at", cp.dispatched_at),
+                        ("input", write.input),
+                        ("timeout_ms", cp.timeout_ms),
+                        ("lease_ms", cp.lease_ms),
+                        ("redispatches", cp.redispatches),
+                        ("heartbeat_at", cp.heartbeat_at),
+                        ("created_at", cp.created_at),
+                        ("updated_at", commit.now),
+                    ),
+                )
+            )
+        for n, task in enumerate(commit.tasks):
+            parts.append(_TASK_FROM_HELD.replace("%(", f"%(t{n}_"))
+            params.update(
+                _prefixed(
+                    f"t{n}_",
+                    (
+                        ("seq", task.seq),
+                        ("step_id", task.step_id),
+                        ("name", task.name),
+                        ("grp", task.group),
+                        ("input", task.input),
+                        ("attempt", task.attempt),
+                        ("available_at", task.available_at),
+                        ("redispatched", task.redispatched),
+                        ("created_at", commit.now),
+                    ),
+                )
+            )
+        rows = "".join(f" w{n} AS ({part})," for n, part in enumerate(parts))
+        # The advance's statement begins "WITH held AS (...), trail ...": the rows go after it.
+        head, tail = statement.split(" trail AS (", 1)
+        return (head + rows + " trail AS (" + tail), params  # pyright: ignore[reportReturnType]
 
     async def _write_checkpoint(
         self, conn: AsyncConnection[Any], commit: TurnCommit, write: Any
@@ -1086,20 +1323,26 @@ class PostgresStore:
         )
         return await cursor.fetchone() is not None
 
-    def _advance(self, commit: TurnCommit, *, hint: bool) -> tuple[LiteralString, dict[str, Any]]:
+    def _advance(
+        self, commit: TurnCommit, *, runs: bool, tasks: bool
+    ) -> tuple[LiteralString, dict[str, Any]]:
         """
         The run's part of a turn commit, as a compare-and-set on its lease token, with the
         commit's events (written only if it holds): one statement whose row says 1 if it held.
+        It notifies (if it held) for *runs* and *tasks* (see ``wake_hint``).
         """
         adv = commit.advance
         params: dict[str, Any] = {
             "run": commit.run_id,
             "token": commit.token,
             "now": commit.now,
-            **self._event_arrays(commit.events),
-            **self._hint_params(),
+            **self._events_json(commit.events),
+            **self._hint_params(
+                ("r" if runs else "")
+                + ("t" if tasks else "")
+                + ("d" if (runs or tasks) and _later(commit) else "")
+            ),
         }
-        params["listen"] = params["listen"] and hint
         guard = "WHERE run_id = %(run)s AND lease_token = %(token)s AND status = 'running'"
         if adv.action == "continue" and adv.lease_until is None:
             # A share lock, not a write: a step's commit rewrites no run row, yet no recovery
@@ -1164,7 +1407,7 @@ class PostgresStore:
             # lost-dispatch lease) and the step.started events.
             cursor = await conn.execute(
                 f"WITH picked AS (SELECT task_id FROM tasks, {_NO_FLUSH} WHERE status = 'queued'"
-                " AND grp = ANY(%(groups)s) AND available_at <= %(now)s ORDER BY task_id"
+                " AND grp = ANY(%(groups)s::text[]) AND available_at <= %(now)s ORDER BY task_id"
                 " LIMIT %(limit)s FOR UPDATE OF tasks SKIP LOCKED),"
                 " claimed AS (UPDATE tasks t SET status = 'claimed', claimed_by = %(worker)s,"
                 " claim_until = %(until)s, claim_nonce = %(nonce)s FROM picked"
@@ -1184,7 +1427,7 @@ class PostgresStore:
                 f" SELECT {task_columns}, b.progress, b.timeout_ms, b.lease_ms FROM claimed t"
                 " LEFT JOIN beat b ON b.run_id = t.run_id AND b.seq = t.seq ORDER BY t.task_id",
                 {
-                    "groups": list(groups),
+                    "groups": _text_array(groups),
                     "now": now,
                     "limit": limit - len(tasks),
                     "worker": worker,
@@ -1308,7 +1551,8 @@ class PostgresStore:
             "attempt": task.attempt,
             "now": now,
             "progress": outcome.progress,
-            **self._hint_params(),
+            # A task of no queue frees no slot: only the run it wakes is news.
+            **self._hint_params("r"),
         }
         if outcome.error is None:
             # Other attempts of a step that completes are moot. A settled failure is what replay

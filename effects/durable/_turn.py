@@ -77,6 +77,10 @@ class TurnHost(Protocol):
         """The concurrency of the engine's queue *name*; ``ValueError`` if it has none."""
         ...
 
+    def due_changed(self) -> None:
+        """A commit of a turn brought a time to come: a timer, or a task available later."""
+        ...
+
 
 @attrs.define(slots=True)
 class Turn:
@@ -113,12 +117,13 @@ class Turn:
         One transaction of this turn (raises ``StaleTurnError`` if the lease was lost, and
         ``StoreError`` if the store failed, which also marks the turn ``broken``).
         """
+        at = self.now() if now is None else now
         try:
             await self.store.commit_turn(
                 TurnCommit(
                     self.run.run_id,
                     self.token,
-                    self.now() if now is None else now,
+                    at,
                     advance,
                     checkpoints,
                     tasks,
@@ -130,6 +135,10 @@ class Turn:
             raise
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
+        if (advance.action == "suspend" and advance.wake_at is not None) or any(
+            task.available_at > at for task in tasks
+        ):
+            self.host.due_changed()
         for event in events:
             level = _LEVELS.get(event.level, logging.INFO)
             if _log.isEnabledFor(level):

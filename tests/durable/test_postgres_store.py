@@ -26,7 +26,16 @@ from effects.durable import (
     step,
     workflow,
 )
-from effects.durable._store import NewRun
+from effects.durable._records import Checkpoint
+from effects.durable._store import (
+    CheckpointWrite,
+    NewEvent,
+    NewRun,
+    NewTask,
+    RunAdvance,
+    StaleTurnError,
+    TurnCommit,
+)
 from effects.durable._store_postgres import PostgresStore, parse_postgres_url
 from effects.testing import VirtualClock
 from tests.durable.support import START_MS, execute, rows
@@ -351,6 +360,177 @@ async def test_listen_off_takes_no_listening_connection(postgres_url: str) -> No
         )
     assert "polled" == run.output
     assert [(0,)] == listening
+
+
+@pytest.mark.parametrize(
+    ("payload", "wanted", "expected"),
+    [
+        ("other:r", "r", True),
+        ("other:r", "t", False),
+        ("other:t", "t", True),
+        ("other:t", "r", False),
+        ("other:rt", "t", True),
+        ("other:rt", "", False),
+        ("me:rt", "rt", False),
+        ("other", "", True),
+        ("other:", "t", True),
+        ("other:td", "t", True),
+    ],
+)
+def test_a_notification_wakes_only_stores_that_want_its_kind(
+    payload: str, wanted: str, expected: bool
+) -> None:
+    """Runs ("r") wake stores of turns, tasks ("t") stores of workers; no kind wakes all."""
+    assert expected == pg.wakes(payload, "me", wanted)
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ("other:rd", True),
+        ("other:td", True),
+        ("other:rt", False),
+        ("other:r", False),
+        ("old", True),
+    ],
+)
+def test_a_notification_says_whether_it_brings_a_time_to_come(payload: str, expected: bool) -> None:
+    """A timer or a task available later ("d") makes engines read their due times again."""
+    assert expected == pg.brings_due(payload)
+
+
+async def test_a_run_its_step_and_the_result_notify_runs_tasks_runs(postgres_url: str) -> None:
+    """The start says "r", the dispatch "t", the result "r": a worker sleeps through starts."""
+    channel = f"effects_durable.{parse_postgres_url(postgres_url)[1].schema}"
+    with connect(postgres_url) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        async with Engine(postgres_url, workflows=[simple], steps=[echo]) as engine:
+            run_id = await engine.start(simple, "told")
+            await engine.run_until_idle()
+            run = await engine.get_run(run_id)
+        kinds = [
+            note.payload.partition(":")[2]
+            for note in listener.notifies(timeout=PATIENCE, stop_after=3)
+        ]
+    assert ("completed", "told") == (run.status, run.output)
+    assert ["r", "t", "r"] == kinds
+
+
+async def test_worker_and_turn_engines_each_hear_only_their_kind(postgres_url: str) -> None:
+    """An engine of steps alone asks for tasks, one of workflows alone for runs."""
+    asked: dict[str, tuple[bool, bool]] = {}
+
+    class Asking(PostgresStore):
+        name = ""
+
+        def wake_hint(
+            self, callback: Any, *, runs: bool = True, tasks: bool = True, due: Any = None
+        ) -> None:
+            asked[self.name] = (runs, tasks)
+            super().wake_hint(callback, runs=runs, tasks=tasks, due=due)
+
+    turns, workers, both = Asking(postgres_url), Asking(postgres_url), Asking(postgres_url)
+    turns.name, workers.name, both.name = "turns", "workers", "both"
+    async with (
+        Engine(turns, workflows=[simple]),
+        Engine(workers, steps=[echo]),
+        Engine(both, workflows=[simple], steps=[echo]),
+    ):
+        pass
+    assert {"turns": (True, False), "workers": (False, True), "both": (True, True)} == asked
+
+
+# -- a turn's commit in one statement --------------------------------------------------------
+
+
+async def test_a_one_statement_commit_meeting_a_written_row_lands_nothing(
+    postgres_url: str,
+) -> None:
+    """A dispatch whose checkpoint row exists already: stale, and no advance, task or event."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        await store.create_run(NewRun("r1", "simple", "", "1", START_MS), [])
+        (claimed,) = await store.claim_runs(
+            workflows=[("simple", "")],
+            now=START_MS,
+            lease_until=START_MS + 30_000,
+            owner="e1",
+            limit=1,
+        )
+        await store.record_local_step(
+            "r1", claimed.token, seq=1, name="local", output="1", started=START_MS, now=START_MS
+        )
+        checkpoint = Checkpoint(
+            "r1", 1, "echo", "remote", "r1:1", "pending", 1, None, None, None, (), False,
+            START_MS, START_MS, input=1,
+        )  # fmt: skip
+        commit = TurnCommit(
+            "r1",
+            claimed.token,
+            START_MS,
+            RunAdvance("suspend"),
+            checkpoints=(CheckpointWrite(checkpoint, None, input="1"),),
+            tasks=(NewTask("r1", 1, "r1:1", "echo", "default", "1", 1, START_MS),),
+            events=(NewEvent("step.dispatched", START_MS, 1),),
+        )
+        with pytest.raises(StaleTurnError, match="written meanwhile"):
+            await store.commit_turn(commit)
+        run = await store.get_run("r1")
+        (kept,) = await store.checkpoints("r1")
+    finally:
+        await store.close()
+    assert run is not None
+    assert ("running", "local", "completed") == (run.status, kept.kind, kept.status)
+    assert [(0,)] == rows(postgres_url, "SELECT COUNT(*) FROM tasks")
+    assert [(0,)] == rows(
+        postgres_url, "SELECT COUNT(*) FROM events WHERE name = 'step.dispatched'"
+    )
+
+
+async def test_a_call_cut_off_inside_a_transaction_leaves_nothing_open(postgres_url: str) -> None:
+    """The connection kept for calls in a row was left mid-transaction: the next call is clean."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+
+    async def leave_open(conn: psycopg.AsyncConnection[Any], _: Any) -> None:
+        await conn.execute("BEGIN")
+        await conn.execute("INSERT INTO durable_meta (key, value) VALUES ('leak', 'x')")
+        msg = "cut off"
+        raise RuntimeError(msg)
+
+    async def status(conn: psycopg.AsyncConnection[Any], _: Any) -> Any:
+        return conn.info.transaction_status
+
+    try:
+        with pytest.raises(RuntimeError, match="cut off"):
+            await store._call(leave_open)
+        after = await store._call(status)
+        runs = await store.list_runs()
+    finally:
+        await store.close()
+    assert psycopg.pq.TransactionStatus.IDLE == after
+    assert [] == runs
+    assert [] == rows(postgres_url, "SELECT key FROM durable_meta WHERE key = 'leak'")
+
+
+async def test_names_with_quotes_backslashes_and_commas_are_claimed(postgres_url: str) -> None:
+    """Workflow, version and group names travel as text[] literals: odd characters survive."""
+    odd = 'we"ird\\name, {x} NULL'
+
+    @step("odd-step", group=odd)
+    async def odd_step(value: Any) -> Any:
+        return value
+
+    @workflow(odd, version='v"1\\')
+    async def odd_flow(ctx: WorkflowContext, value: Any) -> Any:
+        return await ctx.step(odd_step, value)
+
+    async with Engine(postgres_url, workflows=[odd_flow], steps=[odd_step]) as engine:
+        run_id = await engine.start(odd_flow, "kept")
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+    assert ("completed", "kept") == (run.status, run.output)
 
 
 # -- many engines on one store ----------------------------------------------------------------
