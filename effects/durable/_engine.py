@@ -198,7 +198,8 @@ class Engine:
         lease_ms: How long a turn's hold on a run, and a worker's claim on a task, lasts without
             renewal (renewed while they run), in ms; default 30 s.
         reconcile_ms: The wake of a run whose dispatching process died on the liveness path, in
-            ms; default 5 minutes.
+            ms; default 5 minutes. The engine that recovers the run applies its own value, so
+            give every engine on one store the same.
         remote_redispatch_ms: The lease of a pending dispatched step (lost-dispatch detection),
             in ms, or ``None`` (default: off).
         remote_redispatch_max: How many times a lost dispatch is re-driven before the step fails
