@@ -922,14 +922,17 @@ class DbosApp(NamedTuple):
     parent: Callable[[int], Coroutine[Any, Any, int]]
 
 
-def dbos_app(path: Path, executor: str, poll: float, *, listen: Sequence[str]) -> DbosApp:
-    """Configure DBOS on the SQLite file *path* and register the benchmark's functions."""
+def dbos_app(url: str, executor: str, poll: float, *, listen: Sequence[str]) -> DbosApp:
+    """
+    Configure DBOS on its system database *url* (a SQLite file here, a PostgreSQL database in
+    ``durable_steps_pg.py``) and register the benchmark's functions.
+    """
     from dbos import DBOS
 
     DBOS(
         config={
             "name": "durable-bench",
-            "system_database_url": f"sqlite:///{path}",
+            "system_database_url": url,
             "log_level": "WARNING",
             # Set, not derived from the code, so every process agrees; one executor id each,
             # so that no process recovers another's workflows at launch.
@@ -985,7 +988,7 @@ def dbos_launched() -> Iterator[None]:
 
 def case_dbos_local(folder: Path, sync_steps: bool, seconds: float) -> Figures:
     """Runs of DBOS's 10-step workflow, called directly, one after another."""
-    app = dbos_app(folder / "dbos.sqlite", "bench-local", 1.0, listen=())
+    app = dbos_app(f"sqlite:///{folder / 'dbos.sqlite'}", "bench-local", 1.0, listen=())
     with dbos_launched():
         if sync_steps:
 
@@ -1016,7 +1019,7 @@ def case_dbos_concurrent(folder: Path, sync_steps: bool, runs: int, seconds: flo
     """
     from dbos import DBOS
 
-    app = dbos_app(folder / "dbos.sqlite", "bench-concurrent", 1.0, listen=())
+    app = dbos_app(f"sqlite:///{folder / 'dbos.sqlite'}", "bench-concurrent", 1.0, listen=())
     with dbos_launched():
         if sync_steps:
 
@@ -1050,7 +1053,7 @@ def case_dbos_dispatch(
 
     path = folder / "dbos.sqlite"
     poll = poll_ms / 1000
-    app = dbos_app(path, "bench-orchestrator", poll, listen=())
+    app = dbos_app(f"sqlite:///{path}", "bench-orchestrator", poll, listen=())
     with Children(folder) as children, dbos_launched():
         # Registered before the workers launch, so their queue threads find it at once.
         DBOS.register_queue(QUEUE, polling_interval_sec=poll)
@@ -1089,7 +1092,7 @@ def worker_dbos(path: Path, executor: str, poll_ms: int) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, handler)
-    dbos_app(path, executor, poll_ms / 1000, listen=(QUEUE,))
+    dbos_app(f"sqlite:///{path}", executor, poll_ms / 1000, listen=(QUEUE,))
     with dbos_launched():
         print("ready", flush=True)
         while not stop.wait(0.1):

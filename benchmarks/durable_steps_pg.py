@@ -59,6 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
+from durable_steps import dbos_app, dbos_launched  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from effects.durable import Engine, WorkflowContext, current_step, step, workflow  # noqa: E402
@@ -413,66 +414,14 @@ async def case_ours_retry(url: str, seconds: float) -> Figures:
 # -- DBOS -----------------------------------------------------------------------------------------
 
 
-def _dbos(url: str, executor: str, poll: float, listen: Sequence[str]) -> dict[str, Any]:
-    from dbos import DBOS
-
-    DBOS(
-        config={
-            "name": "durable-bench",
-            "system_database_url": url,
-            "log_level": "WARNING",
-            "application_version": "bench",
-            "executor_id": executor,
-        }
-    )
-    DBOS.listen_queues(list(listen))
-
-    @DBOS.step(name="bench.add-one")
-    async def add_one(n: int) -> int:
-        return n + 1
-
-    @DBOS.step(name="bench.add-one-sync")
-    def add_one_sync(n: int) -> int:
-        return n + 1
-
-    @DBOS.workflow(name="bench.ten-async")
-    async def ten_async(n: int) -> int:
-        for _ in range(STEPS):
-            n = await add_one(n)
-        return n
-
-    @DBOS.workflow(name="bench.ten-sync")
-    def ten_sync(n: int) -> int:
-        for _ in range(STEPS):
-            n = add_one_sync(n)
-        return n
-
-    @DBOS.workflow(name="bench.child")
-    async def child(n: int) -> int:
-        return await add_one(n)
-
-    return {"ten_async": ten_async, "ten_sync": ten_sync, "child": child}
-
-
-@contextlib.contextmanager
-def _dbos_launched() -> Iterator[None]:
-    from dbos import DBOS
-
-    DBOS.launch()
-    try:
-        yield
-    finally:
-        DBOS.destroy(destroy_registry=True)
-
-
 def case_dbos_local(url: str, sync_steps: bool, seconds: float) -> Figures:
     """Runs of DBOS's 10-step workflow, called directly, one after another."""
-    app = _dbos(url, "bench-local", 1.0, ())
-    with _dbos_launched():
+    app = dbos_app(url, "bench-local", 1.0, listen=())
+    with dbos_launched():
         if sync_steps:
 
             def one_run() -> int:
-                if app["ten_sync"](0) != STEPS:
+                if app.ten_sync(0) != STEPS:
                     raise RuntimeError("DBOS returned a wrong result")
                 return STEPS
 
@@ -480,7 +429,7 @@ def case_dbos_local(url: str, sync_steps: bool, seconds: float) -> Figures:
             return _timed(seconds, one_run)
 
         async def one_run_async() -> int:
-            if await app["ten_async"](0) != STEPS:
+            if await app.ten_async(0) != STEPS:
                 raise RuntimeError("DBOS returned a wrong result")
             return STEPS
 
@@ -495,17 +444,15 @@ def case_dbos_dispatch(url: str, workers: int, seconds: float, batch: int, poll_
     """Batches of DBOS workflows enqueued for *workers* worker processes."""
     from dbos import DBOS
 
-    app = _dbos(url, "bench-orchestrator", poll_ms / 1000, ())
-    with _dbos_launched(), Children() as children:
+    app = dbos_app(url, "bench-orchestrator", poll_ms / 1000, listen=())
+    with dbos_launched(), Children() as children:
         # Registered before the workers launch, so their queue threads find it at once.
         DBOS.register_queue(QUEUE, polling_interval_sec=poll_ms / 1000)
         for i in range(workers):
             children.start("dbos", url, str(poll_ms), f"bench-worker-{i}")
 
         async def one_batch() -> int:
-            handles = [
-                await DBOS.enqueue_workflow_async(QUEUE, app["child"], n) for n in range(batch)
-            ]
+            handles = [await DBOS.enqueue_workflow_async(QUEUE, app.child, n) for n in range(batch)]
             for n, handle in enumerate(handles):
                 if await handle.get_result(polling_interval_sec=WAIT_POLL) != n + 1:
                     raise RuntimeError("DBOS returned a wrong result")
@@ -520,8 +467,8 @@ def case_dbos_dispatch(url: str, workers: int, seconds: float, batch: int, poll_
 
 def worker_dbos(url: str, poll_ms: int, executor: str) -> None:
     """A DBOS process listening to the queue until stdin closes or SIGTERM."""
-    _dbos(url, executor, poll_ms / 1000, (QUEUE,))
-    with _dbos_launched():
+    dbos_app(url, executor, poll_ms / 1000, listen=(QUEUE,))
+    with dbos_launched():
         print("ready", flush=True)
         sys.stdin.read()
 
