@@ -190,11 +190,6 @@ async def test_run_finishes_after_a_crash_at(point: str, crashed: dict[str, Cras
     assert [] == problems + execution_problems(execs), case.nodes.tails()
     want = EXPECTED[point]
     summary = _summary(checkpoints, events, execs)
-    if point == "result" and case.url.startswith("postgresql:") and summary["recovered"] == 1:
-        # On PostgreSQL the result's commit is awaited: the NOTIFY it sends can reach the same
-        # process's orchestrator, which may claim the woken run before the store call returns
-        # and the process dies. Then the run's lease died with it, and one recovery is right.
-        summary["recovered"] = want["recovered"]
     expected = {
         "recovered": want["recovered"],
         "local attempts started": want["local"],

@@ -13,6 +13,7 @@ point's name to a marker file, so a test knows the crash happened where it meant
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,6 +66,11 @@ class CrashingStore:
     """
     The store on *url* whose process dies at the first write that is *point*.
 
+    Its calls are made one at a time. A PostgreSQL store awaits the server, so without that
+    another loop of the process (woken by the write's own NOTIFY) could claim or write between
+    the write and the death; serialized, nothing of the process reaches the store after the
+    write, as with SQLite, whose calls do not yield.
+
     Args:
         url: The store URL (``sqlite:///...`` or ``postgresql://...``).
         point: One of ``POINTS``.
@@ -79,10 +85,19 @@ class CrashingStore:
         self.url = url
         self._point = point
         self._marker = marker
+        self._one_at_a_time = asyncio.Lock()
 
     def __getattr__(self, name: str) -> Any:
-        # Every method that is no persistence point of ours goes straight to the store.
-        return getattr(self._inner, name)
+        # Every method that is no persistence point of ours goes to the store, one at a time.
+        found = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(found):
+            return found
+
+        async def serialized(*args: Any, **kwargs: Any) -> Any:
+            async with self._one_at_a_time:
+                return await found(*args, **kwargs)
+
+        return serialized
 
     def _die(self) -> None:
         self._marker.write_text(self._point)
@@ -91,46 +106,51 @@ class CrashingStore:
     async def commit_turn(self, commit: TurnCommit) -> None:
         """Commit, dying before or after as the point asks."""
         point = _commit_point(commit)
-        if point == self._point == "finish":
+        async with self._one_at_a_time:
+            if point == self._point == "finish":
+                self._die()
+            await self._inner.commit_turn(commit)
+            if point != self._point:
+                return
+            if point == "local-backoff":
+                # The turn is about to sleep: die in the middle of that sleep.
+                delay = _backoff_ms(commit) / 2000
+                asyncio.get_running_loop().call_later(delay, self._die)
+                return
             self._die()
-        await self._inner.commit_turn(commit)
-        if point != self._point:
-            return
-        if point == "local-backoff":
-            # The turn is about to sleep: die in the middle of that sleep.
-            delay = _backoff_ms(commit) / 2000
-            asyncio.get_running_loop().call_later(delay, self._die)
-            return
-        self._die()
 
     async def record_local_step(self, run_id: str, token: str, **kwargs: Any) -> None:
         """Record a first-time local success, dying after it when the point asks."""
-        await self._inner.record_local_step(run_id, token, **kwargs)
-        if self._point == "local-first":
-            self._die()
+        async with self._one_at_a_time:
+            await self._inner.record_local_step(run_id, token, **kwargs)
+            if self._point == "local-first":
+                self._die()
 
     async def claim_runs(self, **kwargs: Any) -> list[ClaimedRun]:
         """Claim runs, dying after the claim when it took one and the point asks."""
-        claimed = await self._inner.claim_runs(**kwargs)
-        if claimed and self._point == "run-claim":
-            self._die()
-        return claimed
+        async with self._one_at_a_time:
+            claimed = await self._inner.claim_runs(**kwargs)
+            if claimed and self._point == "run-claim":
+                self._die()
+            return claimed
 
     async def claim_tasks(self, **kwargs: Any) -> list[Task]:
         """Claim tasks, dying after the claim when it took one and the point asks."""
-        tasks: Sequence[Task] = await self._inner.claim_tasks(**kwargs)
-        if tasks and self._point == "claim":
-            self._die()
-        return list(tasks)
+        async with self._one_at_a_time:
+            tasks: Sequence[Task] = await self._inner.claim_tasks(**kwargs)
+            if tasks and self._point == "claim":
+                self._die()
+            return list(tasks)
 
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record a result, dying before or after it as the point asks."""
-        if self._point == "result-lost":
-            self._die()
-        recorded = await self._inner.record_result(task, worker, outcome, now)
-        if self._point == "result":
-            self._die()
-        return recorded
+        async with self._one_at_a_time:
+            if self._point == "result-lost":
+                self._die()
+            recorded = await self._inner.record_result(task, worker, outcome, now)
+            if self._point == "result":
+                self._die()
+            return recorded
 
 
 class CountingStore:
