@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import contextvars
 import inspect
+import json
 import logging
 import math
 import os
@@ -21,7 +24,7 @@ from effects import Clock
 from effects.durable._codec import JSON, dump, from_data
 from effects.durable._context import WorkflowContext, suspended
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
-from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import (
     ClaimedRun,
@@ -51,6 +54,8 @@ _PROGRESS_INTERVAL_MS: Final = 1000
 _DRAIN_CONCURRENCY: Final = 64
 # A turn abandoned because a write of it failed is replayed no sooner than this (ms).
 _STORE_RETRY_MS: Final = 1000
+# The least time between two claims that other processes' NOTIFYs prompt (seconds).
+_HINT_CLAIM_GAP_S: Final = 0.002
 
 
 @attrs.frozen
@@ -276,6 +281,16 @@ class Engine:
         self._parked: dict[int, tuple[int, asyncio.Event]] = {}
         self._beats: set[asyncio.Task[None]] = set()
         self._poll_ms = 1000
+        # While work() runs: its concurrency and context (start() spawns turns within both).
+        # wait(): its waiters by run id, and the runs in a turn of this engine now.
+        self._finish_waiters: dict[str, list[asyncio.Future[Run | None]]] = {}
+        self._in_turn: collections.Counter[str] = collections.Counter()
+        self._finished_by_turn: set[str] = set()
+        # Whether a NOTIFY of another process came since work() last claimed.
+        self._hinted = False
+        self._working = False
+        self._concurrency = 0
+        self._work_context = contextvars.copy_context()
         self.redispatch_ms: int | None = self._redispatch_ms
         self.redispatch_max: int = remote_redispatch_max
         self.reconcile_ms: int = self._reconcile_ms
@@ -361,6 +376,7 @@ class Engine:
         Another process's write (a NOTIFY) may be work to claim now; a time to come is told
         apart, with ``due_changed``.
         """
+        self._hinted = True
         self._notify(due=False)
 
     def _dispatched(self) -> None:
@@ -515,10 +531,27 @@ class Engine:
             check_name(run_id, "run_id")
         text = dump(definition.codec, input, f"input of workflow {definition.name!r}")
         now = self._now()
+        # A working engine with a free slot that serves the workflow takes the run as it makes
+        # it, and runs its first turn at once: no claim, no wake-up of anyone.
+        token = (
+            f"{self._id}:{secrets.token_hex(6)}"
+            if self._working
+            and not self._stopping
+            and len(self._inflight) < self._concurrency
+            and self._workflows.get(definition.name) is definition
+            else None
+        )
+        lease_until = None if token is None else now + self._lease_ms
         existing = await self._store.create_run(
-            NewRun(run_id, definition.name, definition.version, text, now),
+            NewRun(run_id, definition.name, definition.version, text, now, token, lease_until),
             (NewEvent("run.started", now, None, {"workflow": definition.name}),),
         )
+        if isinstance(existing, ClaimedRun):
+            if self._working and not self._stopping:
+                self._spawn_turn(existing, self._work_context)
+            else:
+                await self._release(existing)
+            return run_id
         if existing is not None and existing.workflow != definition.name:
             msg = (
                 f"run {run_id!r} exists and is a run of workflow {existing.workflow!r},"
@@ -527,6 +560,86 @@ class Engine:
             raise ValueError(msg)
         self._notify(due=False)
         return run_id
+
+    async def wait(
+        self, run_id: str, *, timeout: DurationLike | None = None, poll_ms: int = 100
+    ) -> Run:
+        """
+        Wait until the run has finished (``completed``, ``failed``, ``cancelled`` or ``dead``);
+        return its record, as ``get_run`` does.
+
+        A run this engine finishes is seen at once, in memory; one finished elsewhere (another
+        process, or ``dead`` by recovery) is seen at the next read of the store, every *poll_ms*.
+        Waiting runs nothing: some engine's ``work()`` (this one's, or another process's) or
+        ``run_until_idle`` must run the run.
+
+        Args:
+            run_id: The run's id.
+            timeout: The longest wait (seconds, a ``timedelta`` or a string like ``"30s"``);
+                default no limit.
+            poll_ms: How often the store is read again, in ms (> 0); default 100.
+
+        Raises:
+            UnknownRunError: If no run has this id.
+            TimeoutError: If the run has not finished within *timeout*.
+            ValueError: If *timeout* or *poll_ms* is not valid.
+        """
+        poll = (_positive_ms(poll_ms, "poll_ms") or 100) / 1000
+        loop = asyncio.get_running_loop()
+        deadline = (
+            math.inf if timeout is None else loop.time() + to_seconds(timeout, name="timeout")
+        )
+        status = "unread"
+        while True:
+            # Registered before the read: a finish between the read and the wait is not missed.
+            # A turn of this engine running the run answers in memory when it ends: then there
+            # is nothing to read first.
+            waiter: asyncio.Future[Run | None] = loop.create_future()
+            waiters = self._finish_waiters.setdefault(run_id, [])
+            waiters.append(waiter)
+            try:
+                if run_id not in self._in_turn:
+                    run = await self.get_run(run_id)
+                    if run.status in FINISHED:
+                        return run
+                    status = run.status
+                left = deadline - loop.time()
+                if left <= 0:
+                    msg = f"run {run_id!r} has not finished within {timeout!r} (it is {status})"
+                    raise TimeoutError(msg)
+                await asyncio.wait((waiter,), timeout=min(poll, left))
+                finished = waiter.result() if waiter.done() else None
+                if finished is not None:
+                    return self._decoded(finished)
+            finally:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._finish_waiters[run_id]
+
+    def _finished(self, run: Run) -> None:
+        """A turn of this engine finished *run* (as stored): hand it to whoever waits for it."""
+        for waiter in self._finish_waiters.get(run.run_id, ()):
+            if not waiter.done():
+                waiter.set_result(run)
+
+    def _turn_ended(self, run_id: str) -> None:
+        """A turn of this engine ended: whoever waits for its run and has no answer reads."""
+        self._in_turn[run_id] -= 1
+        if not self._in_turn[run_id]:
+            del self._in_turn[run_id]
+        for waiter in self._finish_waiters.get(run_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _decoded(self, run: Run) -> Run:
+        definition = self._workflows.get(run.workflow)
+        if definition is None:
+            return run
+        return attrs.evolve(
+            run,
+            input=from_data(definition.codec, run.input),
+            output=None if run.output is None else from_data(definition.codec, run.output),
+        )
 
     async def get_run(self, run_id: str) -> Run:
         """
@@ -538,14 +651,7 @@ class Engine:
         run = await self._store.get_run(run_id)
         if run is None:
             raise UnknownRunError(run_id)
-        definition = self._workflows.get(run.workflow)
-        if definition is None:
-            return run
-        return attrs.evolve(
-            run,
-            input=from_data(definition.codec, run.input),
-            output=None if run.output is None else from_data(definition.codec, run.output),
-        )
+        return self._decoded(run)
 
     async def list_runs(
         self,
@@ -631,8 +737,17 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], *, turn: bool) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
+    def _spawn(
+        self,
+        coroutine: Coroutine[Any, Any, None],
+        *,
+        turn: bool,
+        context: contextvars.Context | None = None,
+    ) -> None:
+        # A turn spawned by start() runs in (a copy of) work()'s context, not its caller's.
+        task = asyncio.get_running_loop().create_task(
+            coroutine, context=None if context is None else context.copy()
+        )
         self._inflight.add(task)
         if turn:
             self._turns.add(task)
@@ -641,8 +756,12 @@ class Engine:
             self._inflight.discard(finished)
             self._turns.discard(finished)
             if turn:
-                # What the turn set for later it said with due_changed.
-                self._notify(due=False)
+                # A turn said as it ended whether it left news (see _turn); one cancelled
+                # before it began did not. Its slot is free now, in any case.
+                if finished.cancelled():
+                    self._news = True
+                if self._wake is not None:
+                    self._wake.set()
             else:
                 self._attempt_ended()
             if not finished.cancelled() and finished.exception() is not None:
@@ -665,7 +784,7 @@ class Engine:
                 limit=free,
             )
             for run in runs:
-                self._spawn(self._turn(run), turn=True)
+                self._spawn_turn(run)
             claimed += len(runs)
         if self._groups and free > claimed:
             tasks = await self._store.claim_tasks(
@@ -680,6 +799,15 @@ class Engine:
                 self._spawn(self._attempt(task, now), turn=False)
             claimed += len(tasks)
         return claimed
+
+    async def _release(self, claimed: ClaimedRun) -> None:
+        """Give back the lease of a run taken at start that no turn will run (work() ended)."""
+        turn = self._make_turn(claimed)
+        try:
+            await turn.commit(RunAdvance("release"))
+        except (StoreError, StaleTurnError):
+            _log.debug("run %s: could not release the lease", claimed.run.run_id, exc_info=True)
+        self._notify(due=False)
 
     async def _recover(self) -> bool:
         """One recovery pass; whether it made anything runnable."""
@@ -823,17 +951,35 @@ class Engine:
         self._stopping = False
         wake = self._wake_event()
         loop = asyncio.get_running_loop()
+        self._concurrency = concurrency
+        self._work_context = contextvars.copy_context()
+        self._working = True
         last_recovery = -math.inf
         # When (loop time) the loop looks again unless told to, and whether it had no free slot
         # when it last looked: an attempt ending then is a reason to look.
         deadline = -math.inf
         full = False
+        last_claim = -math.inf
         try:
             while not self._stopping:
                 wake.clear()
                 news, self._news = self._news, False
                 timed_out = loop.time() >= deadline
+                if news and self._hinted and not full and not timed_out:
+                    # Another process's writes come in bursts (a worker reporting many
+                    # results): claims they prompt are at most one per _HINT_CLAIM_GAP_S, and
+                    # each takes all that came meanwhile. A lone hint is claimed at once.
+                    gap = last_claim + _HINT_CLAIM_GAP_S - loop.time()
+                    if gap > 0:
+                        await asyncio.sleep(gap)
+                        if self._stopping:
+                            break
+                        # The claim below covers whatever news came during the gap.
+                        wake.clear()
+                        self._news = False
+                self._hinted = False
                 if news or full or timed_out:
+                    last_claim = loop.time()
                     due_news, self._due_news = self._due_news, False
                     now = self._now()
                     timeout = poll / 1000
@@ -876,8 +1022,10 @@ class Engine:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout_at(deadline):
                         await wake.wait()
+            self._working = False
             await self._drain_for_stop()
         except BaseException:
+            self._working = False
             await self._cancel_inflight()
             raise
 
@@ -901,21 +1049,44 @@ class Engine:
 
     # -- a turn -----------------------------------------------------------------------------------
 
-    async def _turn(self, claimed: ClaimedRun) -> None:
-        run = claimed.run
-        definition = self._workflows[run.workflow]
-        turn = Turn(
+    def _make_turn(self, claimed: ClaimedRun) -> Turn:
+        return Turn(
             self._store,
             self._clock,
             self._random,
             self._lease_ms,
-            run,
+            claimed.run,
             claimed.token,
             self._steps,
             self._dispatched,
             self,
             lease_until=self._now() + self._lease_ms,
         )
+
+    def _spawn_turn(self, claimed: ClaimedRun, context: contextvars.Context | None = None) -> None:
+        # Counted at once: wait() called right after start() knows the run is in a turn here.
+        self._in_turn[claimed.run.run_id] += 1
+        self._spawn(self._turn(claimed), turn=True, context=context)
+
+    async def _turn(self, claimed: ClaimedRun) -> None:
+        run_id = claimed.run.run_id
+        try:
+            await self._turn_of(claimed)
+        finally:
+            self._turn_ended(run_id)
+            if run_id in self._finished_by_turn:
+                # A finished run leaves nothing to claim: the slot it frees (the task's done
+                # callback wakes the loops for it) is all.
+                self._finished_by_turn.discard(run_id)
+            else:
+                # What it set for later it said with due_changed; what it left runnable now
+                # (a release, a timer already due) is news.
+                self._news = True
+
+    async def _turn_of(self, claimed: ClaimedRun) -> None:
+        run = claimed.run
+        definition = self._workflows[run.workflow]
+        turn = self._make_turn(claimed)
         ctx = WorkflowContext(turn, claimed.checkpoints)
         renewer = _Renewal(
             self._lease_ms / 3000,
@@ -986,6 +1157,13 @@ class Engine:
             events=(NewEvent("run.completed", now),),
             now=now,
         )
+        self._finished_by_turn.add(run.run_id)
+        if self._finish_waiters:
+            self._finished(
+                attrs.evolve(
+                    run, status="completed", output=json.loads(text), updated_at=now, wake_at=None
+                )
+            )
 
     async def _abandon(self, turn: Turn, error: StoreError) -> None:
         """
@@ -1013,6 +1191,13 @@ class Engine:
             events=(NewEvent("run.failed", now, None, {"error": step_error.to_json()}, "error"),),
             now=now,
         )
+        self._finished_by_turn.add(turn.run.run_id)
+        if self._finish_waiters:
+            self._finished(
+                attrs.evolve(
+                    turn.run, status="failed", error=step_error, updated_at=now, wake_at=None
+                )
+            )
 
     # -- a step attempt ---------------------------------------------------------------------------
 

@@ -52,13 +52,18 @@ class StaleTurnError(DurableError):
 
 @attrs.frozen
 class NewRun:
-    """A run to create (``status`` pending)."""
+    """
+    A run to create: ``pending``, or, with *lease_token*, ``running`` and leased (until epoch ms
+    *lease_until*) to the engine that starts it and runs its first turn at once.
+    """
 
     run_id: str
     workflow: str
     version: str
     input: str
     now: int
+    lease_token: str | None = None
+    lease_until: int | None = None
 
 
 @attrs.frozen
@@ -190,8 +195,11 @@ class Store(Protocol):
         """Release connections (idempotent)."""
         ...
 
-    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | None:
-        """Insert *run*; return the existing run instead (and write nothing) if its id exists."""
+    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | ClaimedRun | None:
+        """
+        Insert *run*: return ``None``, or, when it carries a lease token, the run as stored
+        (``running``, no checkpoints). If its id exists, write nothing and return that run.
+        """
         ...
 
     async def get_run(self, run_id: str) -> Run | None:

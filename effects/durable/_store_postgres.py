@@ -736,32 +736,44 @@ class PostgresStore:
 
     # -- runs -------------------------------------------------------------------------------------
 
-    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | None:
-        """Insert *run* as pending; return the existing run if the id is taken."""
+    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | ClaimedRun | None:
+        """Insert *run* (pending, or leased); return the existing run if the id is taken."""
+        leased = run.lease_token
 
-        async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | ClaimedRun | None:
             # One statement: the run, its events and the notification, or nothing at all.
             cursor = await conn.execute(
                 "WITH made AS (INSERT INTO runs (run_id, workflow, version, status, input,"
-                " created_at, updated_at) VALUES (%(id)s, %(workflow)s, %(version)s, 'pending',"
-                " %(input)s::jsonb, %(now)s, %(now)s) ON CONFLICT (run_id) DO NOTHING"
-                " RETURNING run_id),"
+                " created_at, updated_at, lease_token, lease_until) VALUES (%(id)s,"
+                " %(workflow)s, %(version)s, %(status)s, %(input)s::jsonb, %(now)s, %(now)s,"
+                " %(token)s, %(until)s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id, input),"
                 f" trail AS ({_EVENTS_FROM.format(source='made')}),"
                 " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM made WHERE %(listen)s)"
-                " SELECT (SELECT COUNT(*) FROM made), (SELECT COUNT(*) FROM hint)",
+                " SELECT (SELECT COUNT(*) FROM made), (SELECT COUNT(*) FROM hint),"
+                " (SELECT input FROM made)",
                 {
                     "id": run.run_id,
                     "workflow": run.workflow,
                     "version": run.version,
+                    "status": "pending" if leased is None else "running",
                     "input": run.input,
                     "now": run.now,
+                    "token": leased,
+                    "until": None if leased is None else run.lease_until,
                     **self._events_json(events),
                     **self._hint_params("r"),
+                    # A leased run is this engine's to run: no one else needs waking for it.
+                    **({} if leased is None else {"listen": False}),
                 },
             )
             made = await cursor.fetchone()
             if made is not None and made[0] == 1:
-                return None
+                if leased is None:
+                    return None
+                # The input as jsonb keeps it (its key order), as every later replay reads it.
+                created = Run(run.run_id, run.workflow, run.version, "running", made[2],
+                              None, None, 0, run.now, run.now)  # fmt: skip
+                return ClaimedRun(created, leased, ())
             cursor = await conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", (run.run_id,)
             )

@@ -602,17 +602,28 @@ class SqliteStore:
 
     # -- runs -------------------------------------------------------------------------------------
 
-    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | None:
-        """Insert *run* as pending; return the existing run if the id is taken."""
+    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | ClaimedRun | None:
+        """Insert *run* (pending, or leased); return the existing run if the id is taken."""
         return await self._transact(lambda db: self._create_run(db, run, events))
 
     def _create_run(
         self, db: sqlite3.Connection, run: NewRun, events: Sequence[NewEvent]
-    ) -> Run | None:
+    ) -> Run | ClaimedRun | None:
         inserted = db.execute(
             "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
-            " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-            (run.run_id, run.workflow, run.version, run.input, run.now, run.now),
+            " updated_at, lease_token, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (run_id) DO NOTHING",
+            (
+                run.run_id,
+                run.workflow,
+                run.version,
+                "pending" if run.lease_token is None else "running",
+                run.input,
+                run.now,
+                run.now,
+                run.lease_token,
+                None if run.lease_token is None else run.lease_until,
+            ),
         ).rowcount
         if inserted != 1:
             row = db.execute(
@@ -620,7 +631,11 @@ class SqliteStore:
             ).fetchone()
             return _run(row)
         self._insert_events(db, run.run_id, events)
-        return None
+        if run.lease_token is None:
+            return None
+        created = Run(run.run_id, run.workflow, run.version, "running", _loads(run.input),
+                      None, None, 0, run.now, run.now)  # fmt: skip
+        return ClaimedRun(created, run.lease_token, ())
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
