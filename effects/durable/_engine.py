@@ -54,8 +54,9 @@ _PROGRESS_INTERVAL_MS: Final = 1000
 _DRAIN_CONCURRENCY: Final = 64
 # A turn abandoned because a write of it failed is replayed no sooner than this (ms).
 _STORE_RETRY_MS: Final = 1000
-# The least time between two claims that other processes' NOTIFYs prompt (seconds).
-_HINT_CLAIM_GAP_S: Final = 0.002
+# The least time between two claims that other processes' NOTIFYs prompt (seconds; at most a
+# fifth of work()'s poll_ms).
+_HINT_CLAIM_GAP_S: Final = 0.010
 
 
 @attrs.frozen
@@ -286,8 +287,9 @@ class Engine:
         self._finish_waiters: dict[str, list[asyncio.Future[Run | None]]] = {}
         self._in_turn: collections.Counter[str] = collections.Counter()
         self._finished_by_turn: set[str] = set()
-        # Whether a NOTIFY of another process came since work() last claimed.
+        # Whether a NOTIFY of another process came since work() last claimed; how many came.
         self._hinted = False
+        self._hints = 0
         self._working = False
         self._concurrency = 0
         self._work_context = contextvars.copy_context()
@@ -377,6 +379,7 @@ class Engine:
         apart, with ``due_changed``.
         """
         self._hinted = True
+        self._hints += 1
         self._notify(due=False)
 
     def _dispatched(self) -> None:
@@ -932,8 +935,12 @@ class Engine:
 
         It polls every *poll_ms* for pending runs, due timers, expired leases and claims; it
         wakes at once for runs, tasks and results written by this process, and at each known
-        due time. ``stop()`` drains: no new claims, attempts in flight finish and report, turns
-        are stopped and their leases released. Cancelling the task stops it promptly (attempts
+        due time. On PostgreSQL it also wakes for other processes' writes (NOTIFY); under a
+        stream of them its claims are at least min(10 ms, *poll_ms* / 5) apart, each taking all
+        that came meanwhile (a lone one is claimed at once). A run this engine starts while
+        this loop has a free slot is taken as it is made and its first turn runs at once.
+        ``stop()`` drains: no new claims, attempts in flight finish and report, turns are
+        stopped and their leases released. Cancelling the task stops it promptly (attempts
         in flight are abandoned and their claims released). A ``StoreError`` (a full disk, say)
         does not end the loop: it is logged and the poll tried again, and a turn whose write
         failed is abandoned, its run neither finished nor failed but replayed a second later.
@@ -960,16 +967,17 @@ class Engine:
         deadline = -math.inf
         full = False
         last_claim = -math.inf
+        hint_gap = min(_HINT_CLAIM_GAP_S, poll / 5000)
         try:
             while not self._stopping:
                 wake.clear()
                 news, self._news = self._news, False
                 timed_out = loop.time() >= deadline
                 if news and self._hinted and not full and not timed_out:
-                    # Another process's writes come in bursts (a worker reporting many
-                    # results): claims they prompt are at most one per _HINT_CLAIM_GAP_S, and
-                    # each takes all that came meanwhile. A lone hint is claimed at once.
-                    gap = last_claim + _HINT_CLAIM_GAP_S - loop.time()
+                    # Other processes' writes come in streams (a worker reporting result after
+                    # result): the claims they prompt are at least hint_gap apart, and each
+                    # takes all that came meanwhile. A lone hint is claimed at once.
+                    gap = last_claim + hint_gap - loop.time()
                     if gap > 0:
                         await asyncio.sleep(gap)
                         if self._stopping:
@@ -1070,20 +1078,24 @@ class Engine:
 
     async def _turn(self, claimed: ClaimedRun) -> None:
         run_id = claimed.run.run_id
+        hints = self._hints
+        turn: Turn | None = None
         try:
-            await self._turn_of(claimed)
+            turn = await self._turn_of(claimed)
         finally:
             self._turn_ended(run_id)
-            if run_id in self._finished_by_turn:
-                # A finished run leaves nothing to claim: the slot it frees (the task's done
-                # callback wakes the loops for it) is all.
-                self._finished_by_turn.discard(run_id)
-            else:
-                # What it set for later it said with due_changed; what it left runnable now
-                # (a release, a timer already due) is news.
+            finished = run_id in self._finished_by_turn
+            self._finished_by_turn.discard(run_id)
+            # A finished run, or one suspended to wait for results alone, leaves nothing to
+            # claim: the slot it frees (the task's done callback wakes the loops for it) is
+            # all. Anything else may have: a release, a timer, a task for later, or a result
+            # that another process's NOTIFY announced during the turn (the claim it prompted
+            # could not take the run; the suspending commit made it runnable).
+            if not finished and (turn is None or not turn.waits_only or self._hints != hints):
                 self._news = True
 
-    async def _turn_of(self, claimed: ClaimedRun) -> None:
+    async def _turn_of(self, claimed: ClaimedRun) -> Turn | None:
+        """The turn; its Turn when it ended as its workflow did (``None``: it broke off)."""
         run = claimed.run
         definition = self._workflows[run.workflow]
         turn = self._make_turn(claimed)
@@ -1102,6 +1114,7 @@ class Engine:
         except StoreError as error:
             ctx.close()
             await self._abandon(turn, error)
+            return None
         except StaleTurnError:
             # Either another turn holds the run now, or a worker's result changed a checkpoint
             # under this one while its lease still holds: then give the run back, so it replays
@@ -1110,6 +1123,7 @@ class Engine:
             ctx.close()
             with contextlib.suppress(StaleTurnError):
                 await turn.commit(RunAdvance("release"))
+            return None
         except asyncio.CancelledError:
             ctx.close()
             try:
@@ -1120,6 +1134,7 @@ class Engine:
         finally:
             ctx.close()
             renewer.cancel()
+        return turn
 
     async def _replay(
         self, definition: WorkflowDef[Any, Any], ctx: WorkflowContext, turn: Turn

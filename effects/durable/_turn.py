@@ -99,6 +99,9 @@ class Turn:
     #: The store error a write of this turn met: the turn is then abandoned, whatever the
     #: workflow does with the error (it must not finish or fail the run on a record it lacks).
     broken: StoreError | None = None
+    #: Whether the turn's last commit suspended the run to wait for results alone (no timer,
+    #: no task for later): its end then leaves nothing runnable by itself.
+    waits_only: bool = False
 
     def now(self) -> int:
         """Epoch ms now."""
@@ -135,10 +138,12 @@ class Turn:
             raise
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
-        if (advance.action == "suspend" and advance.wake_at is not None) or any(
+        later = (advance.action == "suspend" and advance.wake_at is not None) or any(
             task.available_at > at for task in tasks
-        ):
+        )
+        if later:
             self.host.due_changed()
+        self.waits_only = advance.action == "suspend" and not later
         for event in events:
             level = _LEVELS.get(event.level, logging.INFO)
             if _log.isEnabledFor(level):

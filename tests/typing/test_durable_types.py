@@ -73,6 +73,8 @@ async def use(engine: Engine) -> None:
     assert_type(run_id, str)
     await engine.start(checkout, "wrong")  # type: ignore[misc]
     assert_type(await engine.get_run(run_id), Run)
+    assert_type(await engine.wait(run_id, timeout="30s", poll_ms=50), Run)
+    await engine.wait(run_id, timeout=object())  # type: ignore[arg-type]
     assert_type(await engine.checkpoints(run_id), list[Checkpoint])
     assert_type(await engine.events(run_id), list[Event])
     assert_type(await engine.redispatch_pending(run_id), int)
