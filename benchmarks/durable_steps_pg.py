@@ -62,7 +62,7 @@ import psycopg  # noqa: E402
 from durable_steps import dbos_app, dbos_launched  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from effects.durable import Engine, WorkflowContext, current_step, step, workflow  # noqa: E402
+from effects.durable import Engine, Run, WorkflowContext, current_step, step, workflow  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 STEPS = 10
@@ -354,11 +354,15 @@ async def case_ours_local_work(url: str, seconds: float) -> Figures:
     return figures
 
 
-async def _wait_completed(engine: Engine, run_ids: Sequence[str], poll_ms: int) -> None:
-    for n, run_id in enumerate(run_ids):
-        run = await engine.wait(run_id, poll_ms=poll_ms)
+async def _start_and_wait(engine: Engine, batch: int, poll_ms: int) -> None:
+    """Start runs 0..batch-1 of ``one_step``, each waited for from its start; check outputs."""
+    waits: list[asyncio.Task[Run]] = []
+    for n in range(batch):
+        run_id = await engine.start(one_step, n)
+        waits.append(asyncio.get_running_loop().create_task(engine.wait(run_id, poll_ms=poll_ms)))
+    for n, run in enumerate(await asyncio.gather(*waits)):
         if run.status != "completed" or run.output != n + 1:
-            msg = f"run {run_id} ended {run.status} with {run.output!r}"
+            msg = f"run {run.run_id} ended {run.status} with {run.output!r}"
             raise RuntimeError(msg)
 
 
@@ -376,8 +380,7 @@ async def case_ours_dispatch(
             try:
 
                 async def one_batch() -> int:
-                    run_ids = [await engine.start(one_step, n) for n in range(batch)]
-                    await _wait_completed(engine, run_ids, poll_ms)
+                    await _start_and_wait(engine, batch, poll_ms)
                     return batch
 
                 await one_batch()

@@ -54,6 +54,8 @@ _PROGRESS_INTERVAL_MS: Final = 1000
 _DRAIN_CONCURRENCY: Final = 64
 # A turn abandoned because a write of it failed is replayed no sooner than this (ms).
 _STORE_RETRY_MS: Final = 1000
+# The most runs remembered as suspended here by their last turn, waiting for results.
+_WAITING_HERE_MAX: Final = 10_000
 # The least time between two claims that other processes' NOTIFYs prompt (seconds; at most a
 # fifth of work()'s poll_ms).
 _HINT_CLAIM_GAP_S: Final = 0.010
@@ -286,6 +288,7 @@ class Engine:
         # wait(): its waiters by run id, and the runs in a turn of this engine now.
         self._finish_waiters: dict[str, list[asyncio.Future[Run | None]]] = {}
         self._in_turn: collections.Counter[str] = collections.Counter()
+        self._waiting_here: dict[str, None] = {}
         self._finished_by_turn: set[str] = set()
         # Whether a NOTIFY of another process came since work() last claimed; how many came.
         self._hinted = False
@@ -593,15 +596,17 @@ class Engine:
             math.inf if timeout is None else loop.time() + to_seconds(timeout, name="timeout")
         )
         status = "unread"
+        polled = False
         while True:
             # Registered before the read: a finish between the read and the wait is not missed.
-            # A turn of this engine running the run answers in memory when it ends: then there
-            # is nothing to read first.
+            # A run in a turn of this engine, or whose last turn here suspended it to wait for
+            # results, is answered in memory when a turn of it here ends: then there is nothing
+            # to read first (a run another engine takes up meanwhile is read at the next poll).
             waiter: asyncio.Future[Run | None] = loop.create_future()
             waiters = self._finish_waiters.setdefault(run_id, [])
             waiters.append(waiter)
             try:
-                if run_id not in self._in_turn:
+                if polled or (run_id not in self._in_turn and run_id not in self._waiting_here):
                     run = await self.get_run(run_id)
                     if run.status in FINISHED:
                         return run
@@ -611,7 +616,8 @@ class Engine:
                     msg = f"run {run_id!r} has not finished within {timeout!r} (it is {status})"
                     raise TimeoutError(msg)
                 await asyncio.wait((waiter,), timeout=min(poll, left))
-                finished = waiter.result() if waiter.done() else None
+                polled = not waiter.done()
+                finished = None if polled else waiter.result()
                 if finished is not None:
                     return self._decoded(finished)
             finally:
@@ -1093,6 +1099,12 @@ class Engine:
             # could not take the run; the suspending commit made it runnable).
             if not finished and (turn is None or not turn.waits_only or self._hints != hints):
                 self._news = True
+            # Which runs wait() need not read first (bounded: the oldest are forgotten).
+            self._waiting_here.pop(run_id, None)
+            if not finished and turn is not None and turn.waits_only:
+                self._waiting_here[run_id] = None
+                if len(self._waiting_here) > _WAITING_HERE_MAX:
+                    del self._waiting_here[next(iter(self._waiting_here))]
 
     async def _turn_of(self, claimed: ClaimedRun) -> Turn | None:
         """The turn; its Turn when it ended as its workflow did (``None``: it broke off)."""
