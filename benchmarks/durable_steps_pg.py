@@ -14,14 +14,17 @@ Every case runs in a fresh interpreter (this script with ``--case``) and prints 
 
 1. **Local steps**: a workflow of 10 local ``async def`` steps (each adds one), started and run to
    completion one run after another; steps/s = 10 x runs / elapsed, start and finish included.
-   Ours: ``engine.start`` + ``engine.run_until_idle``. DBOS: the ``@DBOS.workflow`` called
-   directly, its steps ``@DBOS.step``, both ``async def`` and (its native path) ``def``.
+   Ours: ``engine.start`` + ``engine.run_until_idle`` (the test driver), and ``engine.start`` +
+   ``engine.wait`` with ``engine.work()`` running (a service's way: the working engine takes
+   the run as it inserts it). DBOS: the ``@DBOS.workflow`` called directly, its steps
+   ``@DBOS.step``, both ``async def`` and (its native path) ``def``.
 2. **Dispatched round trips**: a run that dispatches one step to a worker process and completes
    with its output; batches of ``--batch`` runs; round trips/s = runs / elapsed, with 1, 2 and 4
-   worker processes. DBOS: a workflow (one step) enqueued on a queue that worker processes
-   listen to, its result awaited. procrastinate: a task deferred, run by worker processes, its
-   job awaited until ``succeeded``. Every side polls at ``--poll-ms``; ours and procrastinate
-   also wake on ``NOTIFY``.
+   worker processes. Ours: each run started and waited for (``engine.wait``) from its start, the
+   orchestrator's ``work()`` running the turns in this process. DBOS: a workflow (one step)
+   enqueued on a queue that worker processes listen to, its result awaited. procrastinate: a
+   task deferred, run by worker processes, its job awaited until ``succeeded``. Every side
+   polls at ``--poll-ms``; ours and procrastinate also wake on ``NOTIFY``.
 3. **One durable retry**: a dispatched step that fails on its first attempt and succeeds on its
    second (``retries=2``), in one process, interleaved with the same run without the failure;
    the cost is the difference per run.
@@ -29,6 +32,11 @@ Every case runs in a fresh interpreter (this script with ``--case``) and prints 
    its own transaction, one round trip), both with psycopg's blocking connection and with its
    asyncio one (ours is an asyncio engine); and one ``FOR UPDATE SKIP LOCKED`` claim plus one
    completion per task, by 1, 2 and 4 processes on a prefilled table.
+
+For the claim floor and every dispatched case, the CPU each item cost is printed too: this
+process, the worker processes, and the server's processes (when it runs on this machine: the
+postmaster, its live processes and those it reaped), so the ratios can be read against the two
+cores they share.
 
 Targets (issue 11): local steps >= 0.5x the insert floor and >= 4x DBOS; dispatched round trips
 with 2 workers >= 0.5x the claim floor and above DBOS and procrastinate.
@@ -50,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +224,82 @@ def fresh_database(url: str) -> Iterator[str]:
             )
 
 
+# -- CPU accounting -------------------------------------------------------------------------------
+
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name, or None (gone, or no /proc)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _postmaster(url: str) -> int | None:
+    """The pid of the server of *url* when it runs on this machine, else None."""
+    with psycopg.connect(url, autocommit=True) as db:
+        row = db.execute("SELECT pg_backend_pid()").fetchone()
+    fields = None if row is None else _proc_stat(int(row[0]))
+    return None if fields is None else int(fields[1])
+
+
+def _server_cpu(postmaster: int) -> float:
+    """CPU seconds of the server so far: the postmaster, its live processes, and those reaped."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _proc_stat(int(entry.name))) is not None:
+            if int(entry.name) == postmaster:
+                total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+            elif int(fields[1]) == postmaster:
+                total += int(fields[11]) + int(fields[12])
+    return total / _HZ
+
+
+def _pids_cpu(pids: Iterable[int]) -> float:
+    """CPU seconds so far of the live processes *pids*."""
+    total = 0
+    for pid in pids:
+        if (fields := _proc_stat(pid)) is not None:
+            total += int(fields[11]) + int(fields[12])
+    return total / _HZ
+
+
+class CpuMeter:
+    """CPU per item of a timed window: this process, its worker processes, and the server."""
+
+    def __init__(self, url: str, workers: Iterable[int] = ()) -> None:
+        self.postmaster = _postmaster(url)
+        self.workers = list(workers)
+        self._start = self._now()
+
+    def _now(self) -> tuple[float, float, float | None]:
+        return (
+            time.process_time(),
+            _pids_cpu(self.workers),
+            None if self.postmaster is None else _server_cpu(self.postmaster),
+        )
+
+    def restart(self) -> None:
+        """Start the window now."""
+        self._start = self._now()
+
+    def per_item(self, count: float, *, workers_cpu: float | None = None) -> Figures:
+        """ms of CPU per item since the window began (*workers_cpu*: seconds the workers said)."""
+        own, workers, server = self._now()
+        start_own, start_workers, start_server = self._start
+        used = workers - start_workers if workers_cpu is None else workers_cpu
+        figures = {
+            "cpu_self_ms": (own - start_own) * 1000 / count,
+            "cpu_workers_ms": used * 1000 / count,
+        }
+        if server is not None and start_server is not None:
+            figures["cpu_server_ms"] = (server - start_server) * 1000 / count
+        return figures
+
+
 # -- floors ---------------------------------------------------------------------------------------
 
 
@@ -276,12 +360,17 @@ def case_floor_claim(url: str, workers: int, seconds: float) -> Figures:
         procs = [
             children.start("floor-claim", url, str(seconds), str(start_at)) for _ in range(workers)
         ]
+        meter = CpuMeter(url)
+        time.sleep(max(0.0, start_at - time.time() - 0.05))
+        meter.restart()
         results = []
         for proc in procs:
             assert proc.stdout is not None
             results.append(json.loads(proc.stdout.readline()))
-    count = sum(r["count"] for r in results)
-    return _rate(count, max(r["seconds"] for r in results))
+        count = sum(r["count"] for r in results)
+        # The workers hold their connections until told to go: their server processes count.
+        cpu = meter.per_item(count, workers_cpu=sum(r["cpu"] for r in results))
+    return {**_rate(count, max(r["seconds"] for r in results)), **cpu}
 
 
 def worker_floor_claim(url: str, seconds: float, start_at: float) -> None:
@@ -290,7 +379,7 @@ def worker_floor_claim(url: str, seconds: float, start_at: float) -> None:
     with psycopg.connect(url, autocommit=True) as db:
         print("ready", flush=True)
         time.sleep(max(0.0, start_at - time.time()))
-        count, start = 0, time.perf_counter()
+        count, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
             row = db.execute(
                 "UPDATE queue SET status = 'claimed', claimed_by = %s WHERE id = (SELECT id"
@@ -305,7 +394,9 @@ def worker_floor_claim(url: str, seconds: float, start_at: float) -> None:
                 (json.dumps(row[1] + 1), row[0]),
             )
             count += 1
-        print(json.dumps({"count": count, "seconds": time.perf_counter() - start}), flush=True)
+        took, cpu = time.perf_counter() - start, time.process_time() - cpu
+        print(json.dumps({"count": count, "seconds": took, "cpu": cpu}), flush=True)
+        sys.stdin.read()
 
 
 # -- ours -----------------------------------------------------------------------------------------
@@ -384,7 +475,9 @@ async def case_ours_dispatch(
                     return batch
 
                 await one_batch()
+                meter = CpuMeter(url.partition("?")[0], (p.pid for p in children.procs))
                 figures = await _timed_async(seconds, one_batch)
+                figures.update(meter.per_item(figures["count"]))
             finally:
                 engine.stop()
                 await orchestrator
@@ -483,7 +576,9 @@ def case_dbos_dispatch(url: str, workers: int, seconds: float, batch: int, poll_
 
         async def timed() -> Figures:
             await one_batch()
-            return await _timed_async(seconds, one_batch)
+            meter = CpuMeter(url, (p.pid for p in children.procs))
+            figures = await _timed_async(seconds, one_batch)
+            return {**figures, **meter.per_item(figures["count"])}
 
         return asyncio.run(timed())
 
@@ -537,7 +632,9 @@ async def case_procrastinate(
                         await asyncio.sleep(WAIT_POLL)
 
                 await one_batch()
-                return await _timed_async(seconds, one_batch)
+                meter = CpuMeter(url, (p.pid for p in children.procs))
+                figures = await _timed_async(seconds, one_batch)
+                return {**figures, **meter.per_item(figures["count"])}
 
 
 async def worker_procrastinate(url: str, poll_ms: int) -> None:
@@ -680,6 +777,16 @@ def report(results: dict[str, Figures], workers: Sequence[int]) -> None:
         shown = "n/a (not installed)" if value is None else f"{value:>10,.0f} {unit}"
         print(f"  {label:<44} {shown}")
 
+    def cpu_line(key: str, label: str) -> None:
+        found = results.get(key)
+        if found is None or "cpu_self_ms" not in found:
+            return
+        parts = [found["cpu_self_ms"], found["cpu_workers_ms"], found.get("cpu_server_ms")]
+        total = sum(p for p in parts if p is not None)
+        server = "n/a (not local)" if parts[2] is None else f"{parts[2]:.2f}"
+        print(f"    CPU ms per item, {label}: caller {parts[0]:.2f}, workers {parts[1]:.2f},"
+              f" server {server}, total {total:.2f}")  # fmt: skip
+
     print("\nLocal steps (10-step runs, start and finish included)")
     line("floor: INSERT, psycopg blocking", "floor-insert", "steps/s")
     line("floor: INSERT, psycopg asyncio", "floor-insert-async", "steps/s")
@@ -707,6 +814,10 @@ def report(results: dict[str, Figures], workers: Sequence[int]) -> None:
         above = 1.0001 if w == 2 else None
         print(f"  ours / DBOS:              {_ratio(ours, rate(f'dbos-dispatch:{w}'), above)}")
         print(f"  ours / procrastinate:     {_ratio(ours, rate(f'procrastinate:{w}'), above)}")
+        cpu_line(f"floor-claim:{w}", "floor")
+        cpu_line(f"ours-dispatch:{w}", "effects.durable")
+        cpu_line(f"dbos-dispatch:{w}", "DBOS")
+        cpu_line(f"procrastinate:{w}", "procrastinate")
     retry = results.get("ours-retry")
     if retry is not None:
         print("\nOne durable retry (one process)")
