@@ -581,8 +581,9 @@ class Engine:
 
         Args:
             run_id: The run's id.
-            timeout: The longest wait (seconds, a ``timedelta`` or a string like ``"30s"``);
-                default no limit.
+            timeout: The longest wait (seconds, a ``timedelta`` or a string like ``"30s"``),
+                in real time (the event loop's clock, whatever the engine's clock); default no
+                limit.
             poll_ms: How often the store is read again, in ms (> 0); default 100.
 
         Raises:

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from effects.durable import Engine, UnknownRunError, WorkflowContext, step, workflow
+from effects.durable import _engine as engine_module
 from effects.durable._engine import open_store
 from effects.durable._store import ClaimedRun, NewRun, Store
+from effects.testing import VirtualClock
 
 pytestmark = pytest.mark.anyio
 
@@ -95,7 +97,28 @@ async def _name(key: str) -> str:
     return key
 
 
-ALL = [counted, fails, sees_caller, gated, by_keys]
+#: How many times ``counted_once``'s step ran, by input.
+RAN: dict[int, int] = {}
+
+
+@workflow("counted-once")
+async def counted_once(ctx: WorkflowContext, n: int) -> int:
+    """One local step that counts its executions in RAN."""
+
+    async def count() -> int:
+        RAN[n] = RAN.get(n, 0) + 1
+        return n
+
+    return await ctx.local_step("count", count)
+
+
+@workflow("waits-for-one")
+async def waits_for_one(ctx: WorkflowContext, n: int) -> int:
+    """Dispatches ``one`` (served elsewhere, or not at all)."""
+    return await ctx.step(one, n)
+
+
+ALL = [counted, fails, sees_caller, gated, by_keys, counted_once, waits_for_one]
 
 
 def _quiet(url: str) -> str:
@@ -325,6 +348,87 @@ async def test_a_first_turn_taken_at_start_sees_the_input_as_replays_do(
     assert "completed" == run.status, run.error
     stored_order = ["a", "bb"] if durable_store_url.startswith("postgresql") else ["bb", "a"]
     assert [*stored_order, *stored_order] == run.output
+
+
+async def test_a_cancelled_wait_leaves_nothing_registered(durable_store_url: str) -> None:
+    """Ctrl-C (a cancellation) of a waiter: it stops at once, and its registration goes."""
+    async with Engine(durable_store_url, workflows=ALL) as engine:
+        run_id = await engine.start(counted, 1)
+        waiting = asyncio.get_running_loop().create_task(engine.wait(run_id, poll_ms=10))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert not engine._finish_waiters
+        assert "pending" == (await engine.get_run(run_id)).status
+
+
+async def test_a_wait_timeout_is_real_time_whatever_the_engines_clock(
+    durable_store_url: str,
+) -> None:
+    """A virtual clock that jumps hours ahead does not end a wait early (nor late)."""
+    clock = VirtualClock(1_700_000_000.0)
+    async with Engine(durable_store_url, workflows=ALL, clock=clock) as engine:
+        run_id = await engine.start(counted, 1)
+        waiting = asyncio.get_running_loop().create_task(
+            engine.wait(run_id, timeout=0.5, poll_ms=10)
+        )
+        for _ in range(5):
+            clock.advance(3600)
+            await asyncio.sleep(0.01)
+        assert not waiting.done()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(waiting, PATIENCE)
+
+
+async def test_one_run_id_started_twice_at_once_runs_once(durable_store_url: str) -> None:
+    """Two starts of one id, on one working engine and on two: one run, its step run once."""
+    RAN.clear()
+    async with (
+        Engine(durable_store_url, workflows=ALL) as first,
+        Engine(durable_store_url, workflows=ALL) as second,
+    ):
+        loops = [await _working(first), await _working(second)]
+        ids = await asyncio.gather(
+            first.start(counted_once, 11, run_id="twice"),
+            first.start(counted_once, 11, run_id="twice"),
+            second.start(counted_once, 11, run_id="twice"),
+        )
+        runs = await asyncio.wait_for(
+            asyncio.gather(first.wait("twice"), second.wait("twice")), PATIENCE
+        )
+        await _stopped(first, loops[0])
+        await _stopped(second, loops[1])
+        events = await first.events("twice")
+    assert ["twice"] * 3 == ids
+    assert [("completed", 11)] * 2 == [(run.status, run.output) for run in runs]
+    assert 1 == RAN[11]
+    assert 1 == sum(event.name == "run.started" for event in events)
+
+
+async def test_the_runs_wait_need_not_read_first_are_bounded(
+    durable_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Suspended runs remembered for wait(): at most the bound, the oldest forgotten."""
+    monkeypatch.setattr(engine_module, "_WAITING_HERE_MAX", 3)
+    async with Engine(durable_store_url, workflows=ALL) as engine:
+        loop = await _working(engine)
+        ids = [await engine.start(waits_for_one, n) for n in range(5)]
+
+        async def suspended() -> bool:
+            runs = [await engine.get_run(run_id) for run_id in ids]
+            return all(run.status == "suspended" for run in runs)
+
+        for _ in range(int(PATIENCE * 100)):
+            if await suspended():
+                break
+            await asyncio.sleep(0.01)
+        remembered = list(engine._waiting_here)
+        # A remembered run's wait reads after one poll; a forgotten one's at once.
+        with pytest.raises(TimeoutError):
+            await engine.wait(ids[0], timeout=0.05, poll_ms=10)
+        await _stopped(engine, loop)
+    assert ids[2:] == remembered
 
 
 def test_a_process_killed_during_a_turn_it_took_at_start_loses_nothing(
