@@ -371,7 +371,7 @@ async def test_a_wait_timeout_is_real_time_whatever_the_engines_clock(
     async with Engine(durable_store_url, workflows=ALL, clock=clock) as engine:
         run_id = await engine.start(counted, 1)
         waiting = asyncio.get_running_loop().create_task(
-            engine.wait(run_id, timeout=0.5, poll_ms=10)
+            engine.wait(run_id, timeout=3, poll_ms=10)
         )
         for _ in range(5):
             clock.advance(3600)
