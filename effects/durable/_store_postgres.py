@@ -283,6 +283,11 @@ def parse_postgres_url(url: str) -> tuple[str, PostgresOptions]:
     return libpq, options
 
 
+def channel_name(schema: str, kind: str) -> str:
+    """The NOTIFY channel of the store in *schema* for news of *kind* (``"r"`` or ``"t"``)."""
+    return f"durable.{schema}.{kind}"
+
+
 def wakes(payload: str, sender: str, wanted: str) -> bool:
     """
     Whether a notification's *payload* (``"<sender>:<kinds>"``, kinds of ``"r"`` for runs,
@@ -443,7 +448,10 @@ class PostgresStore:
         self.url = _masked(url)
         schema = self._options.schema
         self._schema = schema
-        self._channel = f"effects_durable.{schema}"
+        # One channel per kind of news, so a notification reaches only the engines that want
+        # it (a worker's result wakes no worker, a dispatch no orchestrator). At most 58
+        # characters: PostgreSQL refuses a channel name of 64 or more.
+        self._channels = {kind: channel_name(schema, kind) for kind in "rt"}
         # Our own notifications carry this, so the listener can ignore them: the engine already
         # hears what its own process writes.
         self._sender = secrets.token_hex(8)
@@ -484,6 +492,7 @@ class PostgresStore:
         self._wake = callback
         self._wake_due = due
         self._wanted = ("r" if runs else "") + ("t" if tasks else "")
+        self._start_listening()
 
     def _connect_kwargs(self) -> dict[str, Any]:
 
@@ -522,7 +531,17 @@ class PostgresStore:
             msg = f"cannot connect to store {self.url}: {_one_line(error)}"
             raise StoreError(msg) from error
         self._pool = pool
-        if self._options.listen:
+        self._start_listening()
+
+    def _start_listening(self) -> None:
+        """Listen once the store is open and an engine said what news it wants."""
+        if (
+            self._options.listen
+            and self._pool is not None
+            and self._wake is not None
+            and self._wanted
+            and self._listener is None
+        ):
             self._listener = asyncio.get_running_loop().create_task(self._listen())
 
     async def _prepare(self, conn: AsyncConnection[Any]) -> None:
@@ -602,7 +621,9 @@ class PostgresStore:
             try:
                 conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
                 try:
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                    for kind in self._wanted:
+                        channel = sql.Identifier(self._channels[kind])
+                        await conn.execute(sql.SQL("LISTEN {}").format(channel))
                     backoff = _FIRST_BACKOFF
                     # Whatever was announced while we were not listening is not lost work:
                     # one extra poll finds it.
@@ -688,10 +709,16 @@ class PostgresStore:
         finally:
             self._held_busy = False
 
+    def _channels_for(self, kinds: str) -> str:
+        """The channels of *kinds* as a ``text[]`` literal (news of a time alone: every one)."""
+        chosen = [channel for kind, channel in self._channels.items() if kind in kinds]
+        return _text_array(chosen or self._channels.values())
+
     async def _notify(self, conn: AsyncConnection[Any], kinds: str = "rtd") -> None:
         if self._options.listen:
             await conn.execute(
-                "SELECT pg_notify(%s, %s)", (self._channel, f"{self._sender}:{kinds}")
+                "SELECT pg_notify(c, %s) FROM unnest(%s::text[]) AS c",
+                (f"{self._sender}:{kinds}", self._channels_for(kinds)),
             )
 
     async def _queue_locks(self, conn: AsyncConnection[Any], queues: Sequence[str | None]) -> None:
@@ -723,7 +750,7 @@ class PostgresStore:
     def _hint_params(self, kinds: str = "rtd") -> dict[str, Any]:
         """The parameters of a statement's ``pg_notify`` for *kinds* (see ``wakes``)."""
         return {
-            "channel": self._channel,
+            "channels": self._channels_for(kinds),
             "sender": f"{self._sender}:{kinds}",
             "listen": self._options.listen and bool(kinds),
         }
@@ -748,7 +775,8 @@ class PostgresStore:
                 " %(workflow)s, %(version)s, %(status)s, %(input)s::jsonb, %(now)s, %(now)s,"
                 " %(token)s, %(until)s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id, input),"
                 f" trail AS ({_EVENTS_FROM.format(source='made')}),"
-                " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM made WHERE %(listen)s)"
+                " hint AS (SELECT pg_notify(c, %(sender)s) FROM made,"
+                " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
                 " SELECT (SELECT COUNT(*) FROM made), (SELECT COUNT(*) FROM hint),"
                 " (SELECT input FROM made)",
                 {
@@ -1386,7 +1414,8 @@ class PostgresStore:
             held += " RETURNING run_id"
         statement = (
             f"WITH held AS ({held}), trail AS ({_EVENTS_FROM.format(source='held')}),"
-            " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM held WHERE %(listen)s)"
+            " hint AS (SELECT pg_notify(c, %(sender)s) FROM held,"
+            " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
             " SELECT (SELECT COUNT(*) FROM held), (SELECT COUNT(*) FROM hint)"
         )
         return statement, params
@@ -1615,7 +1644,8 @@ class PostgresStore:
             " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
             " WHERE run_id = %(run)s AND status IN ('pending', 'running', 'suspended')"
             " AND EXISTS (SELECT 1 FROM up)),"
-            " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM up WHERE %(listen)s)"
+            " hint AS (SELECT pg_notify(c, %(sender)s) FROM up,"
+            " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
             " SELECT (SELECT COUNT(*) FROM up), (SELECT COUNT(*) FROM hint)"
         )
         return statement, params
@@ -1696,7 +1726,8 @@ class PostgresStore:
             " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
             " WHERE run_id = %(run)s AND status IN ('pending', 'running', 'suspended')"
             " AND EXISTS (SELECT 1 FROM up)),"
-            " hint AS (SELECT pg_notify(%(channel)s, %(sender)s) FROM up WHERE %(listen)s)"
+            " hint AS (SELECT pg_notify(c, %(sender)s) FROM up,"
+            " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
             " SELECT (SELECT COUNT(*) FROM up), (SELECT COUNT(*) FROM hint)",
             params,
         )

@@ -60,6 +60,12 @@ async def simple(ctx: WorkflowContext, value: Any) -> Any:
     return await ctx.step(echo, local)
 
 
+@workflow("local-only")
+async def local_only(ctx: WorkflowContext, value: Any) -> Any:
+    """One local step."""
+    return await ctx.local_step("local", lambda: value)
+
+
 def connect(url: str) -> psycopg.Connection[Any]:
     """A plain connection to the store's database, its schema first on the search path."""
     libpq, options = parse_postgres_url(url)
@@ -401,9 +407,11 @@ def test_a_notification_says_whether_it_brings_a_time_to_come(payload: str, expe
 
 async def test_a_run_its_step_and_the_result_notify_runs_tasks_runs(postgres_url: str) -> None:
     """The start says "r", the dispatch "t", the result "r": a worker sleeps through starts."""
-    channel = f"effects_durable.{parse_postgres_url(postgres_url)[1].schema}"
+    schema = parse_postgres_url(postgres_url)[1].schema
     with connect(postgres_url) as listener:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        for kind in "rt":
+            channel = sql.Identifier(pg.channel_name(schema, kind))
+            listener.execute(sql.SQL("LISTEN {}").format(channel))
         async with Engine(postgres_url, workflows=[simple], steps=[echo]) as engine:
             run_id = await engine.start(simple, "told")
             await engine.run_until_idle()
@@ -414,6 +422,55 @@ async def test_a_run_its_step_and_the_result_notify_runs_tasks_runs(postgres_url
         ]
     assert ("completed", "told") == (run.status, run.output)
     assert ["r", "t", "r"] == kinds
+
+
+async def test_news_reaches_only_the_engines_that_want_its_kind(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A channel per kind: runs finishing locally deliver nothing to an engine of workers."""
+    delivered: list[str] = []
+    wakes = pg.wakes
+
+    def counted(payload: str, sender: str, wanted: str) -> bool:
+        delivered.append(wanted)
+        return wakes(payload, sender, wanted)
+
+    monkeypatch.setattr(pg, "wakes", counted)
+    async with (
+        Engine(postgres_url, workflows=[local_only]) as orchestrator,
+        Engine(postgres_url, steps=[echo]) as worker,
+        working(worker, poll_ms=600_000),
+    ):
+        await asyncio.sleep(0.2)  # the worker listens
+        for n in range(3):
+            await orchestrator.start(local_only, n)
+            await orchestrator.run_until_idle()
+        # Starting another engine of runs delivers to it, and proves the listener was up.
+        async with Engine(postgres_url, workflows=[local_only]) as hearer:
+            await asyncio.sleep(0.2)
+            await orchestrator.start(local_only, 9)
+            for _ in range(int(PATIENCE * 100)):
+                if "r" in delivered:
+                    break
+                await asyncio.sleep(0.01)
+    assert "r" in delivered
+    assert "t" not in delivered
+
+
+async def test_a_schema_name_of_the_longest_length_notifies_as_any_other(
+    postgres_server: PostgresServer,
+) -> None:
+    """48 characters (the most a schema may have): its channels fit PostgreSQL's limit."""
+    url = postgres_server.url(schema="s" * 47 + "x")
+    async with (
+        Engine(url, workflows=[simple]) as orchestrator,
+        Engine(url, steps=[echo]) as worker,
+        working(orchestrator, worker, poll_ms=600_000),
+    ):
+        await asyncio.sleep(0.3)
+        run_id = await orchestrator.start(simple, "long")
+        (run,) = await finished(orchestrator, [run_id])
+    assert ("completed", "long") == (run.status, run.output)
 
 
 async def test_worker_and_turn_engines_each_hear_only_their_kind(postgres_url: str) -> None:
