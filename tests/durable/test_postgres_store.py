@@ -318,20 +318,25 @@ async def test_a_nul_character_in_a_step_output_fails_the_step_for_good(
 # -- NOTIFY, a hint over polling --------------------------------------------------------------
 
 
+async def _woken(url: str, value: str) -> Any:
+    """A run of ``simple`` by engines polling once in ten minutes: only NOTIFY can move it."""
+    async with (
+        Engine(url, workflows=[simple]) as orchestrator,
+        Engine(url, steps=[echo]) as worker,
+        working(orchestrator, worker, poll_ms=600_000),
+    ):
+        # Both are idle in their long wait before the run appears.
+        await asyncio.sleep(0.3)
+        run_id = await orchestrator.start(simple, value)
+        (run,) = await finished(orchestrator, [run_id])
+    return run
+
+
 async def test_a_notification_wakes_an_idle_worker_long_before_its_poll(
     postgres_url: str,
 ) -> None:
     """A worker polling once a minute runs a step dispatched by another engine: NOTIFY woke it."""
-    async with (
-        Engine(postgres_url, workflows=[simple]) as orchestrator,
-        Engine(postgres_url, steps=[echo]) as worker,
-        working(orchestrator, worker, poll_ms=600_000),
-    ):
-        # Both are idle in their minute-long wait before the run appears.
-        await asyncio.sleep(0.3)
-        run_id = await orchestrator.start(simple, "woken")
-        (run,) = await finished(orchestrator, [run_id])
-    assert "woken" == run.output
+    assert "woken" == (await _woken(postgres_url, "woken")).output
 
 
 async def test_with_notifications_dropped_polling_still_finds_the_work(
@@ -446,7 +451,7 @@ async def test_news_reaches_only_the_engines_that_want_its_kind(
             await orchestrator.start(local_only, n)
             await orchestrator.run_until_idle()
         # Starting another engine of runs delivers to it, and proves the listener was up.
-        async with Engine(postgres_url, workflows=[local_only]) as hearer:
+        async with Engine(postgres_url, workflows=[local_only]):
             await asyncio.sleep(0.2)
             await orchestrator.start(local_only, 9)
             for _ in range(int(PATIENCE * 100)):
@@ -461,15 +466,7 @@ async def test_a_schema_name_of_the_longest_length_notifies_as_any_other(
     postgres_server: PostgresServer,
 ) -> None:
     """48 characters (the most a schema may have): its channels fit PostgreSQL's limit."""
-    url = postgres_server.url(schema="s" * 47 + "x")
-    async with (
-        Engine(url, workflows=[simple]) as orchestrator,
-        Engine(url, steps=[echo]) as worker,
-        working(orchestrator, worker, poll_ms=600_000),
-    ):
-        await asyncio.sleep(0.3)
-        run_id = await orchestrator.start(simple, "long")
-        (run,) = await finished(orchestrator, [run_id])
+    run = await _woken(postgres_server.url(schema="s" * 47 + "x"), "long")
     assert ("completed", "long") == (run.status, run.output)
 
 

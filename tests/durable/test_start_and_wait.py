@@ -370,9 +370,7 @@ async def test_a_wait_timeout_is_real_time_whatever_the_engines_clock(
     clock = VirtualClock(1_700_000_000.0)
     async with Engine(durable_store_url, workflows=ALL, clock=clock) as engine:
         run_id = await engine.start(counted, 1)
-        waiting = asyncio.get_running_loop().create_task(
-            engine.wait(run_id, timeout=3, poll_ms=10)
-        )
+        waiting = asyncio.get_running_loop().create_task(engine.wait(run_id, timeout=3, poll_ms=10))
         for _ in range(5):
             clock.advance(3600)
             await asyncio.sleep(0.01)
