@@ -295,6 +295,8 @@ class Engine:
         self._hints = 0
         self._working = False
         self._concurrency = 0
+        # Runs start() is inserting leased to this engine, their slots taken.
+        self._starting = 0
         self._work_context = contextvars.copy_context()
         self.redispatch_ms: int | None = self._redispatch_ms
         self.redispatch_max: int = remote_redispatch_max
@@ -539,19 +541,25 @@ class Engine:
         now = self._now()
         # A working engine with a free slot that serves the workflow takes the run as it makes
         # it, and runs its first turn at once: no claim, no wake-up of anyone.
+        # The slot is taken before the insert: starts at once never overrun the concurrency.
         token = (
             f"{self._id}:{secrets.token_hex(6)}"
             if self._working
             and not self._stopping
-            and len(self._inflight) < self._concurrency
+            and len(self._inflight) + self._starting < self._concurrency
             and self._workflows.get(definition.name) is definition
             else None
         )
         lease_until = None if token is None else now + self._lease_ms
-        existing = await self._store.create_run(
-            NewRun(run_id, definition.name, definition.version, text, now, token, lease_until),
-            (NewEvent("run.started", now, None, {"workflow": definition.name}),),
-        )
+        reserved = 0 if token is None else 1
+        self._starting += reserved
+        try:
+            existing = await self._store.create_run(
+                NewRun(run_id, definition.name, definition.version, text, now, token, lease_until),
+                (NewEvent("run.started", now, None, {"workflow": definition.name}),),
+            )
+        finally:
+            self._starting -= reserved
         if isinstance(existing, ClaimedRun):
             if self._working and not self._stopping:
                 self._spawn_turn(existing, self._work_context)
@@ -1006,10 +1014,10 @@ class Engine:
                         if now - last_recovery >= poll:
                             await self._recover()
                             last_recovery = now
-                        free = concurrency - len(self._inflight)
+                        free = concurrency - len(self._inflight) - self._starting
                         claimed = await self._claim(free) if free > 0 else 0
                         # Judged now: an attempt ending during the reads below then counts.
-                        full = len(self._inflight) >= concurrency
+                        full = len(self._inflight) + self._starting >= concurrency
                         # Fewer than asked for: nothing more was there to take; what appears
                         # later wakes the loop (this process, or a NOTIFY) or the next poll.
                         if claimed >= free > 0 and len(self._inflight) < concurrency:

@@ -211,6 +211,22 @@ async def test_a_start_while_the_loop_is_full_leaves_the_run_to_a_claim(
     assert ["completed", "completed"] == [run.status for run in done]
 
 
+async def test_starts_at_once_never_take_more_runs_than_the_loops_concurrency(
+    durable_store_url: str,
+) -> None:
+    """Six starts gathered on a loop of concurrency 2: two run, four wait for a claim."""
+    GATE["open"] = asyncio.Event()
+    async with Engine(durable_store_url, workflows=ALL) as engine:
+        loop = await _working(engine, concurrency=2)
+        ids = await asyncio.gather(*(engine.start(gated, n) for n in range(6)))
+        statuses = sorted([(await engine.get_run(run_id)).status for run_id in ids])
+        GATE["open"].set()
+        done = await asyncio.wait_for(asyncio.gather(*map(engine.wait, ids)), PATIENCE)
+        await _stopped(engine, loop)
+    assert ["pending"] * 4 + ["running"] * 2 == statuses
+    assert ["completed"] * 6 == [run.status for run in done]
+
+
 async def test_a_turn_taken_at_start_runs_in_the_loops_context_not_the_callers(
     durable_store_url: str,
 ) -> None:
