@@ -798,15 +798,20 @@ class PostgresStore:
             if made is not None and made[0] == 1:
                 if leased is None:
                     return None
-                # The input as jsonb keeps it (its key order), as every later replay reads it.
+                # The input as jsonb gives it back (its key order), as every replay will read it.
                 created = Run(run.run_id, run.workflow, run.version, "running", made[2],
                               None, None, 0, run.now, run.now)  # fmt: skip
                 return ClaimedRun(created, leased, ())
             cursor = await conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", (run.run_id,)
+                f"SELECT {_RUN_COLUMNS}, lease_token FROM runs WHERE run_id = %s", (run.run_id,)
             )
             row = await cursor.fetchone()
-            return None if row is None else _run(row)
+            if row is None:
+                return None
+            if leased is not None and row[-1] == leased and row[3] == "running":
+                # A retry after a lost reply: the first try made the run, leased to us.
+                return ClaimedRun(_run(row), leased, ())
+            return _run(row)
 
         try:
             return await self._call(go)

@@ -797,6 +797,20 @@ async def test_claims_whose_reply_was_lost_are_taken_up_by_the_retry(postgres_ur
     assert 1 == events.count(("step.started", 2))
 
 
+async def test_a_start_whose_reply_was_lost_still_runs_the_run_it_took(postgres_url: str) -> None:
+    """A working engine's leased insert commits, its reply is lost: the retry runs the run."""
+    store = LosingReplies(postgres_url, "create_run")
+    async with Engine(store, workflows=[local_only]) as engine, working(engine, poll_ms=600_000):
+        await asyncio.sleep(0.1)
+        run_id = await engine.start(local_only, "once")
+        # Taken by the lost try: no claim and no recovery would run it before its lease ends.
+        run = await asyncio.wait_for(engine.wait(run_id), 10)
+        events = [e.name for e in await engine.events(run_id)]
+    assert ["create_run"] == store.lost
+    assert ("completed", "once", 0) == (run.status, run.output, run.recovery_attempts)
+    assert 1 == events.count("run.started")
+
+
 async def test_a_turn_commit_whose_reply_was_lost_gives_the_run_back(postgres_url: str) -> None:
     """A step's and a turn's commits land, their replies are lost: nothing runs twice."""
     calls: list[int] = []
