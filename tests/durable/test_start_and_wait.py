@@ -19,6 +19,7 @@ from effects.durable import Engine, UnknownRunError, WorkflowContext, step, work
 from effects.durable import _engine as engine_module
 from effects.durable._engine import open_store
 from effects.durable._store import ClaimedRun, NewRun, Store
+from effects.durable.errors import StoreError
 from effects.testing import VirtualClock
 
 pytestmark = pytest.mark.anyio
@@ -267,6 +268,29 @@ async def test_a_lease_taken_at_start_is_given_back_if_work_stops_meanwhile(
         assert ("pending", 0) == (run.status, run.recovery_attempts)
         await engine.run_until_idle()
         assert "completed" == (await engine.get_run(run_id)).status
+
+
+async def test_a_start_the_store_refuses_leaves_the_loop_its_slot(durable_store_url: str) -> None:
+    """The insert fails (a full disk, say): start raises it, and the slot it took is free again."""
+    store = open_store(durable_store_url)
+    inner = store.create_run
+    failures = [StoreError("disk full")]
+
+    async def create_run(run: NewRun, events: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await inner(run, events)
+
+    store.create_run = create_run  # type: ignore[method-assign]
+    async with Engine(store, workflows=ALL) as engine:
+        loop = await _working(engine, concurrency=1)
+        with pytest.raises(StoreError, match="disk full"):
+            await engine.start(counted, 1)
+        assert 0 == engine._starting
+        # The one slot is free: the next start takes its run and runs it.
+        run = await asyncio.wait_for(engine.wait(await engine.start(counted, 2)), PATIENCE)
+        await _stopped(engine, loop)
+    assert ("completed", 0) == (run.status, run.recovery_attempts)
 
 
 async def test_starting_an_existing_id_on_a_working_engine_changes_nothing(
