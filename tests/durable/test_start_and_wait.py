@@ -191,41 +191,29 @@ async def test_a_run_started_after_work_ended_is_left_pending(durable_store_url:
         assert "pending" == (await engine.get_run(run_id)).status
 
 
-async def test_a_start_while_the_loop_is_full_leaves_the_run_to_a_claim(
-    durable_store_url: str,
+@pytest.mark.parametrize(
+    ("concurrency", "starts", "together"), [(1, 2, False), (2, 6, True)], ids=["after", "together"]
+)
+async def test_runs_started_beyond_the_loops_concurrency_are_left_to_a_claim(
+    durable_store_url: str, concurrency: int, starts: int, together: bool
 ) -> None:
-    """Concurrency 1 and its slot taken: the second run is pending, and claimed once free."""
+    """
+    The slots taken, by turns running (starts one after another) or by starts still inserting
+    (starts gathered): the runs beyond them are pending, and claimed once slots free.
+    """
     GATE["open"] = asyncio.Event()
     async with Engine(durable_store_url, workflows=ALL) as engine:
-        loop = await _working(engine, concurrency=1)
-        first = await engine.start(gated, 1)
-        second = await engine.start(counted, 1)
-        assert ("running", "pending") == (
-            (await engine.get_run(first)).status,
-            (await engine.get_run(second)).status,
-        )
-        GATE["open"].set()
-        done = await asyncio.wait_for(
-            asyncio.gather(engine.wait(first), engine.wait(second)), PATIENCE
-        )
-        await _stopped(engine, loop)
-    assert ["completed", "completed"] == [run.status for run in done]
-
-
-async def test_starts_at_once_never_take_more_runs_than_the_loops_concurrency(
-    durable_store_url: str,
-) -> None:
-    """Six starts gathered on a loop of concurrency 2: two run, four wait for a claim."""
-    GATE["open"] = asyncio.Event()
-    async with Engine(durable_store_url, workflows=ALL) as engine:
-        loop = await _working(engine, concurrency=2)
-        ids = await asyncio.gather(*(engine.start(gated, n) for n in range(6)))
+        loop = await _working(engine, concurrency=concurrency)
+        if together:
+            ids = await asyncio.gather(*(engine.start(gated, n) for n in range(starts)))
+        else:
+            ids = [await engine.start(gated, n) for n in range(starts)]
         statuses = sorted([(await engine.get_run(run_id)).status for run_id in ids])
         GATE["open"].set()
         done = await asyncio.wait_for(asyncio.gather(*map(engine.wait, ids)), PATIENCE)
         await _stopped(engine, loop)
-    assert ["pending"] * 4 + ["running"] * 2 == statuses
-    assert ["completed"] * 6 == [run.status for run in done]
+    assert ["pending"] * (starts - concurrency) + ["running"] * concurrency == statuses
+    assert ["completed"] * starts == [run.status for run in done]
 
 
 async def test_a_turn_taken_at_start_runs_in_the_loops_context_not_the_callers(
