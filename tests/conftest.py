@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -52,3 +53,14 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """A store URL on the session's server, with a schema of its own for this test."""
     return postgres_server.url()
+
+
+def fresh_store_url(request: pytest.FixtureRequest, sqlite_file: Path) -> str:
+    """
+    For a fixture parametrized over ``"sqlite"`` and ``"postgresql"``: a SQLite file URL at
+    *sqlite_file*, or a PostgreSQL URL with a schema of its own (``postgres_url``).
+    """
+    if request.param == "sqlite":
+        return f"sqlite:///{sqlite_file}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url

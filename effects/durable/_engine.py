@@ -290,8 +290,7 @@ class Engine:
         self._in_turn: collections.Counter[str] = collections.Counter()
         self._waiting_here: dict[str, None] = {}
         self._finished_by_turn: set[str] = set()
-        # Whether a NOTIFY of another process came since work() last claimed; how many came.
-        self._hinted = False
+        # How many NOTIFYs of other processes came (work() and turns compare counts).
         self._hints = 0
         self._working = False
         self._concurrency = 0
@@ -383,7 +382,6 @@ class Engine:
         Another process's write (a NOTIFY) may be work to claim now; a time to come is told
         apart, with ``due_changed``.
         """
-        self._hinted = True
         self._hints += 1
         self._notify(due=False)
 
@@ -983,12 +981,13 @@ class Engine:
         full = False
         last_claim = -math.inf
         hint_gap = min(_HINT_CLAIM_GAP_S, poll / 5000)
+        hints_seen = self._hints
         try:
             while not self._stopping:
                 wake.clear()
                 news, self._news = self._news, False
                 timed_out = loop.time() >= deadline
-                if news and self._hinted and not full and not timed_out:
+                if news and self._hints != hints_seen and not full and not timed_out:
                     # Other processes' writes come in streams (a worker reporting result after
                     # result): the claims they prompt are at least hint_gap apart, and each
                     # takes all that came meanwhile. A lone hint is claimed at once.
@@ -1000,7 +999,7 @@ class Engine:
                         # The claim below covers whatever news came during the gap.
                         wake.clear()
                         self._news = False
-                self._hinted = False
+                hints_seen = self._hints
                 if news or full or timed_out:
                     last_claim = loop.time()
                     due_news, self._due_news = self._due_news, False

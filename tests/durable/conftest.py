@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import fresh_store_url
 from tests.durable.cli_support import App, make_app
 from tests.durable.crash_support.harness import Nodes
 
@@ -67,7 +68,4 @@ def cli_app(tmp_path: Path, durable_store_url: str) -> Iterator[App]:
 @pytest.fixture(params=STORES)
 def durable_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The store of ``durable_engine``: a fresh SQLite file, or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'durable.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
+    return fresh_store_url(request, tmp_path / "durable.db")

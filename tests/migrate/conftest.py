@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import fresh_store_url
 from tests.migrate.helpers import people, write_csv
 
 STORES = ("sqlite", "postgresql")
@@ -38,7 +39,4 @@ def _config_modules_stay_in_their_test(tmp_path: Path) -> Iterator[None]:
 @pytest.fixture(params=STORES)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store: a SQLite file in tmp_path, or a PostgreSQL schema of its own."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'state.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
+    return fresh_store_url(request, tmp_path / "state.db")
