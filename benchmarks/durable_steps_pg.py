@@ -32,11 +32,24 @@ Every case runs in a fresh interpreter (this script with ``--case``) and prints 
    its own transaction, one round trip), both with psycopg's blocking connection and with its
    asyncio one (ours is an asyncio engine); and one ``FOR UPDATE SKIP LOCKED`` claim plus one
    completion per task, by 1, 2 and 4 processes on a prefilled table.
+5. **Concurrent local steps**: 64 runs of the 10-step workflow started together and run at
+   once, batch after batch; steps/s = 10 x runs / elapsed. Ours: ``asyncio.gather`` of 64
+   ``engine.start``, then of their ``engine.wait``, with ``engine.work(concurrency=64)``
+   running. DBOS: 64 ``async def`` workflows gathered on one event loop.
+6. **Queue drain**: N = max(200, 300 x ``--seconds``) items queued with no worker running,
+   then ``--workers`` worker processes start (each connects, says it is ready and waits; all
+   begin together at a signal); items/s = N / (from that signal until the last item is done).
+   Ours: N runs of the one-step workflow, each suspended on its dispatched step (the
+   orchestrator's ``work()`` runs in this process and completes them; each is waited for with
+   ``engine.wait``). DBOS: N workflows (one step) enqueued on the queue (its workers launch at
+   the signal: a queue thread dequeues from launch on); every result checked. procrastinate: N
+   tasks deferred, done when all their jobs are ``succeeded``. DBOS and procrastinate are
+   looked at every 10 ms; ours is told in memory.
 
-For the claim floor and every dispatched case, the CPU each item cost is printed too: this
-process, the worker processes, and the server's processes (when it runs on this machine: the
-postmaster, its live processes and those it reaped), so the ratios can be read against the two
-cores they share.
+For the claim floor and every dispatched and drain case, the CPU each item cost is printed too:
+this process, the worker processes, and the server's processes (when it runs on this machine:
+the postmaster, its live processes and those it reaped), so the ratios can be read against the
+two cores they share.
 
 Targets (issue 11): local steps >= 0.5x the insert floor and >= 4x DBOS; dispatched round trips
 with 2 workers >= 0.5x the claim floor and above DBOS and procrastinate.
@@ -76,6 +89,16 @@ SCRIPT = Path(__file__).resolve()
 STEPS = 10
 QUEUE = "bench"
 WAIT_POLL = 0.001
+#: Runs at once in the concurrent local-steps cases.
+CONCURRENT = 64
+#: How often the drain cases look for the last item done (DBOS, procrastinate: seconds).
+DRAIN_POLL = 0.01
+#: The store read of each ``engine.wait`` in the ours-drain case (ms): a fallback only, since
+#: this process's turns complete the runs and tell their waits in memory; rare, so that N waits
+#: do not load the server.
+DRAIN_WAIT_POLL_MS = 10_000
+#: A worker's last argument that makes it wait, once ready, for the parent's ``SIGUSR1``.
+GATED = "gated"
 Figures = dict[str, float]
 
 
@@ -122,6 +145,11 @@ async def one_flaky_step(ctx: WorkflowContext, n: int) -> int:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+
+def drain_items(seconds: float) -> int:
+    """N of the queue-drain cases: about *seconds* of draining, and never fewer than 200."""
+    return max(200, int(300 * seconds))
 
 
 def _rate(count: int, elapsed: float) -> Figures:
@@ -200,6 +228,11 @@ class Children:
             msg = f"worker {args} did not start: {line!r}"
             raise RuntimeError(msg)
         return proc
+
+    def go(self) -> None:
+        """Let gated workers (started with ``GATED``) begin: ``SIGUSR1`` to each."""
+        for proc in self.procs:
+            proc.send_signal(signal.SIGUSR1)
 
 
 def _with_database(url: str, database: str) -> str:
@@ -445,6 +478,30 @@ async def case_ours_local_work(url: str, seconds: float) -> Figures:
     return figures
 
 
+async def case_ours_local_concurrent(url: str, seconds: float, poll_ms: int) -> Figures:
+    """Batches of 64 runs of the 10-step local workflow started together (work() runs)."""
+    async with Engine(_our_url(url), workflows=[ten]) as engine:
+        loop = asyncio.get_running_loop()
+        worker = loop.create_task(engine.work(poll_ms=poll_ms, concurrency=CONCURRENT))
+
+        async def one_batch() -> int:
+            run_ids = await asyncio.gather(*(engine.start(ten, i) for i in range(CONCURRENT)))
+            runs = await asyncio.gather(*(engine.wait(r, poll_ms=poll_ms) for r in run_ids))
+            for i, run in enumerate(runs):
+                if run.status != "completed" or run.output != i + STEPS:
+                    msg = f"run {run.run_id} ended {run.status} with {run.output!r}"
+                    raise RuntimeError(msg)
+            return STEPS * CONCURRENT
+
+        try:
+            await one_batch()
+            figures = await _timed_async(seconds, one_batch)
+        finally:
+            engine.stop()
+            await worker
+    return figures
+
+
 async def _start_and_wait(engine: Engine, batch: int, poll_ms: int) -> None:
     """Start runs 0..batch-1 of ``one_step``, each waited for from its start; check outputs."""
     waits: list[asyncio.Task[Run]] = []
@@ -484,20 +541,72 @@ async def case_ours_dispatch(
     return figures
 
 
-async def worker_ours(url: str, poll_ms: int) -> None:
-    """Serve the steps until stdin closes or SIGTERM."""
+async def case_ours_drain(url: str, workers: int, items: int, poll_ms: int) -> Figures:
+    """*items* runs suspended on their dispatched step, then drained by *workers* processes."""
+    url = _our_url(url)
+    async with Engine(url, workflows=[one_step]) as engine:
+        loop = asyncio.get_running_loop()
+        orchestrator = loop.create_task(engine.work(poll_ms=poll_ms, concurrency=64))
+        try:
+            run_ids: list[str] = []
+            for first in range(0, items, 64):
+                chunk = range(first, min(items, first + 64))
+                run_ids += await asyncio.gather(*(engine.start(one_step, n) for n in chunk))
+            # Each run's first turn dispatches its step and suspends it; no one serves the step.
+            while len(await engine.list_runs(status="suspended", limit=items)) < items:
+                await asyncio.sleep(0.05)
+            with Children() as children:
+                for _ in range(workers):
+                    children.start("ours", url, str(poll_ms), GATED)
+                waits = [
+                    loop.create_task(engine.wait(run_id, poll_ms=DRAIN_WAIT_POLL_MS))
+                    for run_id in run_ids
+                ]
+                await asyncio.sleep(0)  # every wait is listening before the workers begin
+                meter = CpuMeter(url.partition("?")[0], (p.pid for p in children.procs))
+                start = time.perf_counter()
+                children.go()
+                runs = await asyncio.gather(*waits)
+                elapsed = time.perf_counter() - start
+                cpu = meter.per_item(items)
+            for n, run in enumerate(runs):
+                if run.status != "completed" or run.output != n + 1:
+                    msg = f"run {run.run_id} ended {run.status} with {run.output!r}"
+                    raise RuntimeError(msg)
+        finally:
+            engine.stop()
+            await orchestrator
+    return {**_rate(items, elapsed), **cpu}
+
+
+async def worker_ours(url: str, poll_ms: int, gated: bool = False) -> None:
+    """Serve the steps until stdin closes or SIGTERM (*gated*: from the parent's SIGUSR1 on)."""
     async with Engine(url, steps=[bump, flaky]) as engine:
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, engine.stop)
+        go, left = asyncio.Event(), asyncio.Event()
+
+        def leave() -> None:
+            left.set()
+            go.set()
+            engine.stop()
+
+        loop.add_signal_handler(signal.SIGTERM, leave)
+        if gated:
+            loop.add_signal_handler(signal.SIGUSR1, go.set)
+        else:
+            go.set()
 
         def parent_left() -> None:
             if not os.read(0, 4096):
                 loop.remove_reader(0)
-                engine.stop()
+                leave()
 
         loop.add_reader(0, parent_left)
         print("ready", flush=True)
-        await engine.work(poll_ms=poll_ms, concurrency=64)
+        await go.wait()
+        # work() forgets a stop() that came before it: a worker told to leave does not start.
+        if not left.is_set():
+            await engine.work(poll_ms=poll_ms, concurrency=64)
 
 
 async def case_ours_retry(url: str, seconds: float) -> Figures:
@@ -556,6 +665,24 @@ def case_dbos_local(url: str, sync_steps: bool, seconds: float) -> Figures:
         return asyncio.run(timed())
 
 
+def case_dbos_local_concurrent(url: str, seconds: float) -> Figures:
+    """Batches of 64 DBOS 10-step ``async def`` workflows gathered on one event loop."""
+    app = dbos_app(url, "bench-local", 1.0, listen=())
+    with dbos_launched():
+
+        async def one_batch() -> int:
+            results = await asyncio.gather(*(app.ten_async(i) for i in range(CONCURRENT)))
+            if results != [i + STEPS for i in range(CONCURRENT)]:
+                raise RuntimeError("DBOS returned a wrong result")
+            return STEPS * CONCURRENT
+
+        async def timed() -> Figures:
+            await one_batch()
+            return await _timed_async(seconds, one_batch)
+
+        return asyncio.run(timed())
+
+
 def case_dbos_dispatch(url: str, workers: int, seconds: float, batch: int, poll_ms: int) -> Figures:
     """Batches of DBOS workflows enqueued for *workers* worker processes."""
     from dbos import DBOS
@@ -583,11 +710,44 @@ def case_dbos_dispatch(url: str, workers: int, seconds: float, batch: int, poll_
         return asyncio.run(timed())
 
 
-def worker_dbos(url: str, poll_ms: int, executor: str) -> None:
-    """A DBOS process listening to the queue until stdin closes or SIGTERM."""
+def case_dbos_drain(url: str, workers: int, items: int, poll_ms: int) -> Figures:
+    """*items* DBOS workflows enqueued with no worker, then drained by *workers* processes."""
+    from dbos import DBOS
+
+    app = dbos_app(url, "bench-orchestrator", poll_ms / 1000, listen=())
+    with dbos_launched(), Children() as children:
+        DBOS.register_queue(QUEUE, polling_interval_sec=poll_ms / 1000)
+
+        async def drain() -> Figures:
+            handles = [await DBOS.enqueue_workflow_async(QUEUE, app.child, n) for n in range(items)]
+            for i in range(workers):
+                children.start("dbos", url, str(poll_ms), f"bench-worker-{i}", GATED)
+            meter = CpuMeter(url, (p.pid for p in children.procs))
+            start = time.perf_counter()
+            children.go()
+            for n, handle in enumerate(handles):
+                if await handle.get_result(polling_interval_sec=DRAIN_POLL) != n + 1:
+                    raise RuntimeError("DBOS returned a wrong result")
+            elapsed = time.perf_counter() - start
+            return {**_rate(items, elapsed), **meter.per_item(items)}
+
+        return asyncio.run(drain())
+
+
+def worker_dbos(url: str, poll_ms: int, executor: str, gated: bool = False) -> None:
+    """
+    A DBOS process listening to the queue until stdin closes or SIGTERM (*gated*: it launches
+    at the parent's SIGUSR1, since its queue thread dequeues from launch on).
+    """
     dbos_app(url, executor, poll_ms / 1000, listen=(QUEUE,))
-    with dbos_launched():
+    if gated:
+        go = threading.Event()
+        signal.signal(signal.SIGUSR1, lambda signum, frame: go.set())
         print("ready", flush=True)
+        go.wait()
+    with dbos_launched():
+        if not gated:
+            print("ready", flush=True)
         sys.stdin.read()
 
 
@@ -637,11 +797,68 @@ async def case_procrastinate(
                 return {**figures, **meter.per_item(figures["count"])}
 
 
-async def worker_procrastinate(url: str, poll_ms: int) -> None:
-    """A procrastinate worker until stdin closes or SIGTERM."""
+async def case_procrastinate_drain(url: str, workers: int, items: int, poll_ms: int) -> Figures:
+    """*items* tasks deferred with no worker, then drained by *workers* processes."""
+    app, bump_task = _procrastinate(url)
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        ids = await bump_task.batch_defer_async(*({"n": n} for n in range(items)))
+        with Children() as children:
+            for _ in range(workers):
+                children.start("procrastinate", url, str(poll_ms), GATED)
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as db:
+                meter = CpuMeter(url, (p.pid for p in children.procs))
+                start = time.perf_counter()
+                children.go()
+                # The database holds these jobs alone; the partial index of todo/doing answers.
+                while True:
+                    cursor = await db.execute(
+                        "SELECT EXISTS (SELECT FROM procrastinate_jobs"
+                        " WHERE status IN ('todo', 'doing'))"
+                    )
+                    row = await cursor.fetchone()
+                    if row is not None and not row[0]:
+                        break
+                    await asyncio.sleep(DRAIN_POLL)
+                elapsed = time.perf_counter() - start
+                cpu = meter.per_item(items)
+                cursor = await db.execute(
+                    "SELECT COUNT(*) FROM procrastinate_jobs WHERE id = ANY(%s)"
+                    " AND status = 'succeeded'",
+                    (ids,),
+                )
+                row = await cursor.fetchone()
+                if row is None or row[0] != items:
+                    msg = f"expected {items} jobs succeeded, got {row}"
+                    raise RuntimeError(msg)
+    return {**_rate(items, elapsed), **cpu}
+
+
+async def worker_procrastinate(url: str, poll_ms: int, gated: bool = False) -> None:
+    """A procrastinate worker until stdin closes or SIGTERM (*gated*: from SIGUSR1 on)."""
     app, _ = _procrastinate(url)
     async with app.open_async():
         loop = asyncio.get_running_loop()
+        go, left = asyncio.Event(), asyncio.Event()
+        task: asyncio.Task[None] | None = None
+        if gated:
+            loop.add_signal_handler(signal.SIGUSR1, go.set)
+        else:
+            go.set()
+
+        def parent_left() -> None:
+            if not os.read(0, 4096):
+                loop.remove_reader(0)
+                left.set()
+                go.set()
+                if task is not None:
+                    task.cancel()
+
+        loop.add_reader(0, parent_left)
+        print("ready", flush=True)
+        await go.wait()
+        if left.is_set():
+            return
         task = loop.create_task(
             app.run_worker_async(
                 queues=[QUEUE],
@@ -651,14 +868,6 @@ async def worker_procrastinate(url: str, poll_ms: int) -> None:
                 delete_jobs="never",
             )
         )
-
-        def parent_left() -> None:
-            if not os.read(0, 4096):
-                loop.remove_reader(0)
-                task.cancel()
-
-        loop.add_reader(0, parent_left)
-        print("ready", flush=True)
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
@@ -679,11 +888,16 @@ def cases(workers: Sequence[int]) -> list[str]:
         *(f"floor-claim:{w}" for w in workers),
         "ours-local",
         "ours-local-work",
+        "ours-local-concurrent",
         "dbos-local:async",
         "dbos-local:sync",
+        "dbos-local-concurrent",
         *(f"ours-dispatch:{w}" for w in workers),
         *(f"dbos-dispatch:{w}" for w in workers),
         *(f"procrastinate:{w}" for w in workers),
+        *(f"ours-drain:{w}" for w in workers),
+        *(f"dbos-drain:{w}" for w in workers),
+        *(f"procrastinate-drain:{w}" for w in workers),
         "ours-retry",
     ]
     return [
@@ -707,6 +921,11 @@ def run_case(key: str, url: str, args: argparse.Namespace) -> Figures:
         return asyncio.run(case_ours_local(url, args.seconds))
     if kind == "ours-local-work":
         return asyncio.run(case_ours_local_work(url, args.seconds))
+    if kind == "ours-local-concurrent":
+        return asyncio.run(case_ours_local_concurrent(url, args.seconds, args.poll_ms))
+    if kind == "ours-drain":
+        items = drain_items(args.seconds)
+        return asyncio.run(case_ours_drain(url, int(rest), items, args.poll_ms))
     if kind == "ours-dispatch":
         return asyncio.run(
             case_ours_dispatch(url, int(rest), args.seconds, args.batch, args.poll_ms)
@@ -715,12 +934,19 @@ def run_case(key: str, url: str, args: argparse.Namespace) -> Figures:
         return asyncio.run(case_ours_retry(url, args.seconds))
     if kind == "dbos-local":
         return case_dbos_local(url, rest == "sync", args.seconds)
+    if kind == "dbos-local-concurrent":
+        return case_dbos_local_concurrent(url, args.seconds)
+    if kind == "dbos-drain":
+        return case_dbos_drain(url, int(rest), drain_items(args.seconds), args.poll_ms)
     if kind == "dbos-dispatch":
         return case_dbos_dispatch(url, int(rest), args.seconds, args.batch, args.poll_ms)
     if kind == "procrastinate":
         return asyncio.run(
             case_procrastinate(url, int(rest), args.seconds, args.batch, args.poll_ms)
         )
+    if kind == "procrastinate-drain":
+        items = drain_items(args.seconds)
+        return asyncio.run(case_procrastinate_drain(url, int(rest), items, args.poll_ms))
     msg = f"unknown case {key!r}"
     raise ValueError(msg)
 
@@ -794,6 +1020,10 @@ def report(results: dict[str, Figures], workers: Sequence[int]) -> None:
     line("effects.durable, work() + wait", "ours-local-work", "steps/s")
     line("DBOS, async def", "dbos-local:async", "steps/s")
     line("DBOS, def", "dbos-local:sync", "steps/s")
+    line(
+        f"effects.durable, {CONCURRENT} at once, work() + wait", "ours-local-concurrent", "steps/s"
+    )
+    line(f"DBOS, async def, {CONCURRENT} at once", "dbos-local-concurrent", "steps/s")
     ours = max((r for r in (rate("ours-local"), rate("ours-local-work")) if r), default=None)
     best_dbos = max(
         (r for r in (rate("dbos-local:async"), rate("dbos-local:sync")) if r), default=None
@@ -801,6 +1031,10 @@ def report(results: dict[str, Figures], workers: Sequence[int]) -> None:
     print(f"  ours / floor (blocking):  {_ratio(ours, rate('floor-insert'), 0.5)}")
     print(f"  ours / floor (asyncio):   {_ratio(ours, rate('floor-insert-async'), 0.5)}")
     print(f"  ours / DBOS (its best):   {_ratio(ours, best_dbos, 4)}")
+    at_once, floor_insert = rate("ours-local-concurrent"), rate("floor-insert")
+    print(f"  {CONCURRENT} runs at once, ours / floor (blocking): {_ratio(at_once, floor_insert)}")
+    print(f"  {CONCURRENT} runs at once, ours / DBOS:             "
+          f"{_ratio(at_once, rate('dbos-local-concurrent'))}")  # fmt: skip
     print("\nDispatched round trips (runs/s)")
     for w in workers:
         print(f" {w} worker process{'es' if w > 1 else ''}")
@@ -818,6 +1052,25 @@ def report(results: dict[str, Figures], workers: Sequence[int]) -> None:
         cpu_line(f"ours-dispatch:{w}", "effects.durable")
         cpu_line(f"dbos-dispatch:{w}", "DBOS")
         cpu_line(f"procrastinate:{w}", "procrastinate")
+    drained = next((found for key, found in results.items() if "-drain:" in key), None)
+    if drained is not None:
+        print(f"\nQueue drain (N = {drained['count']:,.0f} items queued, then the workers start;"
+              " items/s = N / time to the last one)")  # fmt: skip
+        for w in workers:
+            print(f" {w} worker process{'es' if w > 1 else ''}")
+            floor = rate(f"floor-claim:{w}")
+            line("floor: SKIP LOCKED claim + completion", f"floor-claim:{w}", "tasks/s")
+            line("effects.durable, one-step runs", f"ours-drain:{w}", "items/s")
+            line("DBOS queued workflows", f"dbos-drain:{w}", "items/s")
+            line("procrastinate tasks", f"procrastinate-drain:{w}", "items/s")
+            print(f"  ours / claim floor:          {_ratio(rate(f'ours-drain:{w}'), floor)}")
+            print(f"  DBOS / claim floor:          {_ratio(rate(f'dbos-drain:{w}'), floor)}")
+            print(f"  procrastinate / claim floor: "
+                  f"{_ratio(rate(f'procrastinate-drain:{w}'), floor)}")  # fmt: skip
+            cpu_line(f"floor-claim:{w}", "floor")
+            cpu_line(f"ours-drain:{w}", "effects.durable")
+            cpu_line(f"dbos-drain:{w}", "DBOS")
+            cpu_line(f"procrastinate-drain:{w}", "procrastinate")
     retry = results.get("ours-retry")
     if retry is not None:
         print("\nOne durable retry (one process)")
@@ -847,12 +1100,13 @@ def main() -> int:
     if args.worker:
         kind, *rest = args.worker
         _exit_when_parent_leaves()
+        gated = rest[-1] == GATED
         if kind == "ours":
-            asyncio.run(worker_ours(rest[0], int(rest[1])))
+            asyncio.run(worker_ours(rest[0], int(rest[1]), gated))
         elif kind == "dbos":
-            worker_dbos(rest[0], int(rest[1]), rest[2])
+            worker_dbos(rest[0], int(rest[1]), rest[2], gated)
         elif kind == "procrastinate":
-            asyncio.run(worker_procrastinate(rest[0], int(rest[1])))
+            asyncio.run(worker_procrastinate(rest[0], int(rest[1]), gated))
         else:
             worker_floor_claim(rest[0], float(rest[1]), float(rest[2]))
         return 0

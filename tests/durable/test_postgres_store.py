@@ -767,10 +767,10 @@ class LosingReplies(PostgresStore):
         self.lossy = set(lossy)
         self.lost: list[str] = []
 
-    async def _call(self, fn: Any) -> Any:
+    async def _call(self, fn: Any, **options: Any) -> Any:
         name = getattr(fn, "__qualname__", "").split(".")[1]
         if name not in self.lossy:
-            return await super()._call(fn)
+            return await super()._call(fn, **options)
         self.lossy.discard(name)
 
         async def then_drop(conn: Any, retry: Any) -> Any:
@@ -781,7 +781,7 @@ class LosingReplies(PostgresStore):
                 raise psycopg.OperationalError(msg)
             return await fn(conn, retry)
 
-        return await super()._call(then_drop)
+        return await super()._call(then_drop, **options)
 
 
 async def test_claims_whose_reply_was_lost_are_taken_up_by_the_retry(postgres_url: str) -> None:
