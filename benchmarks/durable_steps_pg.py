@@ -51,8 +51,10 @@ this process, the worker processes, and the server's processes (when it runs on 
 the postmaster, its live processes and those it reaped), so the ratios can be read against the
 two cores they share.
 
-Targets (issue 11): local steps >= 0.5x the insert floor and >= 4x DBOS; dispatched round trips
-with 2 workers >= 0.5x the claim floor and above DBOS and procrastinate.
+Targets (issue 11): local steps >= 0.5x the insert floor and >= 4x DBOS; dispatched steps with
+2 workers >= 0.5x the claim floor and above DBOS and procrastinate. The issue's figures for the
+peers (procrastinate about 0.35x the claim floor) are queue drains, so the marks are printed for
+the drains (6.) and for the round trips from each start (2.) alike.
 """
 
 from __future__ import annotations
@@ -1063,10 +1065,16 @@ def report(results: dict[str, Figures], workers: Sequence[int]) -> None:
             line("effects.durable, one-step runs", f"ours-drain:{w}", "items/s")
             line("DBOS queued workflows", f"dbos-drain:{w}", "items/s")
             line("procrastinate tasks", f"procrastinate-drain:{w}", "items/s")
-            print(f"  ours / claim floor:          {_ratio(rate(f'ours-drain:{w}'), floor)}")
+            ours = rate(f"ours-drain:{w}")
+            goal = 0.5 if w == 2 else None
+            above = 1.0001 if w == 2 else None
+            print(f"  ours / claim floor:          {_ratio(ours, floor, goal)}")
             print(f"  DBOS / claim floor:          {_ratio(rate(f'dbos-drain:{w}'), floor)}")
             print(f"  procrastinate / claim floor: "
                   f"{_ratio(rate(f'procrastinate-drain:{w}'), floor)}")  # fmt: skip
+            print(f"  ours / DBOS:                 {_ratio(ours, rate(f'dbos-drain:{w}'), above)}")
+            print(f"  ours / procrastinate:        "
+                  f"{_ratio(ours, rate(f'procrastinate-drain:{w}'), above)}")  # fmt: skip
             cpu_line(f"floor-claim:{w}", "floor")
             cpu_line(f"ours-drain:{w}", "effects.durable")
             cpu_line(f"dbos-drain:{w}", "DBOS")
