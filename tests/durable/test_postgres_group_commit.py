@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from effects.durable import Engine, WorkflowContext, workflow
-from effects.durable._store import NewEvent, NewRun, StaleTurnError
+from effects.durable import Engine, Run, WorkflowContext, workflow
+from effects.durable._store import NewEvent, NewRun, RunAdvance, StaleTurnError, TurnCommit
 from effects.durable._store_postgres import PostgresStore, parse_postgres_url
 from tests.durable.support import START_MS, rows
 
@@ -45,6 +45,28 @@ class CountingGroups(PostgresStore):
     async def _commit_group(self, group: Any) -> None:
         self.groups.append(len(group))
         await super()._commit_group(group)
+
+
+class CountingFallbacks(CountingGroups):
+    """A store that also records each write a failed group sent again alone."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.alone_again: list[str] = []
+
+    async def _commit_group(self, group: Any) -> None:
+        self.groups.append(len(group))
+        real = self._commit_alone
+
+        async def again(queued: Any, *, again: bool) -> None:
+            self.alone_again.append(queued.run_id)
+            await real(queued, again=again)
+
+        self._commit_alone = again  # type: ignore[method-assign]
+        try:
+            await PostgresStore._commit_group(self, group)
+        finally:
+            del self._commit_alone
 
 
 class LosingGroupReplies(CountingGroups):
@@ -218,7 +240,7 @@ async def test_starts_of_one_id_in_one_group_make_one_run(postgres_url: str) -> 
         await asyncio.wait_for(asyncio.gather(*held), PATIENCE)
     assert [3] == store.groups
     assert None is made[0]
-    assert [("dup", 7), ("dup", 7)] == [(r.run_id, r.input) for r in made[1:] if r is not None]
+    assert [("dup", 7), ("dup", 7)] == [(r.run_id, r.input) for r in made[1:] if isinstance(r, Run)]
     assert [(1,)] == rows(postgres_url, "SELECT COUNT(*) FROM runs WHERE run_id = 'dup'")
     assert [(1,)] == rows(
         postgres_url, "SELECT COUNT(*) FROM events WHERE run_id = 'dup' AND name = 'run.created'"
@@ -229,7 +251,7 @@ async def test_starts_of_one_id_in_one_group_make_one_run(postgres_url: str) -> 
 async def ten_local(ctx: WorkflowContext, n: int) -> int:
     """Ten local steps, each adding one."""
     for seq in range(10):
-        n = await ctx.local_step(f"add-{seq}", lambda n=n: n + 1)
+        n = await ctx.local_step(f"add-{seq}", partial(int.__add__, n, 1))
     return n
 
 
@@ -308,4 +330,61 @@ async def test_runs_at_once_survive_their_connections_being_cut(postgres_url: st
         postgres_url,
         "SELECT run_id, seq FROM events WHERE name = 'step.completed'"
         " GROUP BY run_id, seq HAVING COUNT(*) > 1",
+    )
+
+
+async def test_two_engines_grouping_one_set_of_runs_lock_them_in_one_order(
+    postgres_url: str,
+) -> None:
+    """
+    Two stores queue lease renewals of the same ten runs, one in the order r1..r10 and the other
+    in r10..r1, and both groups meet the runs' rows locked: each group takes them in run order,
+    so neither deadlocks the other (no group fails and is sent again write by write).
+    """
+    first, second = CountingFallbacks(postgres_url), CountingFallbacks(postgres_url)
+    async with leased_runs(first, 11) as tokens:
+        await second.open()
+        try:
+            libpq, options = parse_postgres_url(postgres_url)
+            with psycopg.connect(libpq) as rows_lock:
+                rows_lock.execute(
+                    sql.SQL("SET search_path TO {}").format(sql.Identifier(options.schema))
+                )
+                rows_lock.execute("SELECT 1 FROM runs WHERE run_id <> 'r0' FOR UPDATE")
+                with locked_run(postgres_url, "r0") as lock:
+                    held = [
+                        *await held_two(first, tokens),
+                        local_step(second, "r0", tokens["r0"], 3),
+                        local_step(second, "r0", tokens["r0"], 4),
+                    ]
+                    await asyncio.sleep(0.1)
+                    order = [f"r{n}" for n in range(1, 11)]
+                    renewals = [
+                        asyncio.create_task(
+                            store.commit_turn(
+                                TurnCommit(
+                                    run_id,
+                                    tokens[run_id],
+                                    START_MS,
+                                    RunAdvance("continue", lease_until=START_MS + 700_000),
+                                )
+                            )
+                        )
+                        for store, runs in ((first, order), (second, order[::-1]))
+                        for run_id in runs
+                    ]
+                    await asyncio.sleep(0.1)
+                    assert (10, 10) == (len(first._group), len(second._group))
+                    lock.commit()
+                # Both groups are sent, and wait on the rows of r1..r10.
+                await asyncio.wait_for(asyncio.gather(*held), PATIENCE)
+                await asyncio.sleep(0.2)
+                rows_lock.commit()
+            await asyncio.wait_for(asyncio.gather(*renewals), PATIENCE)
+        finally:
+            await second.close()
+    assert ([10], [10]) == (first.groups, second.groups)
+    assert ([], []) == (first.alone_again, second.alone_again)
+    assert [(START_MS + 700_000,)] * 10 == rows(
+        postgres_url, "SELECT lease_until FROM runs WHERE run_id <> 'r0'"
     )
