@@ -642,6 +642,9 @@ class PostgresStore:
             grouper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await grouper
+        queued, self._group = self._group, []
+        for write in queued:
+            self._closed_under(write, "was not sent")
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
@@ -763,7 +766,7 @@ class PostgresStore:
                 return await self._call(alone)
             finally:
                 self._in_flight -= 1
-                if self._group and self._grouper is None:
+                if self._group and self._grouper is None and self._pool is not None:
                     self._in_flight += 1
                     self._grouper = asyncio.get_running_loop().create_task(self._commit_groups())
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from effects.durable import Engine, Run, WorkflowContext, workflow
+from effects.durable import Engine, Run, StoreError, WorkflowContext, workflow
 from effects.durable._store import NewEvent, NewRun, RunAdvance, StaleTurnError, TurnCommit
 from effects.durable._store_postgres import PostgresStore, parse_postgres_url
 from tests.durable.support import START_MS, rows
@@ -203,6 +203,28 @@ async def test_a_write_cancelled_while_queued_is_never_sent(postgres_url: str) -
         await asyncio.wait_for(asyncio.gather(*held, *kept), PATIENCE)
     assert [2] == store.groups
     assert [("r0", 1), ("r0", 2), ("r1", 1), ("r3", 1)] == landed(postgres_url)
+
+
+async def test_writes_queued_when_the_store_closes_fail_clearly_and_land_nothing(
+    postgres_url: str,
+) -> None:
+    """The store is closed while writes wait for a group: each is a StoreError, none lands."""
+    store = CountingGroups(postgres_url)
+    async with leased_runs(store, 4) as tokens:
+        with locked_run(postgres_url, "r0") as lock:
+            held = await held_two(store, tokens)
+            queued = [local_step(store, f"r{n}", tokens[f"r{n}"], 1) for n in (1, 2, 3)]
+            await asyncio.sleep(0.05)
+            closing = asyncio.create_task(store.close())
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*queued, return_exceptions=True), PATIENCE
+            )
+            lock.commit()
+        await asyncio.wait_for(asyncio.gather(*held, closing, return_exceptions=True), PATIENCE)
+    assert [StoreError] * 3 == [type(o) for o in outcomes]
+    assert all("was not sent" in str(o) for o in outcomes)
+    assert [] == store.groups
+    assert [] == rows(postgres_url, "SELECT run_id, seq FROM checkpoints WHERE run_id <> 'r0'")
 
 
 async def test_a_group_whose_reply_is_lost_lands_each_write_once(postgres_url: str) -> None:
