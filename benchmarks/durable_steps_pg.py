@@ -581,33 +581,43 @@ async def case_ours_drain(url: str, workers: int, items: int, poll_ms: int) -> F
     return {**_rate(items, elapsed), **cpu}
 
 
-async def worker_ours(url: str, poll_ms: int, gated: bool = False) -> None:
-    """Serve the steps until stdin closes or SIGTERM (*gated*: from the parent's SIGUSR1 on)."""
-    async with Engine(url, steps=[bump, flaky]) as engine:
+class _Gate:
+    """
+    A worker's start and end: *go* once the parent's ``SIGUSR1`` comes (at once unless
+    *gated*), *left* once stdin closes or SIGTERM comes (which also sets *go*), then *on_leave*.
+    """
+
+    def __init__(self, gated: bool, on_leave: Callable[[], object]) -> None:
         loop = asyncio.get_running_loop()
-        go, left = asyncio.Event(), asyncio.Event()
-
-        def leave() -> None:
-            left.set()
-            go.set()
-            engine.stop()
-
-        loop.add_signal_handler(signal.SIGTERM, leave)
+        self.go, self.left = asyncio.Event(), asyncio.Event()
+        self._on_leave = on_leave
+        loop.add_signal_handler(signal.SIGTERM, self.leave)
         if gated:
-            loop.add_signal_handler(signal.SIGUSR1, go.set)
+            loop.add_signal_handler(signal.SIGUSR1, self.go.set)
         else:
-            go.set()
+            self.go.set()
 
         def parent_left() -> None:
             if not os.read(0, 4096):
                 loop.remove_reader(0)
-                leave()
+                self.leave()
 
         loop.add_reader(0, parent_left)
+
+    def leave(self) -> None:
+        self.left.set()
+        self.go.set()
+        self._on_leave()
+
+
+async def worker_ours(url: str, poll_ms: int, gated: bool = False) -> None:
+    """Serve the steps until stdin closes or SIGTERM (*gated*: from the parent's SIGUSR1 on)."""
+    async with Engine(url, steps=[bump, flaky]) as engine:
+        gate = _Gate(gated, engine.stop)
         print("ready", flush=True)
-        await go.wait()
+        await gate.go.wait()
         # work() forgets a stop() that came before it: a worker told to leave does not start.
-        if not left.is_set():
+        if not gate.left.is_set():
             await engine.work(poll_ms=poll_ms, concurrency=64)
 
 
@@ -840,28 +850,13 @@ async def worker_procrastinate(url: str, poll_ms: int, gated: bool = False) -> N
     """A procrastinate worker until stdin closes or SIGTERM (*gated*: from SIGUSR1 on)."""
     app, _ = _procrastinate(url)
     async with app.open_async():
-        loop = asyncio.get_running_loop()
-        go, left = asyncio.Event(), asyncio.Event()
-        task: asyncio.Task[None] | None = None
-        if gated:
-            loop.add_signal_handler(signal.SIGUSR1, go.set)
-        else:
-            go.set()
-
-        def parent_left() -> None:
-            if not os.read(0, 4096):
-                loop.remove_reader(0)
-                left.set()
-                go.set()
-                if task is not None:
-                    task.cancel()
-
-        loop.add_reader(0, parent_left)
+        tasks: list[asyncio.Task[None]] = []
+        gate = _Gate(gated, lambda: [task.cancel() for task in tasks])
         print("ready", flush=True)
-        await go.wait()
-        if left.is_set():
+        await gate.go.wait()
+        if gate.left.is_set():
             return
-        task = loop.create_task(
+        task = asyncio.get_running_loop().create_task(
             app.run_worker_async(
                 queues=[QUEUE],
                 concurrency=64,
@@ -870,6 +865,7 @@ async def worker_procrastinate(url: str, poll_ms: int, gated: bool = False) -> N
                 delete_jobs="never",
             )
         )
+        tasks.append(task)
         with contextlib.suppress(asyncio.CancelledError):
             await task
 

@@ -36,37 +36,29 @@ def anyio_backend() -> str:
 
 
 class CountingGroups(PostgresStore):
-    """A store that records the size of every group it commits in one transaction."""
+    """
+    A store that records the size of every group it commits in one transaction, and each write
+    a failed group sent again alone.
+    """
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.groups: list[int] = []
-
-    async def _commit_group(self, group: Any) -> None:
-        self.groups.append(len(group))
-        await super()._commit_group(group)
-
-
-class CountingFallbacks(CountingGroups):
-    """A store that also records each write a failed group sent again alone."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
         self.alone_again: list[str] = []
+        self._in_group = False
 
     async def _commit_group(self, group: Any) -> None:
         self.groups.append(len(group))
-        real = self._commit_alone
-
-        async def again(queued: Any, *, again: bool) -> None:
-            self.alone_again.append(queued.run_id)
-            await real(queued, again=again)
-
-        self._commit_alone = again  # type: ignore[method-assign]
+        self._in_group = True
         try:
-            await PostgresStore._commit_group(self, group)
+            await super()._commit_group(group)
         finally:
-            del self._commit_alone
+            self._in_group = False
+
+    async def _commit_alone(self, queued: Any, *, again: bool) -> None:
+        if self._in_group:
+            self.alone_again.append(queued.run_id)
+        await super()._commit_alone(queued, again=again)
 
 
 class LosingGroupReplies(CountingGroups):
@@ -363,7 +355,7 @@ async def test_two_engines_grouping_one_set_of_runs_lock_them_in_one_order(
     in r10..r1, and both groups meet the runs' rows locked: each group takes them in run order,
     so neither deadlocks the other (no group fails and is sent again write by write).
     """
-    first, second = CountingFallbacks(postgres_url), CountingFallbacks(postgres_url)
+    first, second = CountingGroups(postgres_url), CountingGroups(postgres_url)
     async with leased_runs(first, 11) as tokens:
         await second.open()
         try:
