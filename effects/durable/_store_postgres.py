@@ -924,7 +924,8 @@ class PostgresStore:
     @staticmethod
     def _payload_error(error: BaseException, what: str) -> TypeError:
         return TypeError(
-            f"{what} cannot be stored in PostgreSQL: {_one_line(error)} (jsonb holds no U+0000)"
+            f"{what} cannot be stored in PostgreSQL: {_one_line(error)}"
+            " (jsonb holds neither U+0000 nor an unpaired surrogate)"
         )
 
     # -- runs -------------------------------------------------------------------------------------

@@ -280,24 +280,32 @@ async def test_server_options_in_the_url_are_kept_beside_the_schema(postgres_url
 # -- hostile payloads -------------------------------------------------------------------------
 
 
+#: Characters a Python string holds and jsonb does not: U+0000, and an unpaired surrogate.
+UNSTORABLE = pytest.mark.parametrize(
+    "bad", ["\x00", chr(0xD800), chr(0xDFFF)], ids=["nul", "high-surrogate", "low-surrogate"]
+)
+
+
+@UNSTORABLE
 async def test_a_nul_character_in_an_input_is_a_type_error_and_writes_nothing(
-    postgres_url: str,
+    postgres_url: str, bad: str
 ) -> None:
-    """jsonb holds no U+0000: start refuses such an input clearly, and no run is made."""
+    """jsonb holds no U+0000 and no lone surrogate: start refuses such an input, makes no run."""
     async with Engine(postgres_url, workflows=[simple], steps=[echo]) as engine:
-        with pytest.raises(TypeError, match="U\\+0000"):
-            await engine.start(simple, "a\x00b")
+        with pytest.raises(TypeError, match="U\\+0000 nor an unpaired surrogate"):
+            await engine.start(simple, f"a{bad}b")
         assert [] == await engine.list_runs()
 
 
+@UNSTORABLE
 async def test_a_nul_character_in_a_step_output_fails_the_step_for_good(
-    postgres_url: str,
+    postgres_url: str, bad: str
 ) -> None:
-    """A dispatched step's output with U+0000 is a non-retryable failure, as unstorable output."""
+    """A dispatched step's output jsonb cannot hold is a non-retryable failure."""
 
     @step("nul", retries=3)
     async def nul(_: Any) -> str:
-        return "a\x00b"
+        return f"a{bad}b"
 
     @workflow("uses-nul")
     async def uses_nul(ctx: WorkflowContext, _: Any) -> Any:
