@@ -14,8 +14,10 @@ the folder. The binaries come from ``pg_config --bindir``, or ``$PG_BINDIR``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -24,11 +26,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["PostgresServer", "ServerUnavailableError", "find_bindir"]
+__all__ = [
+    "NoSmallDiskError",
+    "PostgresServer",
+    "ServerUnavailableError",
+    "find_bindir",
+    "tablespace_on_tmpfs",
+]
 
 #: How long a start may take before it counts as failed (seconds).
 START_TIMEOUT = 60.0
@@ -46,6 +54,10 @@ _COMMON = ("max_connections=300", "log_min_messages=fatal", "deadlock_timeout=20
 
 class ServerUnavailableError(RuntimeError):
     """No PostgreSQL server could be started here (binaries missing, or the start failed)."""
+
+
+class NoSmallDiskError(RuntimeError):
+    """No tmpfs can be mounted here (not root, or not permitted): no real full disk for a test."""
 
 
 def find_bindir() -> Path:
@@ -340,3 +352,62 @@ if __name__ == "__main__":
     sys.exit(
         _keep(Path(sys.argv[1]), durable=sys.argv[2] == "--durable", folder=sys.argv[3] or None)
     )
+
+
+@contextlib.contextmanager
+def tablespace_on_tmpfs(
+    server: PostgresServer, size: str, schema: str
+) -> Iterator[tuple[str, Path]]:
+    """
+    A tablespace of *server* on a tmpfs of *size* (e.g. ``"8m"``): its name and folder, for a
+    disk that really fills (write a file into the folder to use up its space). At the end the
+    test's *schema* (whose tables live there) and the tablespace are dropped and the tmpfs is
+    unmounted.
+
+    Raises:
+        NoSmallDiskError: If no tmpfs can be mounted here.
+    """
+    import psycopg
+    from psycopg import sql
+
+    if os.geteuid() != 0:
+        raise NoSmallDiskError("mounting a tmpfs needs root")
+    import pwd
+
+    # The server runs as "nobody" under root (see _Cluster.start): it must own the folder.
+    owner = pwd.getpwnam("nobody")
+    folder = Path(tempfile.mkdtemp(prefix="pg-small-disk-"))
+    os.chmod(folder, 0o755)
+    mode = f"size={size},mode=0700,uid={owner.pw_uid},gid={owner.pw_gid}"
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", mode, "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        folder.rmdir()
+        raise NoSmallDiskError(f"no tmpfs could be mounted: {mounted.stderr.strip()}")
+    name = f"small_{secrets.token_hex(4)}"
+    try:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("CREATE TABLESPACE {} LOCATION {}").format(
+                    sql.Identifier(name), sql.Literal(str(folder))
+                )
+            )
+        try:
+            yield name, folder
+        finally:
+            for leftover in folder.iterdir():
+                if leftover.is_file():
+                    leftover.unlink()
+            with psycopg.connect(server.dsn(), autocommit=True) as admin:
+                admin.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                )
+                admin.execute(sql.SQL("DROP TABLESPACE IF EXISTS {}").format(sql.Identifier(name)))
+    finally:
+        if subprocess.run(["umount", str(folder)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+        folder.rmdir()

@@ -12,21 +12,16 @@ import contextlib
 import errno
 import os
 import secrets
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import attrs
-import psycopg
 import pytest
-from psycopg import sql
 
 from effects.durable import Engine, StoreError, UnknownRunError, WorkflowContext, workflow
-from effects.durable._store_postgres import parse_postgres_url
 from tests.durable.support import rows
-from tests.postgres_server import PostgresServer
+from tests.postgres_server import NoSmallDiskError, PostgresServer, tablespace_on_tmpfs
 
 pytestmark = pytest.mark.anyio
 
@@ -72,47 +67,16 @@ class SmallDisk:
 
 @pytest.fixture
 def small_disk(postgres_server: PostgresServer) -> Iterator[SmallDisk]:
-    """
-    The tablespace, dropped (with the test's schema) and unmounted afterwards. Where no tmpfs can
-    be mounted (not root), the test is skipped, saying so.
-    """
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs for the tablespace needs root")
-    import pwd
-
-    # The server runs as "nobody" under root (tests/postgres_server.py): it must own the folder.
-    owner = pwd.getpwnam("nobody")
-    folder = Path(tempfile.mkdtemp(prefix="pg-small-disk-"))
-    os.chmod(folder, 0o755)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size=8m,mode=0700,uid={owner.pw_uid},gid={owner.pw_gid}",
-         "tmpfs", str(folder)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if mounted.returncode != 0:
-        folder.rmdir()
-        pytest.skip(f"no tmpfs could be mounted: {mounted.stderr.strip()}")
-    name = f"small_{secrets.token_hex(4)}"
-    admin = psycopg.connect(postgres_server.dsn(), autocommit=True)
-    url = postgres_server.url(
-        options=quote(f"-c default_tablespace={name}"), reconnect_timeout_ms="300"
-    )
+    """The tablespace and the URL; where no tmpfs can be mounted, the test is skipped, saying so."""
+    schema = f"full_disk_{secrets.token_hex(4)}"
     try:
-        admin.execute(
-            sql.SQL("CREATE TABLESPACE {} LOCATION {}").format(
-                sql.Identifier(name), sql.Literal(str(folder))
+        with tablespace_on_tmpfs(postgres_server, "8m", schema) as (name, folder):
+            url = postgres_server.url(
+                schema, options=quote(f"-c default_tablespace={name}"), reconnect_timeout_ms="300"
             )
-        )
-        yield SmallDisk(folder, url)
-    finally:
-        (folder / "filler").unlink(missing_ok=True)
-        schema = parse_postgres_url(url)[1].schema
-        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-        admin.execute(sql.SQL("DROP TABLESPACE IF EXISTS {}").format(sql.Identifier(name)))
-        admin.close()
-        if subprocess.run(["umount", str(folder)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(folder)], check=False)
-        folder.rmdir()
+            yield SmallDisk(folder, url)
+    except NoSmallDiskError as error:
+        pytest.skip(f"no real full disk can be made here: {error}")
 
 
 @workflow("disk:pg-writes")

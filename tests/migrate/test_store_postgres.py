@@ -6,6 +6,7 @@ and store-facing tests, which run on both stores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import attrs
 import psycopg
@@ -24,7 +26,7 @@ import migrate
 from migrate import DefinitionResult, StateWrite, WindowCommit
 from migrate._store_postgres import SCHEMA_VERSION, PostgresStore
 from tests.migrate.cli_support import make_project
-from tests.postgres_server import PostgresServer
+from tests.postgres_server import NoSmallDiskError, PostgresServer, tablespace_on_tmpfs
 
 
 def _schema_of(url: str) -> str:
@@ -454,3 +456,39 @@ def test_a_session_of_ours_the_server_still_keeps_is_ended_on_reconnect(
         assert store._conn is not None
         assert [(store._conn.info.backend_pid,)] == holders
         assert ("d", "r") == (store.locks()[0].definition_id, store.locks()[0].run_id)
+
+
+def test_a_full_disk_fails_the_run_clearly_and_the_rerun_counts_each_item_once(
+    postgres_server: PostgresServer,
+) -> None:
+    """
+    The store's tables live on a 1 MiB tmpfs (a tablespace) that fills mid-run: a StoreError
+    naming the cause, nothing counted twice; once the disk has room, the rerun finishes.
+    """
+    schema = f"full_disk_{time.monotonic_ns() % 10**9}"
+    with contextlib.ExitStack() as stack:
+        try:
+            name, folder = stack.enter_context(tablespace_on_tmpfs(postgres_server, "1m", schema))
+        except NoSmallDiskError as error:
+            pytest.skip(f"no real full disk can be made here: {error}")
+        url = postgres_server.url(
+            schema, options=quote(f"-c default_tablespace={name}"), reconnect_timeout_ms="300"
+        )
+
+        def process(item: migrate.Item, scope: migrate.Scope) -> None:
+            scope.track({"seen": item.identity, "pad": "x" * 300})
+
+        config = migrate.Config(
+            [migrate.Migration("p", migrate.MemorySource(_rows(5000), window_size=100), process)],
+            store=url,
+        )
+        with pytest.raises(migrate.StoreError, match="No space left on device"):
+            migrate.run(config)
+        with migrate.open_store(url) as store:
+            first = store.counts("p").migrated
+        assert 0 < first < 5000
+        subprocess.run(["mount", "-o", "remount,size=64m", str(folder)], check=True)
+        summary = migrate.run(config)
+        with migrate.open_store(url) as store:
+            assert migrate.Counts(migrated=5000) == store.counts("p")
+        assert 5000 - first == summary.definitions["p"].counts.migrated
