@@ -459,10 +459,22 @@ async def case_ours_local(url: str, seconds: float) -> Figures:
     return figures
 
 
+async def _timed_while_working(
+    engine: Engine, seconds: float, once: Callable[[], Awaitable[int]], **work: int
+) -> Figures:
+    """*once* warmed up, then timed for *seconds*, while the engine's ``work(**work)`` runs."""
+    worker = asyncio.get_running_loop().create_task(engine.work(**work))
+    try:
+        await once()
+        return await _timed_async(seconds, once)
+    finally:
+        engine.stop()
+        await worker
+
+
 async def case_ours_local_work(url: str, seconds: float) -> Figures:
     """Runs of the 10-step local workflow, one after another: start, then wait (work() runs)."""
     async with Engine(_our_url(url), workflows=[ten]) as engine:
-        worker = asyncio.get_running_loop().create_task(engine.work(poll_ms=50))
 
         async def one_run() -> int:
             run = await engine.wait(await engine.start(ten, 0))
@@ -471,20 +483,12 @@ async def case_ours_local_work(url: str, seconds: float) -> Figures:
                 raise RuntimeError(msg)
             return STEPS
 
-        try:
-            await one_run()
-            figures = await _timed_async(seconds, one_run)
-        finally:
-            engine.stop()
-            await worker
-    return figures
+        return await _timed_while_working(engine, seconds, one_run, poll_ms=50)
 
 
 async def case_ours_local_concurrent(url: str, seconds: float, poll_ms: int) -> Figures:
     """Batches of 64 runs of the 10-step local workflow started together (work() runs)."""
     async with Engine(_our_url(url), workflows=[ten]) as engine:
-        loop = asyncio.get_running_loop()
-        worker = loop.create_task(engine.work(poll_ms=poll_ms, concurrency=CONCURRENT))
 
         async def one_batch() -> int:
             run_ids = await asyncio.gather(*(engine.start(ten, i) for i in range(CONCURRENT)))
@@ -495,13 +499,9 @@ async def case_ours_local_concurrent(url: str, seconds: float, poll_ms: int) -> 
                     raise RuntimeError(msg)
             return STEPS * CONCURRENT
 
-        try:
-            await one_batch()
-            figures = await _timed_async(seconds, one_batch)
-        finally:
-            engine.stop()
-            await worker
-    return figures
+        return await _timed_while_working(
+            engine, seconds, one_batch, poll_ms=poll_ms, concurrency=CONCURRENT
+        )
 
 
 async def _start_and_wait(engine: Engine, batch: int, poll_ms: int) -> None:

@@ -21,7 +21,12 @@ import pytest
 
 from effects.durable import Engine, StoreError, UnknownRunError, WorkflowContext, workflow
 from tests.durable.support import rows
-from tests.postgres_server import NoSmallDiskError, PostgresServer, tablespace_on_tmpfs
+from tests.postgres_server import (
+    NoSmallDiskError,
+    PostgresServer,
+    no_small_disk,
+    tablespace_on_tmpfs,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -76,7 +81,7 @@ def small_disk(postgres_server: PostgresServer) -> Iterator[SmallDisk]:
             )
             yield SmallDisk(folder, url)
     except NoSmallDiskError as error:
-        pytest.skip(f"no real full disk can be made here: {error}")
+        no_small_disk(error)
 
 
 @workflow("disk:pg-writes")

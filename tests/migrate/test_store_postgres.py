@@ -26,7 +26,12 @@ import migrate
 from migrate import DefinitionResult, StateWrite, WindowCommit
 from migrate._store_postgres import SCHEMA_VERSION, PostgresStore
 from tests.migrate.cli_support import make_project
-from tests.postgres_server import NoSmallDiskError, PostgresServer, tablespace_on_tmpfs
+from tests.postgres_server import (
+    NoSmallDiskError,
+    PostgresServer,
+    no_small_disk,
+    tablespace_on_tmpfs,
+)
 
 
 def _schema_of(url: str) -> str:
@@ -470,7 +475,7 @@ def test_a_full_disk_fails_the_run_clearly_and_the_rerun_counts_each_item_once(
         try:
             name, folder = stack.enter_context(tablespace_on_tmpfs(postgres_server, "1m", schema))
         except NoSmallDiskError as error:
-            pytest.skip(f"no real full disk can be made here: {error}")
+            no_small_disk(error)
         url = postgres_server.url(
             schema, options=quote(f"-c default_tablespace={name}"), reconnect_timeout_ms="300"
         )
