@@ -277,7 +277,8 @@ def _postmaster(url: str) -> int | None:
     """The pid of the server of *url* when it runs on this machine, else None."""
     with psycopg.connect(url, autocommit=True) as db:
         row = db.execute("SELECT pg_backend_pid()").fetchone()
-    fields = None if row is None else _proc_stat(int(row[0]))
+        # Read while the connection is open: its backend process exits once it closes.
+        fields = None if row is None else _proc_stat(int(row[0]))
     return None if fields is None else int(fields[1])
 
 
