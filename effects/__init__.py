@@ -11,7 +11,7 @@ Time and randomness come from ``use_clock`` / ``use_random`` (context variables)
 from effects._budget import RetryBudget
 from effects._driver import Attempt, Attempts
 from effects._effect import AsyncEffect, Effect
-from effects._events import RepeatEvent, RetryEvent, add_hook, log_retries, notify_hooks
+from effects._events import RepeatEvent, RetryEvent, add_hook, hooks, log_retries, notify_hooks
 from effects._options import RepeatOptions, RetryOptions
 from effects._repeat import Repeat, repeat
 from effects._retry import Retry, retry
@@ -37,6 +37,7 @@ __all__ = [
     "RetryUsageError",
     "SystemClock",
     "add_hook",
+    "hooks",
     "log_retries",
     "notify_hooks",
     "repeat",

@@ -141,7 +141,11 @@ _REGISTRY = _Registry()
 
 
 def hooks() -> tuple[Hook, ...]:
-    """The hooks registered now, oldest first."""
+    """
+    The hooks added with ``add_hook`` and not yet removed, oldest first.
+
+    A runtime that calls ``notify_hooks`` may skip building an event nobody hears.
+    """
     return _REGISTRY.hooks
 
 

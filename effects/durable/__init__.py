@@ -29,7 +29,7 @@ Example:
 
 import contextlib
 
-from effects.durable._codec import Codec, JsonCodec
+from effects.durable._codec import MAX_DEPTH, Codec, JsonCodec
 from effects.durable._context import WorkflowContext
 from effects.durable._definitions import StepDef, WorkflowDef, step, workflow
 from effects.durable._engine import Engine, Queue
@@ -56,6 +56,7 @@ __all__ = [
     "Engine",
     "Event",
     "JsonCodec",
+    "MAX_DEPTH",
     "NonDeterminismError",
     "Queue",
     "RemoteStepError",

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final, Protocol
 
-__all__ = ["JSON", "Codec", "JsonCodec", "dump", "from_data", "load"]
+__all__ = ["JSON", "MAX_DEPTH", "Codec", "JsonCodec", "deeper_than", "dump", "from_data", "load"]
+
+#: The deepest nesting of lists and objects a stored value may have. Deeper values are refused
+#: before anything is written: every reader (this library's, the store's, a dashboard's) can
+#: then read back whatever was written, without running out of stack.
+MAX_DEPTH: Final = 100
+_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET: Final = re.compile(r"[\[\]{}]")
 
 
 class Codec(Protocol):
@@ -47,9 +55,25 @@ JSON: Final = JsonCodec()
 _dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 
+def deeper_than(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether the JSON *text* nests lists and objects more than *limit* levels deep."""
+    if text.count("[") + text.count("{") <= limit:
+        return False  # too few brackets to nest that deep: the common case, at C speed
+    depth = 0
+    for bracket in _BRACKET.finditer(_STRING.sub("", text)):
+        if bracket.group() in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def dump(codec: Codec, value: Any, what: str) -> str:
     """
-    *value* as stored JSON text; a value that cannot be stored is a ``TypeError`` naming *what*.
+    *value* as stored JSON text; a value that cannot be stored is a ``TypeError`` naming *what*:
+    one that is not JSON (NaN and infinities included), or nested deeper than ``MAX_DEPTH``.
 
     Args:
         codec: The definition's codec.
@@ -57,10 +81,14 @@ def dump(codec: Codec, value: Any, what: str) -> str:
         what: What the value is, for the message (``"input of step 'charge'"``).
     """
     try:
-        return _dumps(value if codec is JSON else codec.encode(value))
+        text = _dumps(value if codec is JSON else codec.encode(value))
     except (TypeError, ValueError, OverflowError, RecursionError) as error:
         msg = f"the {what} cannot be stored as JSON: {error} (give the definition a codec=)"
         raise TypeError(msg) from error
+    if deeper_than(text):
+        msg = f"the {what} cannot be stored: it nests lists and objects more than {MAX_DEPTH} deep"
+        raise TypeError(msg)
+    return text
 
 
 def load(codec: Codec, text: str) -> Any:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import pickle
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, overload
 
@@ -23,13 +22,21 @@ from typing_extensions import Unpack
 from effects import FatalError
 from effects.durable._codec import JSON, Codec, dump, from_data
 from effects.durable._definitions import StepDef, check_name
+from effects.durable._failures import is_failure
 from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
 from effects.durable._records import Checkpoint, CheckpointKind
 from effects.durable._remote import Member, liveness, settle_members
+from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import CheckpointWrite, NewEvent
 from effects.durable._time import is_async_callable
 from effects.durable._turn import HOLD, Suspended, Turn, tell_hooks, wait_ms
-from effects.durable.errors import NonDeterminismError, StepError, StepFailedError, StoreError
+from effects.durable.errors import (
+    NonDeterminismError,
+    StepError,
+    StepFailedError,
+    StoreError,
+    restore_exception,
+)
 
 __all__ = ["WorkflowContext", "suspended"]
 
@@ -85,27 +92,9 @@ def _describe(name: str, kind: CheckpointKind) -> str:
     return f"{name!r} ({kind})"
 
 
-def _pickled(error: BaseException) -> bytes | None:
-    """A pickle of *error* that is known to load again, or ``None``."""
-    try:
-        data = pickle.dumps(error)
-        pickle.loads(data)  # noqa: S301 - our own bytes, just written
-    except Exception:  # noqa: BLE001 - an unpicklable error is recorded without its pickle
-        return None
-    return data
-
-
-def _restored(checkpoint: Checkpoint) -> BaseException:
-    """The exception a failed local step raises again on replay."""
-    error = checkpoint.error or StepError("the step failed")
-    if checkpoint.exception is not None:
-        try:
-            restored = pickle.loads(checkpoint.exception)  # noqa: S301 - the engine's own store
-        except Exception:  # noqa: BLE001 - fall back to the recorded StepError
-            restored = None
-        if isinstance(restored, Exception):
-            return restored
-    return StepFailedError(error)
+def _restored(checkpoint: Checkpoint) -> Exception:
+    """The exception a failed local step raises again on replay (built from its record)."""
+    return restore_exception(checkpoint.error or StepError("the step failed"))
 
 
 class WorkflowContext:
@@ -150,6 +139,7 @@ class WorkflowContext:
             raise _Suspended
         self._seq += 1
         seq = self._seq
+        self._turn.names[seq] = name
         recorded = self._checkpoints.get(seq)
         if recorded is not None and (recorded.name != name or recorded.kind != kind):
             self._fatal = NonDeterminismError(
@@ -215,7 +205,13 @@ class WorkflowContext:
         False`` has no effect here); the backoff waits inside the turn, which keeps the run's
         lease. Only the outcome is recorded, so a crash between attempts replays from attempt 1.
         When the attempts are spent the last exception propagates as it was, and replay raises
-        it again (``StepFailedError`` if it cannot be pickled).
+        one of the same class, built from its record (no ``pickle``): its arguments, ``code``
+        and ``details``. An exception that cannot be built again that way (see
+        ``effects.durable.errors.restore_exception``) is raised as a ``StepFailedError``, on
+        this turn and on every replay alike, so the workflow takes the same branch each time.
+        Code that raises ``asyncio.CancelledError`` itself (the engine's task is not being
+        cancelled), and a ``def`` that raises ``SystemExit`` or ``KeyboardInterrupt`` in its
+        thread, has failed an attempt like any other exception.
 
         Args:
             name: The step's name (replay checks it at this position).
@@ -273,11 +269,26 @@ class WorkflowContext:
             started = turn.now()
             if attempt == 1 and recorded is None:
                 created = started
+            # current_step() in the step's code (a thread copies the context, so a def sees it).
+            running = step_context.set(
+                StepContext(
+                    step_id=f"{turn.run.run_id}:{seq}",
+                    run_id=turn.run.run_id,
+                    seq=seq,
+                    name=name,
+                    attempt=attempt,
+                )
+            )
             try:
-                result = await fn() if is_async else await asyncio.to_thread(fn)
-                if inspect.isawaitable(result):
-                    result = await result
-            except Exception as error:
+                try:
+                    result = await fn() if is_async else await asyncio.to_thread(fn)
+                    if inspect.isawaitable(result):
+                        result = await result
+                finally:
+                    step_context.reset(running)
+            except BaseException as error:
+                if not is_failure(error, in_thread=not is_async):
+                    raise
                 now = turn.now()
                 step_error = StepError.from_exception(error)
                 errors.append(step_error)
@@ -291,18 +302,20 @@ class WorkflowContext:
                         "warning",
                     )
                 )
+                # Hooks take an Exception: a cancellation or exit of user code is told as failed.
+                told = error if isinstance(error, Exception) else StepFailedError(step_error)
                 delay: float | None = None
                 if not isinstance(error, FatalError):
                     if schedule is None:
                         schedule = policy.schedule()
                         state = schedule.initial()
-                    state, _, delay = schedule.step(now / 1000, error, state, turn.rng)
+                    state, _, delay = schedule.step(now / 1000, told, state, turn.rng)
                 if delay is None:
                     tell_hooks(
                         "give_up",
                         attempt=attempt,
                         delay=None,
-                        error=error,
+                        error=told,
                         elapsed=(now - created) / 1000,
                         name=f"{turn.run.workflow}/{name}",
                     )
@@ -312,18 +325,21 @@ class WorkflowContext:
                         recorded=recorded,
                         created=created,
                         attempt=attempt,
-                        error=error,
                         errors=errors,
                         events=events,
                         now=now,
                     )
-                    raise
+                    # What every replay will raise; the exception itself where it is the same.
+                    replayed = restore_exception(step_error)
+                    if type(replayed) is type(error):
+                        raise
+                    raise replayed from error
                 delay_ms = wait_ms(delay, step_error.retry_after)
                 tell_hooks(
                     "retry",
                     attempt=attempt,
                     delay=delay_ms / 1000,
-                    error=error,
+                    error=told,
                     elapsed=(now - created) / 1000,
                     name=f"{turn.run.workflow}/{name}",
                 )
@@ -390,7 +406,6 @@ class WorkflowContext:
         recorded: Checkpoint | None,
         created: int,
         attempt: int,
-        error: BaseException,
         errors: list[StepError],
         events: list[NewEvent],
         now: int,
@@ -399,11 +414,7 @@ class WorkflowContext:
         checkpoint = _local_outcome(
             turn, seq, name, attempt=attempt, errors=errors, created=created, now=now, failed=True
         )
-        write = CheckpointWrite(
-            checkpoint,
-            None if recorded is None else recorded.rev,
-            exception=_pickled(error),
-        )
+        write = CheckpointWrite(checkpoint, None if recorded is None else recorded.rev)
         await turn.commit(HOLD, checkpoints=(write,), events=events, now=now)
 
     # -- dispatched steps -------------------------------------------------------------------------

@@ -22,12 +22,22 @@ O = TypeVar("O")  # noqa: E741
 
 
 def check_name(value: object, what: str) -> str:
-    """Return *value* if it is a non-empty string without surrounding whitespace."""
+    """
+    Return *value* if it is a name both stores keep as it is: a non-empty string without
+    surrounding whitespace, U+0000 or lone surrogates (other control characters are kept, and
+    escaped wherever they are shown).
+
+    Names and ids are refused at the boundary (``ValueError``, before anything is written);
+    payloads (inputs, outputs, errors, progress) instead round-trip whatever they hold.
+    """
     if not isinstance(value, str):
         msg = f"{what} must be a string, got {value!r}"
         raise TypeError(msg)
     if not value or value.strip() != value:
         msg = f"{what} must be a non-empty name without surrounding spaces, got {value!r}"
+        raise ValueError(msg)
+    if "\x00" in value:
+        msg = f"{what} must not hold U+0000 (PostgreSQL text cannot), got {value!r}"
         raise ValueError(msg)
     try:
         value.encode("utf-8")

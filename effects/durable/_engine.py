@@ -21,9 +21,11 @@ from typing import Any, Final, TypeVar, overload
 import attrs
 
 from effects import Clock
+from effects.durable._bounds import checked_count, checked_ms
 from effects.durable._codec import JSON, dump, from_data
 from effects.durable._context import WorkflowContext, suspended
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
+from effects.durable._failures import is_failure
 from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import (
@@ -79,15 +81,7 @@ class Queue:
 
     def __attrs_post_init__(self) -> None:
         check_name(self.name, "queue name")
-        value: object = self.concurrency
-        if isinstance(value, bool) or not isinstance(value, int):  # pyright: ignore[reportUnnecessaryIsInstance]
-            msg = (
-                f"concurrency of queue {self.name!r} must be an int >= 1, got {self.concurrency!r}"
-            )
-            raise TypeError(msg)
-        if self.concurrency < 1:
-            msg = f"concurrency of queue {self.name!r} must be >= 1, got {self.concurrency!r}"
-            raise ValueError(msg)
+        checked_count(self.concurrency, f"concurrency of queue {self.name!r}", least=1)
 
 
 def open_store(store: str | Store) -> Store:
@@ -154,18 +148,6 @@ def merge_events(stored: list[Event], checkpoints: list[Checkpoint]) -> list[Eve
 
     ordered = sorted(enumerate([*stored, *derived]), key=key)
     return [event for _, event in ordered]
-
-
-def _positive_ms(value: object, name: str, *, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        msg = f"{name} must be a finite number of milliseconds > 0, got {value!r}"
-        raise TypeError(msg) if not isinstance(value, int | float) else ValueError(msg)
-    if value <= 0:
-        msg = f"{name} must be > 0 milliseconds, got {value!r}"
-        raise ValueError(msg)
-    return round(value)
 
 
 def _by_name(items: Iterable[Any], kind: type[Any], what: str) -> dict[str, Any]:
@@ -240,25 +222,21 @@ class Engine:
         )
         self._steps: dict[str, StepDef[Any, Any]] = _by_name(steps, StepDef, "step")
         self._queues: dict[str, Queue] = _by_name(queues, Queue, "queue")
-        self._lease_ms = _positive_ms(lease_ms, "lease_ms") or 30_000
-        self._reconcile_ms = _positive_ms(reconcile_ms, "reconcile_ms") or 300_000
-        self._redispatch_ms = _positive_ms(
-            remote_redispatch_ms, "remote_redispatch_ms", allow_none=True
+        self._lease_ms = checked_ms(lease_ms, "lease_ms")
+        self._reconcile_ms = checked_ms(reconcile_ms, "reconcile_ms")
+        self._redispatch_ms = (
+            None
+            if remote_redispatch_ms is None
+            else checked_ms(remote_redispatch_ms, "remote_redispatch_ms")
         )
-        for name, value in (
-            ("remote_redispatch_max", remote_redispatch_max),
-            ("max_recovery_attempts", max_recovery_attempts),
-        ):
-            if value is None and name == "max_recovery_attempts":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                msg = f"{name} must be an int >= 0, got {value!r}"
-                raise TypeError(msg)
-            if value < 0:
-                msg = f"{name} must be >= 0, got {value!r}"
-                raise ValueError(msg)
-        self._redispatch_max = remote_redispatch_max
-        self._max_recovery = max_recovery_attempts
+        self._redispatch_max = checked_count(
+            remote_redispatch_max, "remote_redispatch_max", least=0
+        )
+        self._max_recovery = (
+            None
+            if max_recovery_attempts is None
+            else checked_count(max_recovery_attempts, "max_recovery_attempts", least=0)
+        )
         for definition in self._steps.values():
             queue = definition.policy.queue
             if queue is not None and queue not in self._queues:
@@ -597,7 +575,7 @@ class Engine:
             TimeoutError: If the run has not finished within *timeout*.
             ValueError: If *timeout* or *poll_ms* is not valid.
         """
-        poll = (_positive_ms(poll_ms, "poll_ms") or 100) / 1000
+        poll = checked_ms(poll_ms, "poll_ms") / 1000
         loop = asyncio.get_running_loop()
         deadline = (
             math.inf if timeout is None else loop.time() + to_seconds(timeout, name="timeout")
@@ -962,12 +940,9 @@ class Engine:
             poll_ms: The longest idle wait between polls, in ms (> 0).
             concurrency: The most turns and attempts in flight at once (>= 1).
         """
-        poll = _positive_ms(poll_ms, "poll_ms") or 1000
+        poll = checked_ms(poll_ms, "poll_ms")
+        checked_count(concurrency, "concurrency", least=1)
         self._poll_ms = poll
-        slots: object = concurrency
-        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-            msg = f"concurrency must be an int >= 1, got {concurrency!r}"
-            raise ValueError(msg)
         self._stopping = False
         wake = self._wake_event()
         loop = asyncio.get_running_loop()
@@ -1166,7 +1141,9 @@ class Engine:
             return
         except (StaleTurnError, StoreError):
             raise
-        except Exception as error:
+        except BaseException as error:
+            if not is_failure(error, in_thread=False):
+                raise  # the engine stops: the turn gives the run back
             if turn.broken is not None:
                 # Whatever the workflow made of a failed write, the run is not failed by it.
                 raise turn.broken from error
@@ -1260,7 +1237,7 @@ class Engine:
                 outcome = await self._run_handler(definition, task, beats)
             except asyncio.CancelledError:
                 try:
-                    await self._store.release_claim(task.task_id, self._id)
+                    await self._store.release_claim(task.task_id, self._id, now=self._now())
                 except Exception:  # noqa: BLE001 - the claim then simply expires
                     _log.debug("could not release the claim on %s", task.step_id, exc_info=True)
                 raise
@@ -1284,16 +1261,20 @@ class Engine:
             beat=beats.beat,
         )
         token = step_context.set(context)
+        fn = definition.fn
+        is_async = inspect.iscoroutinefunction(fn)
         try:
             value = from_data(definition.codec, task.input)
-            fn = definition.fn
-            if inspect.iscoroutinefunction(fn):
+            if is_async:
                 result = await fn(value)
             else:
                 result = await asyncio.to_thread(fn, value)
             if inspect.isawaitable(result):
                 result = await result
-        except Exception as error:  # noqa: BLE001 - the handler's failure is the attempt's result
+        except BaseException as error:
+            # The handler's failure is the attempt's result; the engine stopping is not.
+            if not is_failure(error, in_thread=not is_async):
+                raise
             failure = StepError.from_exception(error)
             return TaskOutcome(error=failure, progress=await beats.unsaved())
         finally:

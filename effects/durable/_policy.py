@@ -4,12 +4,12 @@ Step policies: the seed's StepOptions in snake_case, declared once, validated on
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Final, Literal, TypedDict
 
 import attrs
 
+from effects.durable._bounds import checked_count, checked_ms
 from schedules import Schedule, from_step_options, recurs
 
 __all__ = ["StepOptions", "StepPolicy", "policy_from_options"]
@@ -56,22 +56,6 @@ def _is_schedule(value: object) -> bool:
     return isinstance(value, Schedule) or (
         callable(getattr(value, "initial", None)) and callable(getattr(value, "step", None))
     )
-
-
-def _check_ms(value: object, name: str, *, allow_none: bool, positive: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        msg = f"{name} must be a number of milliseconds, got {value!r}"
-        raise TypeError(msg)
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not (0.0 <= number < math.inf) or (positive and number == 0.0):
-        bound = "> 0" if positive else ">= 0"
-        msg = f"{name} must be a finite number of milliseconds {bound}, got {value!r}"
-        raise ValueError(msg)
 
 
 @attrs.frozen
@@ -176,14 +160,8 @@ def policy_from_options(options: Mapping[str, Any], *, where: str) -> StepPolicy
 
 
 def _validate(fields: dict[str, Any]) -> None:
-    retries = fields.get("retries")
     if "retries" in fields:
-        if isinstance(retries, bool) or not isinstance(retries, int):
-            msg = f"retries must be an int >= 1 (it counts the first attempt), got {retries!r}"
-            raise TypeError(msg)
-        if retries < 1:
-            msg = f"retries must be >= 1 (it counts the first attempt), got {retries!r}"
-            raise ValueError(msg)
+        checked_count(fields["retries"], "retries", least=1)
     retry = fields.get("retry")
     if retry is not None:
         if not _is_schedule(retry):
@@ -203,8 +181,9 @@ def _validate(fields: dict[str, Any]) -> None:
             backoff_max_ms=fields.get("backoff_max_ms"),
             jitter=fields.get("jitter", False),
         )
-    _check_ms(fields.get("timeout_ms"), "timeout_ms", allow_none=True, positive=True)
-    _check_ms(fields.get("pickup_timeout_ms"), "pickup_timeout_ms", allow_none=True, positive=True)
+    for name in ("timeout_ms", "pickup_timeout_ms"):
+        if fields.get(name) is not None:
+            checked_ms(fields[name], name)
     queue = fields.get("queue")
     if queue is not None and (not isinstance(queue, str) or not queue):
         msg = f"queue must be a non-empty queue name, got {queue!r}"

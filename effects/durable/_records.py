@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import attrs
@@ -21,6 +22,18 @@ __all__ = [
 RunStatus = Literal["pending", "running", "suspended", "completed", "failed", "cancelled", "dead"]
 CheckpointKind = Literal["local", "remote"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
+
+
+def _errors_repr(errors: tuple[StepError, ...] | str) -> str:
+    return repr(_decoded_errors(errors))
+
+
+def _decoded_errors(errors: tuple[StepError, ...] | str) -> tuple[StepError, ...]:
+    """*errors* as StepError values (decoded from the JSON text of a list, when text)."""
+    if not isinstance(errors, str):
+        return errors
+    return tuple(StepError.from_json(e) for e in json.loads(errors))
+
 
 #: Statuses a run never leaves on its own.
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled", "dead"})
@@ -78,7 +91,8 @@ class Checkpoint:
             ``remote_redispatch_ms``, the lease of a pending one), else ``None``.
         output: The output once ``completed`` (decoded JSON), else ``None``.
         error: The last attempt's failure, else ``None``.
-        errors: Every failed attempt's error, oldest first.
+        errors: Every failed attempt's error, oldest first (decoded from the store when first
+            read, so a step with many attempts costs nothing per attempt until someone looks).
         final: Whether a ``failed`` checkpoint is settled: its error is what replay raises.
         created_at: Epoch ms when the step was first reached.
         updated_at: Epoch ms of the last change.
@@ -94,6 +108,9 @@ class Checkpoint:
         lease_ms: The lost-dispatch lease of a pending dispatched step, else ``None``.
         redispatches: How many times a lost dispatch of this step was re-driven.
         heartbeat_at: Epoch ms of the worker's last persisted beat (the claim counts), or ``None``.
+
+    ``errors`` may be given as the JSON text of the list (as a store holds it): it is decoded
+    when first read, and written back as it was when the checkpoint changes in other ways.
     """
 
     run_id: str
@@ -106,7 +123,9 @@ class Checkpoint:
     wake_at: int | None
     output: Any
     error: StepError | None
-    errors: tuple[StepError, ...]
+    _errors: tuple[StepError, ...] | str = attrs.field(
+        eq=_decoded_errors, alias="errors", repr=_errors_repr
+    )
     final: bool
     created_at: int
     updated_at: int
@@ -117,11 +136,32 @@ class Checkpoint:
     dispatched_at: int | None = None
     input: Any = None
     rev: int = 0
-    exception: bytes | None = attrs.field(default=None, repr=False)
     timeout_ms: int | None = None
     lease_ms: int | None = None
     redispatches: int = 0
     heartbeat_at: int | None = None
+    _decoded: tuple[StepError, ...] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
+
+    @property
+    def errors(self) -> tuple[StepError, ...]:
+        """Every failed attempt's error, oldest first."""
+        errors = self._errors
+        if not isinstance(errors, str):
+            return errors
+        if self._decoded is None:
+            object.__setattr__(self, "_decoded", _decoded_errors(errors))
+        assert self._decoded is not None
+        return self._decoded
+
+    def stored_errors(self) -> str | None:
+        """
+        The JSON text ``errors`` was read from the store as, while they are unchanged (a
+        store then need not write them again); ``None`` once they were given as values.
+        """
+        errors = self._errors
+        return errors if isinstance(errors, str) else None
 
 
 @attrs.frozen

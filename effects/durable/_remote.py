@@ -15,12 +15,13 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from effects import hooks
 from effects.durable._codec import Codec, from_data
 from effects.durable._policy import StepPolicy
 from effects.durable._records import Checkpoint
 from effects.durable._store import CheckpointWrite, NewEvent, NewTask, RunAdvance
 from effects.durable._turn import HOLD, Turn, tell_hooks, wait_ms
-from effects.durable.errors import RemoteStepError, RemoteStepTimeout, StepError
+from effects.durable.errors import RemoteStepError, RemoteStepTimeout, StepError, remote_error
 
 __all__ = ["Member", "liveness", "settle_members"]
 
@@ -46,7 +47,8 @@ class Member:
     wake: int | None = None
 
 
-_Told = tuple[Literal["retry", "give_up"], Checkpoint, float | None, tuple[StepError, ...]]
+# (kind, checkpoint, delay in s, an error after the checkpoint's own, or None).
+_Told = tuple[Literal["retry", "give_up"], Checkpoint, float | None, StepError | None]
 
 
 @attrs.define(slots=True)
@@ -54,11 +56,14 @@ class _Plan:
     writes: list[CheckpointWrite] = attrs.field(factory=list[CheckpointWrite])
     tasks: list[NewTask] = attrs.field(factory=list[NewTask])
     events: list[NewEvent] = attrs.field(factory=list[NewEvent])
-    # (kind, checkpoint, delay in s, errors) told to effects hooks once the plan is committed.
+    # Told to effects hooks once the plan is committed.
     hooks: list[_Told] = attrs.field(factory=list[_Told])
 
     def tell(self, turn: Turn, now: int) -> None:
-        for kind, cp, delay, errors in self.hooks:
+        if not hooks():
+            return  # nobody listens: build no error (it would decode every attempt's)
+        for kind, cp, delay, extra in self.hooks:
+            errors = cp.errors if extra is None else (*cp.errors, extra)
             tell_hooks(
                 kind,
                 attempt=cp.attempts,
@@ -173,7 +178,7 @@ def _settle(member: Member, cp: Checkpoint, plan: _Plan, now: int, **changes: An
     settled = attrs.evolve(cp, final=True, **changes)
     plan.writes.append(CheckpointWrite(settled, cp.rev, input=_text(cp.input)))
     member.state = "failed"
-    member.error = RemoteStepError(settled.step_id, settled.name, settled.errors)
+    member.error = remote_error(settled.step_id, settled.name, settled.errors)
 
 
 def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
@@ -222,7 +227,7 @@ def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
                 error=lost,
                 errors=(*cp.errors, lost),
             )
-            plan.hooks.append(("give_up", cp, None, (*cp.errors, lost)))
+            plan.hooks.append(("give_up", cp, None, lost))
             return
         _redispatch(turn, member, cp, plan, now, lost=True)
         lapsed = StepError(
@@ -230,12 +235,12 @@ def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
             code="remote_step_redispatched",
             type="effects.durable.RemoteStepLost",
         )
-        plan.hooks.append(("retry", cp, 0.0, (*cp.errors, lapsed)))
+        plan.hooks.append(("retry", cp, 0.0, lapsed))
         return
     # A failed attempt.
     if cp.final:
         member.state = "failed"
-        member.error = RemoteStepError(cp.step_id, cp.name, cp.errors)
+        member.error = remote_error(cp.step_id, cp.name, cp.errors)
         return
     if cp.wake_at is not None:
         if now < cp.wake_at:
@@ -262,11 +267,11 @@ def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
             )
         )
         _settle(member, cp, plan, now, retry_state=state)
-        plan.hooks.append(("give_up", cp, None, cp.errors))
+        plan.hooks.append(("give_up", cp, None, None))
         return
     delay_ms = wait_ms(delay, error.retry_after)
     wake_at = now + delay_ms
-    plan.hooks.append(("retry", cp, delay_ms / 1000, cp.errors))
+    plan.hooks.append(("retry", cp, delay_ms / 1000, None))
     scheduled = NewEvent(
         "step.retry_scheduled",
         now,
@@ -408,7 +413,7 @@ async def liveness(turn: Turn, member: Member) -> Any:
             await turn.commit(
                 HOLD, checkpoints=(CheckpointWrite(settled, cp.rev, input=input_text),)
             )
-            raise RemoteStepError(step_id, member.name, settled.errors)
+            raise remote_error(step_id, member.name, settled.errors)
         phase: Literal["pickup", "running"] = "running" if outcome == "running" else "pickup"
         window = timeout_ms if phase == "running" else pickup_ms
         timeout = RemoteStepTimeout(step_id, window, phase, name=member.name, errors=tuple(errors))

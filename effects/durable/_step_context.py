@@ -1,4 +1,4 @@
-"""``StepContext``: what a running attempt of a dispatched step knows about itself."""
+"""``StepContext``: what a running attempt of a step (dispatched or local) knows about itself."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ __all__ = ["StepContext", "current_step", "step_context"]
 
 class StepContext:
     """
-    The running attempt of a dispatched step, as ``current_step()`` returns it in its handler.
+    The running attempt of a step, as ``current_step()`` returns it: in a dispatched step's
+    handler, and in the function of a local step (``ctx.local_step``), so the side effects of
+    either can be keyed by ``step_id`` (and ``attempt``).
 
     Attributes:
         step_id: ``"{run_id}:{seq}"``, the idempotency key (the same on every attempt: use it to
@@ -21,9 +23,12 @@ class StepContext:
         run_id: The run.
         seq: The step's position in the workflow.
         name: The step's name.
-        attempt: 1-based attempt number.
-        redispatched: Whether this attempt re-drives a dispatch that looked lost.
-        last_progress: The last progress an earlier attempt reported, or ``None``.
+        attempt: 1-based attempt number (a local step's attempts count from 1 again in a turn
+            that replays it after a crash: only its outcome is recorded).
+        redispatched: Whether this attempt re-drives a dispatch that looked lost (``False`` for a
+            local step).
+        last_progress: The last progress an earlier attempt reported, or ``None`` (always for a
+            local step).
     """
 
     __slots__ = (
@@ -66,7 +71,9 @@ class StepContext:
         Tell the engine this attempt is alive, optionally with JSON *progress*.
 
         Re-arms a ``timeout_ms`` window; the progress is persisted (throttled) and shown by
-        ``show RUN``, and the next attempt reads it as ``last_progress``.
+        ``show RUN``, and the next attempt reads it as ``last_progress``. In a local step it
+        only checks *progress* and keeps it as ``progress`` (the turn holds the run's lease
+        anyway).
 
         Raises:
             TypeError: If *progress* is not JSON.
@@ -87,13 +94,17 @@ step_context = _current
 
 def current_step() -> StepContext:
     """
-    The ``StepContext`` of the dispatched step attempt running in this task or thread.
+    The ``StepContext`` of the step attempt running in this task or thread: a dispatched
+    step's handler, or a local step's function.
 
     Raises:
-        LookupError: Outside a step handler.
+        LookupError: Outside a step (in a workflow's own code, say).
     """
     try:
         return _current.get()
     except LookupError:
-        msg = "current_step() is only available inside a dispatched step's handler"
+        msg = (
+            "current_step() is only available inside a dispatched step's handler or a local"
+            " step's function"
+        )
         raise LookupError(msg) from None

@@ -19,6 +19,11 @@ Concurrency rules every implementation keeps:
   have acted on it).
 - A result that lands while the run is running marks it *woken*, so the turn's suspension turns
   into ``pending`` instead of losing the wake-up.
+- An attempt the engine gave up on never runs: a commit that settles a dispatched step's
+  failure (and ``requeue``, for the steps it resets) withdraws its attempts in the same
+  transaction. A queued one is deleted; one a worker has claimed is marked ``withdrawn`` (it
+  keeps its queue slot until it reports or its claim lapses) and its result is discarded, with
+  the event ``step.result_discarded``. Each withdrawal is a ``step.withdrawn`` event.
 """
 
 from __future__ import annotations
@@ -109,7 +114,6 @@ class CheckpointWrite:
     expected_rev: int | None
     output: str | None = None
     input: str | None = None
-    exception: bytes | None = None
 
 
 @attrs.frozen
@@ -273,15 +277,19 @@ class Store(Protocol):
         """Extend a held claim; ``False`` if *worker* no longer holds it."""
         ...
 
-    async def release_claim(self, task_id: int, worker: str) -> None:
-        """Put a claimed task back in the queue, unstarted (a worker shutting down)."""
+    async def release_claim(self, task_id: int, worker: str, *, now: int) -> None:
+        """
+        Put a claimed task back in the queue, unstarted (a worker shutting down); a withdrawn
+        one is deleted instead, freeing its queue slot at epoch ms *now*.
+        """
         ...
 
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """
         Record an attempt's result: complete or fail its checkpoint and wake the run. Returns
         ``False`` when the result no longer matters (the step completed, its failure is settled,
-        or a later attempt is under way) and nothing but the task's own row changed.
+        a later attempt is under way, or the attempt was withdrawn: then with the event
+        ``step.result_discarded``) and nothing but the task's own row changed.
         """
         ...
 
@@ -323,5 +331,8 @@ class Store(Protocol):
         ...
 
     async def requeue(self, run_id: str, now: int) -> Run:
-        """Reset the run's failed checkpoints to a fresh first attempt and make it pending."""
+        """
+        Reset the run's failed checkpoints to a fresh first attempt and make it pending; the
+        attempts of those steps still queued or claimed are withdrawn.
+        """
         ...

@@ -3,7 +3,9 @@ The PostgreSQL store: many engines and workers on many machines sharing one data
 
 Everything lives in one schema (``effects_durable`` unless the URL says ``?schema=``), created and
 upgraded in place under an advisory lock, so engines that start together never race. Times are
-epoch-ms ``bigint``, payloads ``jsonb``. Runnable runs and queued tasks are claimed with
+epoch-ms ``bigint``, payloads JSON ``text`` (as the engine wrote it: ASCII, every other character
+escaped, so U+0000, unpaired surrogates and every number round-trip exactly, which ``jsonb``
+cannot do). Runnable runs and queued tasks are claimed with
 ``FOR UPDATE SKIP LOCKED``; a turn's writes are a compare-and-set on its run's lease token; a
 flow-control queue's slots are counted under a transaction-scoped advisory lock keyed by the
 queue's name, so two engines can never both take its last slot.
@@ -42,11 +44,11 @@ import attrs
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
-from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
+    CheckpointWrite,
     ClaimedRun,
     NewEvent,
     NewRun,
@@ -64,7 +66,7 @@ _log: Final = logging.getLogger("effects.durable")
 T = TypeVar("T")
 
 SCHEMA_NAME: Final = "effects.durable"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 # Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
@@ -157,23 +159,66 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             PRIMARY KEY (run_id, id)
         )""",
     ),
+    (
+        # Payloads as the JSON text the engine wrote: jsonb refuses U+0000 and unpaired
+        # surrogates (in an error message, say) and rewrites numbers (1e16 as 10000000000000000,
+        # -0.0 as 0), so a replay would see another value than the first run did.
+        "ALTER TABLE runs ALTER COLUMN input TYPE text USING input::text,"
+        " ALTER COLUMN output TYPE text USING output::text,"
+        " ALTER COLUMN error TYPE text USING error::text",
+        "ALTER TABLE checkpoints ALTER COLUMN input TYPE text USING input::text,"
+        " ALTER COLUMN output TYPE text USING output::text,"
+        " ALTER COLUMN error TYPE text USING error::text,"
+        " ALTER COLUMN retry_state TYPE text USING retry_state::text,"
+        " ALTER COLUMN progress TYPE text USING progress::text,"
+        # Failed local steps are rebuilt from their StepError, never unpickled: the pickles go.
+        " DROP COLUMN exception",
+        # Every attempt's error in a row of its own: a failed attempt appends one row, and the
+        # checkpoint's row stays small however many attempts came before.
+        "CREATE TABLE step_errors (run_id text NOT NULL, seq integer NOT NULL,"
+        " n integer NOT NULL, error text NOT NULL, PRIMARY KEY (run_id, seq, n))",
+        "INSERT INTO step_errors (run_id, seq, n, error) SELECT c.run_id, c.seq, e.n, e.v::text"
+        " FROM checkpoints c, jsonb_array_elements(c.errors) WITH ORDINALITY AS e(v, n)",
+        "ALTER TABLE checkpoints DROP COLUMN errors",
+        "ALTER TABLE tasks ALTER COLUMN input TYPE text USING input::text",
+        "ALTER TABLE events ALTER COLUMN data TYPE text USING data::text",
+        "CREATE INDEX tasks_withdrawn ON tasks (claim_until) WHERE status = 'withdrawn'",
+        # Attempts left queued behind a step that had settled (an older version did not
+        # withdraw them): nobody may run them now.
+        "DELETE FROM tasks t WHERE status IN ('queued', 'waiting') AND EXISTS (SELECT 1 FROM"
+        " checkpoints c WHERE c.run_id = t.run_id AND c.seq = t.seq"
+        " AND (c.status = 'completed' OR (c.status = 'failed' AND c.final)))",
+    ),
 )
 
 _RUN_COLUMNS: Final = (
     "run_id, workflow, version, status, input, output, error, recovery_attempts, created_at,"
     " updated_at, wake_at"
 )
+# The errors of the checkpoint row *t* as the JSON text of a list, from step_errors, in order.
+_ERRORS_OF: Final = (
+    "COALESCE((SELECT '[' || string_agg(e.error, ',' ORDER BY e.n) || ']' FROM step_errors e"
+    " WHERE e.run_id = {t}.run_id AND e.seq = {t}.seq), '[]')"
+)
 _CHECKPOINT_COLUMNS: Final = (
     "run_id, seq, name, kind, step_id, status, attempts, wake_at, output, error, errors, final,"
     " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
-    " exception, timeout_ms, lease_ms, redispatches, heartbeat_at"
+    " timeout_ms, lease_ms, redispatches, heartbeat_at"
 )
 _RUN_COLUMNS_OF_R: Final = ", ".join(f"r.{c}" for c in _RUN_COLUMNS.split(", "))
-_CHECKPOINT_COLUMNS_OF_C: Final = ", ".join(f"c.{c}" for c in _CHECKPOINT_COLUMNS.split(", "))
+_CHECKPOINT_COLUMNS_OF_C: Final = ", ".join(
+    _ERRORS_OF.format(t="c") if c == "errors" else f"c.{c}" for c in _CHECKPOINT_COLUMNS.split(", ")
+)
+# The columns read from ``checkpoints`` itself (no alias).
+_CHECKPOINT_READ: Final = ", ".join(
+    _ERRORS_OF.format(t="checkpoints") if c == "errors" else c
+    for c in _CHECKPOINT_COLUMNS.split(", ")
+)
 _TASK_COLUMNS: Final = (
     "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
 )
-_SLOT_HOLDERS: Final = "('queued', 'claimed')"
+# A withdrawn attempt a worker still runs holds its slot until it reports or its claim lapses.
+_SLOT_HOLDERS: Final = "('queued', 'claimed', 'withdrawn')"
 _EVENT_INSERT: Final = (
     "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (%s, %s, %s, %s, %s, %s)"
 )
@@ -183,7 +228,7 @@ _EVENT_INSERT: Final = (
 _EVENTS_FROM: Final = (
     "INSERT INTO events (run_id, seq, name, level, at, data)"
     " SELECT {source}.run_id, (e.ev->>0)::integer, e.ev->>1, e.ev->>2, (e.ev->>3)::bigint,"
-    " e.ev->4 FROM {source}, jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY"
+    " e.ev->>4 FROM {source}, json_array_elements(%(events)s::json) WITH ORDINALITY"
     " AS e(ev, n) ORDER BY e.n"
 )
 # A new checkpoint row, inserted once per row of the ``held`` CTE (the lease held); the
@@ -191,21 +236,27 @@ _EVENTS_FROM: Final = (
 # untyped NULL would be text.
 _CHECKPOINT_FROM_HELD: Final = (
     "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts, wake_at,"
-    " output, error, errors, final, exception, retry_state, grp, queue, dispatched_at, input,"
+    " output, error, final, retry_state, grp, queue, dispatched_at, input,"
     " timeout_ms, lease_ms, redispatches, heartbeat_at, created_at, updated_at)"
     " SELECT held.run_id, %(seq)s::integer, %(name)s::text, %(kind)s::text, %(step_id)s::text,"
-    " %(status)s::text, %(attempts)s::integer, %(wake_at)s::bigint, %(output)s::jsonb,"
-    " %(error)s::jsonb, %(errors)s::jsonb, %(final)s::boolean, %(exception)s::bytea,"
-    " %(retry_state)s::jsonb, %(grp)s::text, %(queue)s::text, %(dispatched_at)s::bigint,"
-    " %(input)s::jsonb, %(timeout_ms)s::bigint, %(lease_ms)s::bigint,"
+    " %(status)s::text, %(attempts)s::integer, %(wake_at)s::bigint, %(output)s::text,"
+    " %(error)s::text, %(final)s::boolean,"
+    " %(retry_state)s::text, %(grp)s::text, %(queue)s::text, %(dispatched_at)s::bigint,"
+    " %(input)s::text, %(timeout_ms)s::bigint, %(lease_ms)s::bigint,"
     " %(redispatches)s::integer, %(heartbeat_at)s::bigint, %(created_at)s::bigint,"
     " %(updated_at)s::bigint FROM held"
+)
+# The errors of a new checkpoint (``%(errors)s``, ``_errors_text``), once per row of
+# ``held`` (prefixed likewise).
+_ERRORS_FROM_HELD: Final = (
+    "INSERT INTO step_errors (run_id, seq, n, error) SELECT held.run_id, %(seq)s::integer, e.n,"
+    " e.v FROM held, json_array_elements_text(%(errors)s::json) WITH ORDINALITY AS e(v, n)"
 )
 # A new task outside any queue, queued, inserted once per row of ``held`` (prefixed likewise).
 _TASK_FROM_HELD: Final = (
     "INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status, available_at,"
     " redispatched, created_at) SELECT held.run_id, %(seq)s::integer, %(step_id)s::text,"
-    " %(name)s::text, %(grp)s::text, %(input)s::jsonb, %(attempt)s::integer, 'queued',"
+    " %(name)s::text, %(grp)s::text, %(input)s::text, %(attempt)s::integer, 'queued',"
     " %(available_at)s::bigint, %(redispatched)s::boolean, %(created_at)s::bigint FROM held"
 )
 # Joined into the statements whose loss in a server crash is harmless (claims, lease and claim
@@ -320,6 +371,35 @@ def _prefixed(prefix: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     return {prefix + key: value for key, value in pairs}
 
 
+# One more error (``%(error)s``) of the checkpoint ``(%(run)s, %(seq)s)``, after those it has,
+# once per row of ``up``: a row of its own, so an attempt costs the same however many came before.
+_ERROR_APPEND: Final = (
+    "INSERT INTO step_errors (run_id, seq, n, error) SELECT up.run_id, %(seq)s,"
+    " (SELECT COALESCE(MAX(n), 0) + 1 FROM step_errors WHERE run_id = %(run)s"
+    " AND seq = %(seq)s), %(error)s FROM up"
+)
+
+
+# In ``record_result``'s statement: the attempt reporting was not withdrawn (its ``own`` CTE).
+_NOT_WITHDRAWN: Final = "NOT EXISTS (SELECT 1 FROM own WHERE status = 'withdrawn')"
+
+
+def _gives_up(cp: Checkpoint) -> bool:
+    """Whether writing *cp* settles a dispatched step's failure (its attempts are over)."""
+    return cp.kind == "remote" and cp.status == "failed" and cp.final
+
+
+def _discarded(task: Task, outcome: TaskOutcome) -> str:
+    """The data of ``step.result_discarded``: the result of an attempt that was withdrawn."""
+    return _dumps(
+        {
+            "attempt": task.attempt,
+            "outcome": "completed" if outcome.error is None else "failed",
+            "reason": "withdrawn: the engine had given up on the step, or reset it",
+        }
+    )
+
+
 def _later(commit: TurnCommit) -> bool:
     """Whether *commit* brings a time to come: a timer, or a task available only later."""
     adv = commit.advance
@@ -346,12 +426,21 @@ def _one_line(error: BaseException) -> str:
     return "; ".join(lines) or type(error).__name__
 
 
-def _error(data: Any) -> StepError | None:
-    return None if data is None else StepError.from_json(data)
+def _error(text: str | None) -> StepError | None:
+    return None if text is None else StepError.from_json(json.loads(text))
 
 
-def _error_json(error: StepError | None) -> Any:
-    return None if error is None else Jsonb(error.to_json())
+def _error_json(error: StepError | None) -> str | None:
+    return None if error is None else _dumps(error.to_json())
+
+
+def _errors_text(errors: Sequence[StepError]) -> str:
+    """*errors* as a JSON list of each one's JSON text (the server never de-escapes within)."""
+    return _dumps([_dumps(e.to_json()) for e in errors])
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 def _run(row: Sequence[Any]) -> Run:
@@ -360,8 +449,8 @@ def _run(row: Sequence[Any]) -> Run:
         workflow=row[1],
         version=row[2],
         status=row[3],
-        input=row[4],
-        output=row[5],
+        input=_loads(row[4]),
+        output=_loads(row[5]),
         error=_error(row[6]),
         recovery_attempts=row[7],
         created_at=row[8],
@@ -380,24 +469,23 @@ def _checkpoint(row: Sequence[Any]) -> Checkpoint:
         status=row[5],
         attempts=row[6],
         wake_at=row[7],
-        output=row[8],
+        output=_loads(row[8]),
         error=_error(row[9]),
-        errors=tuple(StepError.from_json(e) for e in row[10]),
+        errors=row[10],
         final=row[11],
         created_at=row[12],
         updated_at=row[13],
-        progress=row[14],
+        progress=_loads(row[14]),
         group=row[15],
         queue=row[16],
-        retry_state=row[17],
+        retry_state=_loads(row[17]),
         dispatched_at=row[18],
-        input=row[19],
+        input=_loads(row[19]),
         rev=row[20],
-        exception=None if row[21] is None else bytes(row[21]),
-        timeout_ms=row[22],
-        lease_ms=row[23],
-        redispatches=row[24],
-        heartbeat_at=row[25],
+        timeout_ms=row[21],
+        lease_ms=row[22],
+        redispatches=row[23],
+        heartbeat_at=row[24],
     )
 
 
@@ -410,11 +498,11 @@ def _task(row: Sequence[Any]) -> Task:
         step_id=row[3],
         name=row[4],
         group=row[5],
-        input=row[6],
+        input=_loads(row[6]),
         attempt=row[7],
         queue=row[8],
         redispatched=row[9],
-        last_progress=row[10],
+        last_progress=_loads(row[10]),
         timeout_ms=row[11],
         lease_ms=row[12],
     )
@@ -905,13 +993,15 @@ class PostgresStore:
         async with conn.cursor() as cursor:
             await cursor.executemany(
                 _EVENT_INSERT,
-                [(run_id, e.seq, e.name, e.level, e.at, Jsonb(e.data)) for e in events],
+                [(run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)) for e in events],
             )
 
     @staticmethod
     def _events_json(events: Sequence[NewEvent]) -> dict[str, Any]:
-        """*events* as the parameter ``_EVENTS_FROM`` reads: ``[[seq, name, level, at, data]]``."""
-        return {"events": _dumps([[e.seq, e.name, e.level, e.at, e.data] for e in events])}
+        """*events* as ``_EVENTS_FROM`` reads them: ``[[seq, name, level, at, "data"]]``."""
+        # Each event's data as a string of its JSON text: the server then never de-escapes a
+        # U+0000 or a lone surrogate in it (which PostgreSQL text cannot hold).
+        return {"events": _dumps([[e.seq, e.name, e.level, e.at, _dumps(e.data)] for e in events])}
 
     def _hint_params(self, kinds: str = "rtd") -> dict[str, Any]:
         """The parameters of a statement's ``pg_notify`` for *kinds* (see ``wakes``)."""
@@ -925,7 +1015,7 @@ class PostgresStore:
     def _payload_error(error: BaseException, what: str) -> TypeError:
         return TypeError(
             f"{what} cannot be stored in PostgreSQL: {_one_line(error)}"
-            " (jsonb holds neither U+0000 nor an unpaired surrogate)"
+            " (PostgreSQL text holds no U+0000)"
         )
 
     # -- runs -------------------------------------------------------------------------------------
@@ -938,7 +1028,7 @@ class PostgresStore:
         statement: LiteralString = (
             "WITH made AS (INSERT INTO runs (run_id, workflow, version, status, input,"
             " created_at, updated_at, lease_token, lease_until) VALUES (%(id)s,"
-            " %(workflow)s, %(version)s, %(status)s, %(input)s::jsonb, %(now)s, %(now)s,"
+            " %(workflow)s, %(version)s, %(status)s, %(input)s, %(now)s, %(now)s,"
             " %(token)s, %(until)s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id, input),"
             f" trail AS ({_EVENTS_FROM.format(source='made')}),"
             " hint AS (SELECT pg_notify(c, %(sender)s) FROM made,"
@@ -966,8 +1056,7 @@ class PostgresStore:
                 return _TAKEN
             if leased is None:
                 return None
-            # The input as jsonb gives it back (its key order), as every replay will read it.
-            created = Run(run.run_id, run.workflow, run.version, "running", row[2],
+            created = Run(run.run_id, run.workflow, run.version, "running", _loads(row[2]),
                           None, None, 0, run.now, run.now)  # fmt: skip
             return ClaimedRun(created, leased, ())
 
@@ -1056,7 +1145,7 @@ class PostgresStore:
     @staticmethod
     async def _checkpoints(conn: AsyncConnection[Any], run_id: str) -> list[Checkpoint]:
         cursor = await conn.execute(
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s ORDER BY seq",
+            f"SELECT {_CHECKPOINT_READ} FROM checkpoints WHERE run_id = %s ORDER BY seq",
             (run_id,),
         )
         return [_checkpoint(row) for row in await cursor.fetchall()]
@@ -1070,7 +1159,7 @@ class PostgresStore:
                 (run_id,),
             )
             return [
-                Event(name, level, at, seq, data)
+                Event(name, level, at, seq, json.loads(data))
                 for name, level, at, seq, data in await cursor.fetchall()
             ]
 
@@ -1081,7 +1170,7 @@ class PostgresStore:
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Checkpoint | None:
             cursor = await conn.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s AND seq = %s",
+                f"SELECT {_CHECKPOINT_READ} FROM checkpoints WHERE run_id = %s AND seq = %s",
                 (run_id, seq),
             )
             row = await cursor.fetchone()
@@ -1226,8 +1315,12 @@ class PostgresStore:
             queued_for_sure = any(t.queue is None or t.queue_limit is None for t in commit.tasks)
             # A checkpoint inserted now has no older attempts to withdraw.
             fresh = {w.checkpoint.seq for w in commit.checkpoints if w.expected_rev is None}
+            # The steps this commit gives up on: none of their attempts may run any more.
+            settled = [w.checkpoint for w in commit.checkpoints if _gives_up(w.checkpoint)]
             async with conn.transaction():
-                await self._queue_locks(conn, [t.queue for t in commit.tasks])
+                await self._queue_locks(
+                    conn, [t.queue for t in commit.tasks] + [cp.queue for cp in settled]
+                )
                 cursor = await conn.execute(
                     *self._advance(commit, runs=hint, tasks=queued_for_sure)
                 )
@@ -1246,6 +1339,12 @@ class PostgresStore:
                         (task.run_id, task.seq),
                     )
                     withdrawn.extend(row[0] for row in await cursor.fetchall())
+                if settled:
+                    withdrawn.extend(
+                        await self._withdraw(
+                            conn, commit.run_id, [cp.seq for cp in settled], commit.now
+                        )
+                    )
                 for write in commit.checkpoints:
                     cursor = await self._write_checkpoint(conn, commit, write)
                     if cursor.rowcount != 1:
@@ -1253,6 +1352,7 @@ class PostgresStore:
                         seq = write.checkpoint.seq
                         msg = f"run {commit.run_id}: checkpoint {seq} {how} meanwhile"
                         raise StaleTurnError(msg)
+                    await self._write_errors(conn, commit.run_id, write)
                 queued = False
                 for task in commit.tasks:
                     queued = await self._enqueue(conn, task, commit.now) or queued
@@ -1287,6 +1387,32 @@ class PostgresStore:
             raise
         except psycopg.DataError as error:
             raise self._payload_error(error, f"a step of run {commit.run_id!r}") from error
+
+    @staticmethod
+    async def _withdraw(
+        conn: AsyncConnection[Any], run_id: str, seqs: Sequence[int], now: int
+    ) -> list[str | None]:
+        """
+        Withdraw the attempts of the run's checkpoints at *seqs* (their queues' locks held):
+        queued or waiting ones are deleted, a claimed one is marked ``withdrawn`` (its result
+        will be discarded), each with a ``step.withdrawn`` event. Returns the queues of the
+        deleted ones, whose slots are free now.
+        """
+        cursor = await conn.execute(
+            "WITH gone AS (DELETE FROM tasks WHERE run_id = %(run)s"
+            " AND seq = ANY(%(seqs)s::integer[]) AND status IN ('queued', 'waiting')"
+            " RETURNING queue, seq, attempt, task_id, false AS claimed),"
+            " kept AS (UPDATE tasks SET status = 'withdrawn' WHERE run_id = %(run)s"
+            " AND seq = ANY(%(seqs)s::integer[]) AND status = 'claimed'"
+            " RETURNING NULL::text AS queue, seq, attempt, task_id, true AS claimed),"
+            " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
+            " SELECT %(run)s, w.seq, 'step.withdrawn', 'info', %(now)s,"
+            " json_build_object('attempt', w.attempt, 'claimed', w.claimed)::text"
+            " FROM (SELECT * FROM gone UNION ALL SELECT * FROM kept ORDER BY task_id) w)"
+            " SELECT queue FROM gone",
+            {"run": run_id, "seqs": list(seqs), "now": now},
+        )
+        return [row[0] for row in await cursor.fetchall()]
 
     @staticmethod
     def _one_statement(commit: TurnCommit) -> bool:
@@ -1327,10 +1453,8 @@ class PostgresStore:
                         ("wake_at", cp.wake_at),
                         ("output", write.output),
                         ("error", _error_json(cp.error)),
-                        ("errors", Jsonb([e.to_json() for e in cp.errors])),
                         ("final", cp.final),
-                        ("exception", write.exception),
-                        ("retry_state", None if cp.retry_state is None else Jsonb(cp.retry_state)),
+                        ("retry_state", None if cp.retry_state is None else _dumps(cp.retry_state)),
                         ("grp", cp.group),
                         ("queue", cp.queue),
                         ("dispatched_at", cp.dispatched_at),
@@ -1344,6 +1468,11 @@ class PostgresStore:
                     ),
                 )
             )
+            if cp.errors:
+                parts.append(_ERRORS_FROM_HELD.replace("%(", f"%(e{n}_"))
+                params.update(
+                    _prefixed(f"e{n}_", (("seq", cp.seq), ("errors", _errors_text(cp.errors))))
+                )
         for n, task in enumerate(commit.tasks):
             parts.append(_TASK_FROM_HELD.replace("%(", f"%(t{n}_"))
             params.update(
@@ -1382,10 +1511,8 @@ class PostgresStore:
             cp.wake_at,
             write.output,
             _error_json(cp.error),
-            Jsonb([e.to_json() for e in cp.errors]),
             cp.final,
-            write.exception,
-            None if cp.retry_state is None else Jsonb(cp.retry_state),
+            None if cp.retry_state is None else _dumps(cp.retry_state),
             cp.group,
             cp.queue,
             cp.dispatched_at,
@@ -1399,22 +1526,41 @@ class PostgresStore:
         if write.expected_rev is None:
             return await conn.execute(
                 "INSERT INTO checkpoints (name, kind, step_id, status, attempts, wake_at,"
-                " output, error, errors, final, exception, retry_state, grp, queue,"
+                " output, error, final, retry_state, grp, queue,"
                 " dispatched_at, input, timeout_ms, lease_ms, redispatches, heartbeat_at,"
                 " updated_at, run_id, seq, created_at) VALUES (%s, %s, %s, %s, %s, %s,"
-                " %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s,"
+                " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
                 " %s, %s, %s, %s) ON CONFLICT (run_id, seq) DO NOTHING",
                 (*values, commit.run_id, cp.seq, cp.created_at),
             )
         return await conn.execute(
             "UPDATE checkpoints SET name = %s, kind = %s, step_id = %s, status = %s,"
-            " attempts = %s, wake_at = %s, output = %s::jsonb, error = %s, errors = %s,"
-            " final = %s, exception = %s, retry_state = %s, grp = %s, queue = %s,"
-            " dispatched_at = %s, input = %s::jsonb, timeout_ms = %s, lease_ms = %s,"
+            " attempts = %s, wake_at = %s, output = %s, error = %s,"
+            " final = %s, retry_state = %s, grp = %s, queue = %s,"
+            " dispatched_at = %s, input = %s, timeout_ms = %s, lease_ms = %s,"
             " redispatches = %s, heartbeat_at = %s, updated_at = %s, rev = rev + 1"
             " WHERE run_id = %s AND seq = %s AND rev = %s",
             (*values, commit.run_id, cp.seq, write.expected_rev),
         )
+
+    @staticmethod
+    async def _write_errors(
+        conn: AsyncConnection[Any], run_id: str, write: CheckpointWrite
+    ) -> None:
+        """A checkpoint's errors, written again whole when the turn gave them as values."""
+        cp = write.checkpoint
+        if cp.stored_errors() is not None:
+            return
+        if write.expected_rev is not None:
+            await conn.execute(
+                "DELETE FROM step_errors WHERE run_id = %s AND seq = %s", (run_id, cp.seq)
+            )
+        if cp.errors:
+            await conn.execute(
+                "INSERT INTO step_errors (run_id, seq, n, error) SELECT %s, %s, e.n, e.v"
+                " FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e(v, n)",
+                (run_id, cp.seq, _errors_text(cp.errors)),
+            )
 
     async def _enqueue(self, conn: AsyncConnection[Any], task: NewTask, now: int) -> bool:
         """Insert *task*, queued, or waiting when its queue has no free slot; whether queued."""
@@ -1431,7 +1577,7 @@ class PostgresStore:
         await conn.execute(
             "INSERT INTO tasks (run_id, seq, step_id, name, grp, queue, queue_limit, input,"
             " attempt, status, available_at, redispatched, created_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)",
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 task.run_id,
                 task.seq,
@@ -1457,7 +1603,7 @@ class PostgresStore:
                     "step.queued",
                     "info",
                     now,
-                    Jsonb({"attempt": task.attempt, "queue": task.queue}),
+                    _dumps({"attempt": task.attempt, "queue": task.queue}),
                 ),
             )
         return status == "queued"
@@ -1495,7 +1641,7 @@ class PostgresStore:
                     "step.admitted",
                     "info",
                     now,
-                    Jsonb({"attempt": row[3], "queue": queue}),
+                    _dumps({"attempt": row[3], "queue": queue}),
                 ),
             )
             admitted = True
@@ -1519,7 +1665,7 @@ class PostgresStore:
                 "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
                 " output, created_at, updated_at)"
                 " SELECT %(run)s, %(seq)s, %(name)s, 'local', %(run)s || ':' || %(seq)s,"
-                " 'completed', 1, %(output)s::jsonb, %(started)s, %(now)s"
+                " 'completed', 1, %(output)s, %(started)s, %(now)s"
                 " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = %(run)s"
                 " AND lease_token = %(token)s AND status = 'running' FOR SHARE)"
                 + (" ON CONFLICT (run_id, seq) DO NOTHING" if again else "")
@@ -1597,7 +1743,7 @@ class PostgresStore:
             params["wake"] = adv.wake_at
         elif adv.action == "finish":
             held = (
-                "UPDATE runs SET status = %(status)s, output = %(output)s::jsonb,"
+                "UPDATE runs SET status = %(status)s, output = %(output)s,"
                 " error = %(error)s, wake_at = NULL, lease_token = NULL, lease_until = NULL,"
                 f" updated_at = %(now)s {guard}"
             )
@@ -1658,9 +1804,9 @@ class PostgresStore:
                 " RETURNING c.run_id, c.seq, c.progress, c.timeout_ms, c.lease_ms),"
                 " started AS (INSERT INTO events (run_id, seq, name, level, at, data)"
                 " SELECT t.run_id, t.seq, 'step.started', 'info', %(now)s,"
-                " jsonb_build_object('attempt', t.attempt, 'kind', 'remote',"
+                " (jsonb_build_object('attempt', t.attempt, 'kind', 'remote',"
                 " 'worker', %(worker)s::text) || CASE WHEN t.redispatched"
-                " THEN '{\"redispatched\": true}'::jsonb ELSE '{}'::jsonb END"
+                " THEN '{\"redispatched\": true}'::jsonb ELSE '{}'::jsonb END)::text"
                 " FROM (SELECT * FROM claimed ORDER BY task_id) t)"
                 f" SELECT {task_columns}, b.progress, b.timeout_ms, b.lease_ms FROM claimed t"
                 " LEFT JOIN beat b ON b.run_id = t.run_id AND b.seq = t.seq ORDER BY t.task_id",
@@ -1699,7 +1845,7 @@ class PostgresStore:
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
             cursor = await conn.execute(
                 "UPDATE checkpoints SET heartbeat_at = %(now)s,"
-                " progress = COALESCE(%(progress)s::jsonb, progress),"
+                " progress = COALESCE(%(progress)s::text, progress),"
                 " wake_at = CASE WHEN lease_ms IS NULL OR %(lease)s::bigint IS NULL THEN wake_at"
                 " ELSE %(lease)s::bigint END, updated_at = %(now)s, rev = rev + 1"
                 f" FROM {_NO_FLUSH}"
@@ -1718,10 +1864,10 @@ class PostgresStore:
 
         return await self._call(go)
 
-    async def release_claim(self, task_id: int, worker: str) -> None:
-        """Put a claimed task back in the queue."""
+    async def release_claim(self, task_id: int, worker: str, *, now: int) -> None:
+        """Put a claimed task back in the queue (a withdrawn one goes, freeing its slot)."""
 
-        async def go(conn: AsyncConnection[Any], _: _Retry) -> None:
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> str | None:
             async with conn.transaction():
                 cursor = await conn.execute(
                     "UPDATE tasks SET status = 'queued', claimed_by = NULL, claim_until = NULL"
@@ -1730,8 +1876,27 @@ class PostgresStore:
                 )
                 if cursor.rowcount:
                     await self._notify(conn)
+                    return None
+                cursor = await conn.execute(
+                    "SELECT COALESCE(queue, '') FROM tasks WHERE task_id = %s"
+                    " AND claimed_by = %s AND status = 'withdrawn'",
+                    (task_id, worker),
+                )
+                row = await cursor.fetchone()
+                return None if row is None else row[0]
 
-        await self._call(go)
+        withdrawn = await self._call(go)
+        if withdrawn is not None:
+            # Its queue's lock comes before its row: another transaction.
+            await self._call(
+                partial(
+                    self._drop_withdrawn,
+                    task_id=task_id,
+                    queue=withdrawn or None,
+                    now=now,
+                    worker=worker,
+                )
+            )
 
     async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
         """Record an attempt's result (see ``Store.record_result``)."""
@@ -1751,9 +1916,25 @@ class PostgresStore:
                 await self._queue_locks(conn, [task.queue])
                 await self._lock_run(conn, task.run_id)
                 own = await conn.execute(
-                    "DELETE FROM tasks WHERE task_id = %s AND claimed_by = %s RETURNING queue",
+                    "DELETE FROM tasks WHERE task_id = %s AND claimed_by = %s"
+                    " RETURNING queue, status",
                     (task.task_id, worker),
                 )
+                rows = await own.fetchall()
+                await self._release_slots(conn, [row[0] for row in rows], now)
+                if any(row[1] == "withdrawn" for row in rows):
+                    await conn.execute(
+                        _EVENT_INSERT,
+                        (
+                            task.run_id,
+                            task.seq,
+                            "step.result_discarded",
+                            "warning",
+                            now,
+                            _discarded(task, outcome),
+                        ),
+                    )
+                    return False
                 return await self._apply_outcome(
                     conn,
                     run_id=task.run_id,
@@ -1761,7 +1942,7 @@ class PostgresStore:
                     attempt=task.attempt,
                     outcome=outcome,
                     now=now,
-                    released=[own],
+                    released=[],
                 )
 
         # No queue slot to free (and no progress beside a failure): one statement does it all.
@@ -1800,21 +1981,22 @@ class PostgresStore:
             # A task of no queue frees no slot: only the run it wakes is news.
             **self._hint_params("r"),
         }
+        appended = ""
         if outcome.error is None:
             # Other attempts of a step that completes are moot. A settled failure is what replay
             # raises, and the workflow may have acted on it: a late success never rewrites it.
             moot = (
                 " moot AS (DELETE FROM tasks WHERE run_id = %(run)s AND seq = %(seq)s"
-                " AND task_id <> %(task)s AND (SELECT COUNT(*) FROM own) >= 0"
+                f" AND task_id <> %(task)s AND {_NOT_WITHDRAWN}"
                 " AND EXISTS (SELECT 1 FROM checkpoints WHERE run_id = %(run)s AND seq = %(seq)s"
                 " AND status <> 'completed' AND NOT (status = 'failed' AND final)) RETURNING 1),"
             )
             change = (
-                "UPDATE checkpoints SET status = 'completed', output = %(output)s::jsonb,"
+                "UPDATE checkpoints SET status = 'completed', output = %(output)s::text,"
                 " error = NULL, wake_at = NULL, final = false, updated_at = %(now)s,"
-                " rev = rev + 1, progress = COALESCE(%(progress)s::jsonb, progress)"
+                " rev = rev + 1, progress = COALESCE(%(progress)s::text, progress)"
                 " WHERE run_id = %(run)s AND seq = %(seq)s AND status <> 'completed'"
-                " AND NOT (status = 'failed' AND final)"
+                f" AND NOT (status = 'failed' AND final) AND {_NOT_WITHDRAWN}"
                 " AND (SELECT COUNT(*) FROM moot) >= 0"
             )
             params["output"] = outcome.output
@@ -1824,25 +2006,30 @@ class PostgresStore:
             error = outcome.error.to_json()
             change = (
                 "UPDATE checkpoints SET status = 'failed', error = %(error)s,"
-                " errors = errors || %(errors)s, final = false, wake_at = NULL,"
+                " final = false, wake_at = NULL,"
                 " updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s AND seq = %(seq)s"
                 " AND status IN ('pending', 'running') AND attempts = %(attempt)s"
-                " AND (SELECT COUNT(*) FROM own) >= 0"
+                f" AND {_NOT_WITHDRAWN}"
             )
-            params.update(error=Jsonb(error), errors=Jsonb([error]))
+            appended = f" errs AS ({_ERROR_APPEND}),"
+            params["error"] = _dumps(error)
             level = "warning" if outcome.error.retryable else "error"
             event = (
                 "step.failed",
                 level,
                 {"attempt": task.attempt, "kind": "remote", "error": error},
             )
-        params.update(ev_name=event[0], ev_level=event[1], ev_data=Jsonb(event[2]))
+        params.update(ev_name=event[0], ev_level=event[1], ev_data=_dumps(event[2]))
+        params["discarded"] = _discarded(task, outcome)
         statement = (
             "WITH lk AS (SELECT run_id FROM runs WHERE run_id = %(run)s FOR NO KEY UPDATE),"
             " own AS (DELETE FROM tasks WHERE task_id = %(task)s AND claimed_by = %(worker)s"
-            " AND (SELECT COUNT(*) FROM lk) >= 0 RETURNING 1),"
+            " AND (SELECT COUNT(*) FROM lk) >= 0 RETURNING status),"
+            " discard AS (INSERT INTO events (run_id, seq, name, level, at, data)"
+            " SELECT %(run)s, %(seq)s, 'step.result_discarded', 'warning', %(now)s,"
+            " %(discarded)s FROM own WHERE status = 'withdrawn'),"
             f"{moot}"
-            f" up AS ({change} RETURNING run_id),"
+            f" up AS ({change} RETURNING run_id),{appended}"
             " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
             " SELECT run_id, %(seq)s, %(ev_name)s, %(ev_level)s, %(now)s, %(ev_data)s FROM up),"
             " wake AS (UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
@@ -1897,34 +2084,36 @@ class PostgresStore:
                 )
             )
             change = (
-                "UPDATE checkpoints SET status = 'completed', output = %(output)s::jsonb,"
+                "UPDATE checkpoints SET status = 'completed', output = %(output)s::text,"
                 " error = NULL, wake_at = NULL, final = false, updated_at = %(now)s,"
-                " rev = rev + 1, progress = COALESCE(%(progress)s::jsonb, progress)"
+                " rev = rev + 1, progress = COALESCE(%(progress)s::text, progress)"
                 " WHERE run_id = %(run)s AND seq = %(seq)s AND status <> 'completed'"
                 " AND NOT (status = 'failed' AND final)"
             )
             params.update(output=outcome.output, progress=outcome.progress)
             event = ("step.completed", "info", {"attempt": attempt, "kind": "remote"})
+            appended = ""
         else:
+            appended = f" errs AS ({_ERROR_APPEND}),"
             if outcome.progress is not None:
                 await conn.execute(
-                    "UPDATE checkpoints SET progress = %s::jsonb WHERE run_id = %s AND seq = %s"
+                    "UPDATE checkpoints SET progress = %s WHERE run_id = %s AND seq = %s"
                     " AND status <> 'completed' AND NOT (status = 'failed' AND final)",
                     (outcome.progress, run_id, seq),
                 )
             error = outcome.error.to_json()
             change = (
                 "UPDATE checkpoints SET status = 'failed', error = %(error)s,"
-                " errors = errors || %(errors)s, final = false, wake_at = NULL,"
+                " final = false, wake_at = NULL,"
                 " updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s AND seq = %(seq)s"
                 " AND status IN ('pending', 'running') AND attempts = %(attempt)s"
             )
-            params.update(error=Jsonb(error), errors=Jsonb([error]))
+            params["error"] = _dumps(error)
             level = "warning" if outcome.error.retryable else "error"
             event = ("step.failed", level, {"attempt": attempt, "kind": "remote", "error": error})
-        params.update(ev_name=event[0], ev_level=event[1], ev_data=Jsonb(event[2]))
+        params.update(ev_name=event[0], ev_level=event[1], ev_data=_dumps(event[2]))
         applied = await conn.execute(
-            f"WITH up AS ({change} RETURNING run_id),"
+            f"WITH up AS ({change} RETURNING run_id),{appended}"
             " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
             " SELECT run_id, %(seq)s, %(ev_name)s, %(ev_level)s, %(now)s, %(ev_data)s FROM up),"
             " wake AS (UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
@@ -2006,7 +2195,7 @@ class PostgresStore:
                             "step.redispatched",
                             "warning",
                             now,
-                            Jsonb({"attempt": attempt, "by": "redispatch_pending"}),
+                            _dumps({"attempt": attempt, "by": "redispatch_pending"}),
                         ),
                     )
                     count += 1
@@ -2033,6 +2222,8 @@ class PostgresStore:
                 "(SELECT 'run', NULL::bigint, run_id, NULL FROM runs WHERE status = 'running'"
                 " AND lease_until < %(now)s ORDER BY lease_until LIMIT 500) UNION ALL"
                 " (SELECT 'task', task_id, run_id, queue FROM tasks WHERE status = 'claimed'"
+                " AND claim_until < %(now)s ORDER BY claim_until LIMIT 500) UNION ALL"
+                " (SELECT 'gone', task_id, run_id, queue FROM tasks WHERE status = 'withdrawn'"
                 " AND claim_until < %(now)s ORDER BY claim_until LIMIT 500)",
                 {"now": now},
             )
@@ -2043,6 +2234,14 @@ class PostgresStore:
         tasks = [
             (task_id, run_id, queue) for kind, task_id, run_id, queue in found if kind == "task"
         ]
+        for kind, task_id, _, queue in found:
+            if kind == "gone":
+                # A withdrawn attempt whose worker went silent: its slot is free, nothing else.
+                try:
+                    await self._call(partial(self._drop_withdrawn, task_id=task_id, queue=queue,
+                                             now=now, expired=True))  # fmt: skip
+                except Exception:  # noqa: BLE001 - one task's trouble must not stop the pass
+                    _log.exception("store %s: could not drop task %s", self.url, task_id)
         recovered: list[str] = []
         dead: list[str] = []
         lost: list[str] = []
@@ -2120,7 +2319,7 @@ class PostgresStore:
                         "run.reconciling",
                         "warning",
                         now,
-                        Jsonb({"wake_at": now + reconcile_ms}),
+                        _dumps({"wake_at": now + reconcile_ms}),
                     ),
                 )
                 await self._notify(conn)
@@ -2149,9 +2348,31 @@ class PostgresStore:
                 )
                 verdict = "recovered"
                 name, level, data = "run.recovered", "warning", {"recovery_attempts": count + 1}
-            await conn.execute(_EVENT_INSERT, (run_id, None, name, level, now, Jsonb(data)))
+            await conn.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
             await self._notify(conn)
             return verdict
+
+    async def _drop_withdrawn(
+        self,
+        conn: AsyncConnection[Any],
+        _: _Retry,
+        *,
+        task_id: int,
+        queue: str | None,
+        now: int,
+        expired: bool = False,
+        worker: str | None = None,
+    ) -> None:
+        """Delete a withdrawn attempt (its claim lapsed, or its worker let it go); free its slot."""
+        async with conn.transaction():
+            await self._queue_locks(conn, [queue])
+            cursor = await conn.execute(
+                "DELETE FROM tasks WHERE task_id = %(task)s AND status = 'withdrawn'"
+                " AND (NOT %(expired)s OR claim_until < %(now)s)"
+                " AND (%(worker)s::text IS NULL OR claimed_by = %(worker)s::text) RETURNING queue",
+                {"task": task_id, "expired": expired, "now": now, "worker": worker},
+            )
+            await self._release_slots(conn, [row[0] for row in await cursor.fetchall()], now)
 
     async def _recover_task(
         self,
@@ -2201,6 +2422,8 @@ class PostgresStore:
                 " (SELECT MIN(available_at) FROM tasks WHERE status = 'queued'"
                 " AND available_at > %(n)s),"
                 " (SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'claimed'"
+                " AND claim_until >= %(n)s),"
+                " (SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'withdrawn'"
                 " AND claim_until >= %(n)s))",
                 {"n": now},
             )
@@ -2214,6 +2437,15 @@ class PostgresStore:
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Run:
             async with conn.transaction():
+                # Attempts still queued or running for the steps reset here must not complete
+                # their fresh first attempt: they are withdrawn (queue locks first, by name).
+                cursor = await conn.execute(
+                    "SELECT seq, queue FROM checkpoints WHERE run_id = %s AND kind = 'remote'"
+                    " AND status = 'failed'",
+                    (run_id,),
+                )
+                failed = await cursor.fetchall()
+                await self._queue_locks(conn, [queue for _, queue in failed])
                 cursor = await conn.execute(
                     f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s FOR NO KEY UPDATE",
                     (run_id,),
@@ -2229,10 +2461,18 @@ class PostgresStore:
                         " be retried"
                     )
                     raise ValueError(msg)
+                if failed:
+                    freed = await self._withdraw(conn, run_id, [seq for seq, _ in failed], now)
+                    await self._release_slots(conn, freed, now)
+                await conn.execute(
+                    "DELETE FROM step_errors WHERE run_id = %(run)s AND seq IN (SELECT seq FROM"
+                    " checkpoints WHERE run_id = %(run)s AND status = 'failed')",
+                    {"run": run_id},
+                )
                 cursor = await conn.execute(
                     "UPDATE checkpoints SET status = CASE kind WHEN 'local' THEN 'pending'"
                     " ELSE 'failed' END, attempts = 0, final = false, error = NULL,"
-                    " errors = '[]', exception = NULL, retry_state = NULL,"
+                    " retry_state = NULL,"
                     " wake_at = CASE kind WHEN 'local' THEN NULL ELSE %s::bigint END,"
                     " updated_at = %s, rev = rev + 1 WHERE run_id = %s AND status = 'failed'",
                     (now, now, run_id),
@@ -2254,7 +2494,7 @@ class PostgresStore:
                         "run.requeued",
                         "info",
                         now,
-                        Jsonb({"checkpoints_reset": reset}),
+                        _dumps({"checkpoints_reset": reset}),
                     ),
                 )
                 await self._notify(conn)

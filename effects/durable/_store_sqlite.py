@@ -56,7 +56,10 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
 
 
 SCHEMA_NAME: Final = "effects.durable"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
+
+# A checkpoint whose attempts are over: completed, or failed for good (of alias ``c``).
+_SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
 
 # Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
 # lacks, in one transaction.
@@ -147,6 +150,26 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE checkpoints ADD COLUMN redispatches INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE tasks ADD COLUMN queue_limit INTEGER",
     ),
+    (
+        # Failed local steps are rebuilt from their StepError, never unpickled: the pickles go.
+        "ALTER TABLE checkpoints DROP COLUMN exception",
+        # Every attempt's error in a row of its own: a failed attempt appends one row, and the
+        # checkpoint's row stays small however many attempts came before.
+        """CREATE TABLE step_errors (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            n INTEGER NOT NULL,
+            error TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq, n)
+        ) WITHOUT ROWID""",
+        "INSERT INTO step_errors (run_id, seq, n, error) SELECT c.run_id, c.seq, j.key + 1,"
+        " j.value FROM checkpoints c, json_each(c.errors) j",
+        "ALTER TABLE checkpoints DROP COLUMN errors",
+        # Attempts left queued behind a step that had settled (an older version did not
+        # withdraw them): nobody may run them now.
+        f"DELETE FROM tasks WHERE status IN ('queued', 'waiting') AND EXISTS (SELECT 1 FROM"
+        f" checkpoints c WHERE c.run_id = tasks.run_id AND c.seq = tasks.seq AND {_SETTLED})",
+    ),
 )
 
 _SYNCHRONOUS: Final = {"off": "OFF", "normal": "NORMAL", "full": "FULL", "extra": "EXTRA"}
@@ -155,15 +178,23 @@ _RUN_COLUMNS: Final = (
     "run_id, workflow, version, status, input, output, error, recovery_attempts, created_at,"
     " updated_at, wake_at"
 )
+# The checkpoint's errors as the JSON text of a list, from its rows in step_errors, in order.
+_ERRORS_OF_CHECKPOINT: Final = (
+    "COALESCE((SELECT '[' || group_concat(error, ',') || ']' FROM (SELECT error FROM"
+    " step_errors e WHERE e.run_id = checkpoints.run_id AND e.seq = checkpoints.seq"
+    " ORDER BY e.n)), '[]')"
+)
 _CHECKPOINT_COLUMNS: Final = (
-    "run_id, seq, name, kind, step_id, status, attempts, wake_at, output, error, errors, final,"
+    "run_id, seq, name, kind, step_id, status, attempts, wake_at, output, error,"
+    f" {_ERRORS_OF_CHECKPOINT}, final,"
     " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
-    " exception, timeout_ms, lease_ms, redispatches, heartbeat_at"
+    " timeout_ms, lease_ms, redispatches, heartbeat_at"
 )
 _TASK_COLUMNS: Final = (
     "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
 )
-_SLOT_HOLDERS: Final = "('queued', 'claimed')"
+# A withdrawn attempt a worker still runs holds its slot until it reports or its claim lapses.
+_SLOT_HOLDERS: Final = "('queued', 'claimed', 'withdrawn')"
 _WORKER_LOST: Final = StepError(
     message="worker lost: its claim on the task expired before it reported a result",
     code="worker_lost",
@@ -220,6 +251,22 @@ _EVENT_INSERT: Final = (
 )
 
 
+# One more error (``?3``, JSON text) of the checkpoint ``(?1, ?2)``, after those it has.
+_ERROR_APPEND: Final = (
+    "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?1, ?2, (SELECT COALESCE(MAX(n), 0)"
+    " + 1 FROM step_errors WHERE run_id = ?1 AND seq = ?2), ?3)"
+)
+
+
+def _discarded(task: Task, outcome: TaskOutcome) -> dict[str, Any]:
+    """The data of ``step.result_discarded``: the result of an attempt that was withdrawn."""
+    return {
+        "attempt": task.attempt,
+        "outcome": "completed" if outcome.error is None else "failed",
+        "reason": "withdrawn: the engine had given up on the step, or reset it",
+    }
+
+
 def _error(text: str | None) -> StepError | None:
     return None if text is None else StepError.from_json(json.loads(text))
 
@@ -256,7 +303,7 @@ def _checkpoint(row: tuple[Any, ...]) -> Checkpoint:
         wake_at=row[7],
         output=_loads(row[8]),
         error=_error(row[9]),
-        errors=tuple(StepError.from_json(e) for e in json.loads(row[10])),
+        errors=row[10],
         final=bool(row[11]),
         created_at=row[12],
         updated_at=row[13],
@@ -267,11 +314,10 @@ def _checkpoint(row: tuple[Any, ...]) -> Checkpoint:
         dispatched_at=row[18],
         input=_loads(row[19]),
         rev=row[20],
-        exception=row[21],
-        timeout_ms=row[22],
-        lease_ms=row[23],
-        redispatches=row[24],
-        heartbeat_at=row[25],
+        timeout_ms=row[21],
+        lease_ms=row[22],
+        redispatches=row[23],
+        heartbeat_at=row[24],
     )
 
 
@@ -780,9 +826,7 @@ class SqliteStore:
                 cp.wake_at,
                 write.output,
                 _error_text(cp.error),
-                _dumps([e.to_json() for e in cp.errors]) if cp.errors else "[]",
                 int(cp.final),
-                write.exception,
                 None if cp.retry_state is None else _dumps(cp.retry_state),
                 cp.group,
                 cp.queue,
@@ -798,11 +842,11 @@ class SqliteStore:
                 try:
                     db.execute(
                         "INSERT INTO checkpoints (name, kind, step_id, status, attempts,"
-                        " wake_at, output, error, errors, final, exception, retry_state, grp,"
+                        " wake_at, output, error, final, retry_state, grp,"
                         " queue, dispatched_at, input, timeout_ms, lease_ms, redispatches,"
                         " heartbeat_at, updated_at, run_id, seq, created_at)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                        " ?, ?, ?, ?)",
+                        " ?, ?)",
                         (*values, commit.run_id, cp.seq, cp.created_at),
                     )
                 except sqlite3.IntegrityError:
@@ -811,8 +855,8 @@ class SqliteStore:
             else:
                 cursor = db.execute(
                     "UPDATE checkpoints SET name = ?, kind = ?, step_id = ?, status = ?,"
-                    " attempts = ?, wake_at = ?, output = ?, error = ?, errors = ?, final = ?,"
-                    " exception = ?, retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
+                    " attempts = ?, wake_at = ?, output = ?, error = ?, final = ?,"
+                    " retry_state = ?, grp = ?, queue = ?, dispatched_at = ?,"
                     " input = ?, timeout_ms = ?, lease_ms = ?, redispatches = ?,"
                     " heartbeat_at = ?, updated_at = ?, rev = rev + 1"
                     " WHERE run_id = ? AND seq = ? AND rev = ?",
@@ -821,6 +865,24 @@ class SqliteStore:
                 if cursor.rowcount != 1:
                     msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
                     raise StaleTurnError(msg)
+            if cp.stored_errors() is None:
+                # Given as values: written again whole (a turn changes them rarely, and few).
+                if write.expected_rev is not None:
+                    db.execute(
+                        "DELETE FROM step_errors WHERE run_id = ? AND seq = ?",
+                        (commit.run_id, cp.seq),
+                    )
+                if cp.errors:
+                    db.executemany(
+                        "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?, ?, ?, ?)",
+                        [
+                            (commit.run_id, cp.seq, n, _dumps(e.to_json()))
+                            for n, e in enumerate(cp.errors, 1)
+                        ],
+                    )
+            if cp.kind == "remote" and cp.status == "failed" and cp.final:
+                # The engine gave up on the step: no attempt of it may run any more.
+                self._withdraw(db, commit.run_id, (cp.seq,), commit.now)
         self._insert_events(db, commit.run_id, commit.events)
         for task in commit.tasks:
             # Withdraw older attempts nobody claimed: only the newest may run.
@@ -916,6 +978,40 @@ class SqliteStore:
         """Admit waiting attempts of the queues that the deleted tasks (``queue`` rows) held."""
         for queue in {row[0] for row in deleted if row[0] is not None}:
             self._admit_waiting(db, queue, now)
+
+    def _withdraw(self, db: sqlite3.Connection, run_id: str, seqs: Sequence[int], now: int) -> None:
+        """
+        Withdraw the attempts of the run's checkpoints at *seqs*: queued or waiting ones are
+        deleted; one a worker has claimed is marked ``withdrawn``, so its result is discarded
+        when it reports. Each withdrawal is a ``step.withdrawn`` event.
+        """
+        if not seqs:
+            return
+        marks = ", ".join("?" for _ in seqs)
+        deleted = db.execute(
+            f"DELETE FROM tasks WHERE run_id = ? AND seq IN ({marks})"
+            " AND status IN ('queued', 'waiting') RETURNING queue, seq, attempt",
+            (run_id, *seqs),
+        ).fetchall()
+        claimed = db.execute(
+            f"UPDATE tasks SET status = 'withdrawn' WHERE run_id = ? AND seq IN ({marks})"
+            " AND status = 'claimed' RETURNING NULL, seq, attempt",
+            (run_id, *seqs),
+        ).fetchall()
+        self._release_slot(db, deleted, now)
+        for rows, held in ((deleted, False), (claimed, True)):
+            for _, seq, attempt in rows:
+                db.execute(
+                    _EVENT_INSERT,
+                    (
+                        run_id,
+                        seq,
+                        "step.withdrawn",
+                        "info",
+                        now,
+                        _dumps({"attempt": attempt, "claimed": held}),
+                    ),
+                )
 
     async def record_local_step(
         self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
@@ -1143,8 +1239,8 @@ class SqliteStore:
 
         return await self._transact(work)
 
-    async def release_claim(self, task_id: int, worker: str) -> None:
-        """Put a claimed task back in the queue."""
+    async def release_claim(self, task_id: int, worker: str, *, now: int) -> None:
+        """Put a claimed task back in the queue (a withdrawn one goes, freeing its slot)."""
 
         def work(db: sqlite3.Connection) -> None:
             db.execute(
@@ -1152,6 +1248,12 @@ class SqliteStore:
                 " WHERE task_id = ? AND claimed_by = ? AND status = 'claimed'",
                 (task_id, worker),
             )
+            gone = db.execute(
+                "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ? AND status = 'withdrawn'"
+                " RETURNING queue",
+                (task_id, worker),
+            ).fetchall()
+            self._release_slot(db, gone, now)
 
         return await self._transact(work, durable=False)
 
@@ -1160,10 +1262,23 @@ class SqliteStore:
 
         def record(db: sqlite3.Connection) -> bool:
             deleted = db.execute(
-                "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ? RETURNING queue",
+                "DELETE FROM tasks WHERE task_id = ? AND claimed_by = ? RETURNING queue, status",
                 (task.task_id, worker),
             ).fetchall()
             self._release_slot(db, deleted, now)
+            if deleted and deleted[0][1] == "withdrawn":
+                db.execute(
+                    _EVENT_INSERT,
+                    (
+                        task.run_id,
+                        task.seq,
+                        "step.result_discarded",
+                        "warning",
+                        now,
+                        _dumps(_discarded(task, outcome)),
+                    ),
+                )
+                return False
             return self._apply_outcome(
                 db, run_id=task.run_id, seq=task.seq, attempt=task.attempt, outcome=outcome, now=now
             )
@@ -1181,14 +1296,14 @@ class SqliteStore:
         now: int,
     ) -> bool:
         row = db.execute(
-            "SELECT status, attempts, errors, final FROM checkpoints WHERE run_id = ? AND seq = ?",
+            "SELECT status, attempts, final FROM checkpoints WHERE run_id = ? AND seq = ?",
             (run_id, seq),
         ).fetchone()
         # A settled failure is what replay raises, and the workflow may have acted on it: a late
         # success of an attempt whose claim had expired must not rewrite that history.
-        if row is None or row[0] == "completed" or (row[0] == "failed" and row[3]):
+        if row is None or row[0] == "completed" or (row[0] == "failed" and row[2]):
             return False
-        status, attempts, errors, _ = row
+        status, attempts, _ = row
         if outcome.progress is not None:
             db.execute(
                 "UPDATE checkpoints SET progress = ? WHERE run_id = ? AND seq = ?",
@@ -1210,13 +1325,14 @@ class SqliteStore:
         else:
             if status not in ("pending", "running") or attempts != attempt:
                 return False
-            listed = json.loads(errors)
-            listed.append(outcome.error.to_json())
+            text = _error_text(outcome.error)
             db.execute(
-                "UPDATE checkpoints SET status = 'failed', error = ?, errors = ?, final = 0,"
+                "UPDATE checkpoints SET status = 'failed', error = ?, final = 0,"
                 " wake_at = NULL, updated_at = ?, rev = rev + 1 WHERE run_id = ? AND seq = ?",
-                (_error_text(outcome.error), _dumps(listed), now, run_id, seq),
+                (text, now, run_id, seq),
             )
+            # A row of its own: an attempt costs the same however many came before.
+            db.execute(_ERROR_APPEND, (run_id, seq, text))
             level = "warning" if outcome.error.retryable else "error"
             event = (
                 "step.failed",
@@ -1243,7 +1359,8 @@ class SqliteStore:
             # A read first, so a pass with nothing to do takes no write lock.
             (expired,) = db.execute(
                 "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'running' AND lease_until < ?1)"
-                " OR EXISTS (SELECT 1 FROM tasks WHERE status = 'claimed' AND claim_until < ?1)",
+                " OR EXISTS (SELECT 1 FROM tasks WHERE status IN ('claimed', 'withdrawn')"
+                " AND claim_until < ?1)",
                 (now,),
             ).fetchone()
             if not expired:
@@ -1331,6 +1448,13 @@ class SqliteStore:
                         now=now,
                     )
                     lost.append(step_id)
+                # A withdrawn attempt whose worker went silent: its slot is free, nothing else.
+                gone = db.execute(
+                    "DELETE FROM tasks WHERE status = 'withdrawn' AND claim_until < ?"
+                    " RETURNING queue",
+                    (now,),
+                ).fetchall()
+                self._release_slot(db, gone, now)
                 return RecoveryReport(recovered, dead, lost)
 
             return await self._transact(work)
@@ -1346,8 +1470,8 @@ class SqliteStore:
                 " AND lease_until >= ?1"
                 " UNION ALL SELECT MIN(available_at) FROM tasks WHERE status = 'queued'"
                 " AND available_at > ?1"
-                " UNION ALL SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'claimed'"
-                " AND claim_until >= ?1)",
+                " UNION ALL SELECT MIN(claim_until) + 1 FROM tasks"
+                " WHERE status IN ('claimed', 'withdrawn') AND claim_until >= ?1)",
                 (now,),
             ).fetchone()
             due: int | None = row[0]
@@ -1370,10 +1494,23 @@ class SqliteStore:
                     " retried"
                 )
                 raise ValueError(msg)
+            # Attempts still queued or running for the steps reset here must not complete
+            # their fresh first attempt: they are withdrawn.
+            failed = db.execute(
+                "SELECT seq FROM checkpoints WHERE run_id = ? AND status = 'failed'"
+                " AND kind = 'remote'",
+                (run_id,),
+            ).fetchall()
+            self._withdraw(db, run_id, [seq for (seq,) in failed], now)
+            db.execute(
+                "DELETE FROM step_errors WHERE run_id = ? AND seq IN (SELECT seq FROM"
+                " checkpoints WHERE run_id = ? AND status = 'failed')",
+                (run_id, run_id),
+            )
             reset = db.execute(
                 "UPDATE checkpoints SET status = CASE kind WHEN 'local' THEN 'pending'"
-                " ELSE 'failed' END, attempts = 0, final = 0, error = NULL, errors = '[]',"
-                " exception = NULL, retry_state = NULL,"
+                " ELSE 'failed' END, attempts = 0, final = 0, error = NULL,"
+                " retry_state = NULL,"
                 " wake_at = CASE kind WHEN 'local' THEN NULL ELSE ? END,"
                 " updated_at = ?, rev = rev + 1 WHERE run_id = ? AND status = 'failed'",
                 (now, now, run_id),

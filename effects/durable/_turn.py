@@ -102,6 +102,8 @@ class Turn:
     #: Whether the turn's last commit suspended the run to wait for results alone (no timer,
     #: no task for later): its end then leaves nothing runnable by itself.
     waits_only: bool = False
+    #: The step names of this turn by sequence number (for log lines).
+    names: dict[int, str] = attrs.field(factory=dict[int, str])
 
     def now(self) -> int:
         """Epoch ms now."""
@@ -144,22 +146,64 @@ class Turn:
         if later:
             self.host.due_changed()
         self.waits_only = advance.action == "suspend" and not later
-        for event in events:
-            level = _LEVELS.get(event.level, logging.INFO)
-            if _log.isEnabledFor(level):
-                _log.log(
-                    level,
-                    "run %s step %s: %s %s",
-                    self.run.run_id,
-                    event.seq,
-                    event.name,
-                    event.data,
-                    extra={"durable_event": event.name, "run_id": self.run.run_id},
-                )
+        if events:
+            log_events(self.run, self.names, events)
 
     def lease(self, now: int, extra_ms: int = 0) -> RunAdvance:
         """The advance that keeps the turn going with its lease renewed from *now*."""
         return RunAdvance("continue", lease_until=now + self.lease_ms + extra_ms)
+
+
+def _error_text(data: Mapping[str, Any]) -> str:
+    error = data.get("error")
+    if not isinstance(error, Mapping):
+        return ""
+    shown: Mapping[str, Any] = error  # pyright: ignore[reportUnknownVariableType]
+    code = shown.get("code")
+    kind = str(shown.get("type", "")).rpartition(".")[2]
+    message = str(shown.get("message", ""))
+    return f"{kind}{f' [{code}]' if code else ''}: {message}"
+
+
+def log_events(run: Run, names: Mapping[int, str], events: Sequence[NewEvent]) -> None:
+    """
+    Log a commit's events on ``effects.durable``, one line each, readable by people: the run,
+    its workflow, the step's name and position, the attempt, and the error as ``Type [code]:
+    message``. A failed attempt that a retry follows is INFO (with the wait); a step's final
+    failure is WARNING; the run's failure (and a step given up) is ERROR.
+    """
+    waits = {
+        (e.seq, e.data.get("attempt")): e.data.get("delay_ms")
+        for e in events
+        if e.name == "step.retry_scheduled"
+    }
+    for event in events:
+        data = event.data
+        attempt = data.get("attempt")
+        retried = event.name == "step.failed" and (event.seq, attempt) in waits
+        if retried:
+            level = logging.INFO
+        elif event.name == "step.retry_scheduled":
+            level = logging.DEBUG  # told by the step.failed line before it, with the wait
+        elif event.name in ("step.gave_up", "run.failed", "run.dead"):
+            level = logging.ERROR
+        else:
+            level = _LEVELS.get(event.level, logging.INFO)
+        if not _log.isEnabledFor(level):
+            continue
+        text = f"run {run.run_id} ({run.workflow})"
+        if event.seq is not None:
+            text += f" step {names.get(event.seq, '?')!r} (#{event.seq})"
+        text += f": {event.name}"
+        if attempt is not None:
+            text += f", attempt {attempt}"
+        if event.name in ("step.failed", "run.failed", "run.dead"):
+            text += f": {_error_text(data)}"
+        elif event.name == "step.gave_up":
+            text += f" after {data.get('attempts')} attempts"
+        if retried:
+            text += f"; retrying in {waits[event.seq, attempt]} ms"
+        _log.log(level, "%s", text, extra={"durable_event": event.name, "run_id": run.run_id})
 
 
 def tell_hooks(

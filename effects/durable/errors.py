@@ -23,11 +23,15 @@ they mean, so ``except DurableError`` never hides a bug.
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
+
+from effects.durable._codec import deeper_than
 
 __all__ = [
     "DurableError",
@@ -38,6 +42,8 @@ __all__ = [
     "StepFailedError",
     "StoreError",
     "UnknownRunError",
+    "remote_error",
+    "restore_exception",
 ]
 
 
@@ -48,8 +54,10 @@ class StepError:
 
     Built from an exception as ``message = str(e)``, ``type`` = the qualified name of its class,
     ``code`` and ``details`` from attributes of those names when present, ``retryable`` from its
-    ``retryable`` attribute (default ``True``; ``effects.FatalError`` is ``False``), and
-    ``retry_after`` (seconds) from a ``retry_after`` attribute, as ``effects.http`` errors have.
+    ``retryable`` attribute (default ``True``; ``effects.FatalError`` is ``False``),
+    ``retry_after`` (seconds) from a ``retry_after`` attribute, as ``effects.http`` errors have,
+    and ``args`` from the exception's arguments when they are JSON and not just its message (so
+    replay can build the exception again without ``pickle``: see ``restore_exception``).
 
     Attributes:
         message: What went wrong, for people.
@@ -58,6 +66,8 @@ class StepError:
         type: The qualified name of the exception's class (``"builtins.ValueError"``).
         retryable: ``False`` when the failure is a deterministic verdict that must not be retried.
         retry_after: The least wait in seconds the failure asked for before a retry, or ``None``.
+        args: The exception's constructor arguments (JSON), when they are not ``(message,)``;
+            else ``None``.
 
     Example:
         >>> from effects import FatalError
@@ -72,22 +82,25 @@ class StepError:
     type: str = "builtins.Exception"
     retryable: bool = True
     retry_after: float | None = None
+    args: tuple[Any, ...] | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def from_exception(cls, error: BaseException) -> StepError:
         """
         Record *error*; never raises, whatever its ``__str__`` or attributes do.
 
-        A ``details`` value that is not JSON is kept as its ``repr`` (a string); a ``code`` that
-        is not a string is converted with ``str``.
+        A ``details`` value that is not JSON (or nested deeper than ``MAX_DEPTH``) is kept as
+        its ``repr`` (a string); a ``code`` that is not a string is converted with ``str``.
         """
+        message = _safe_str(error)
         return cls(
-            message=_safe_str(error),
+            message=message,
             code=_safe_code(error),
             details=_safe_details(error),
             type=_qualified_name(type(error)),
             retryable=_safe_retryable(error),
             retry_after=_safe_retry_after(error),
+            args=_safe_args(error, message),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -101,12 +114,15 @@ class StepError:
         }
         if self.retry_after is not None:
             data["retry_after"] = self.retry_after
+        if self.args is not None:
+            data["args"] = list(self.args)
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StepError:
         """Read the form ``to_json`` wrote (unknown keys are ignored)."""
         retry_after = data.get("retry_after")
+        args: Any = data.get("args")
         return cls(
             message=str(data.get("message", "")),
             code=None if data.get("code") is None else str(data["code"]),
@@ -114,6 +130,7 @@ class StepError:
             type=str(data.get("type", "builtins.Exception")),
             retryable=bool(data.get("retryable", True)),
             retry_after=None if retry_after is None else float(retry_after),
+            args=tuple(args) if isinstance(args, list) else None,  # pyright: ignore[reportUnknownArgumentType]
         )
 
 
@@ -139,21 +156,41 @@ def _safe_code(error: BaseException) -> str | None:
         return None
 
 
-def _safe_details(error: BaseException) -> Any:
-    import json  # noqa: PLC0415 - only failures pay for it
+_json_text: Final = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
+
+def _storable(value: Any) -> bool:
+    """Whether *value* is JSON the store can keep (no NaN, at most ``MAX_DEPTH`` deep)."""
+    try:
+        return not deeper_than(_json_text(value))
+    except Exception:  # noqa: BLE001 - not JSON, or too deep for the encoder itself
+        return False
+
+
+def _safe_details(error: BaseException) -> Any:
     details: Any = None
     try:
         details = getattr(error, "details", None)
-        if details is None:
-            return None
-        json.dumps(details, allow_nan=False)
+        if details is None or _storable(details):
+            return details
+        raise TypeError  # kept as text, below
     except Exception:  # noqa: BLE001 - details that cannot be stored are kept as text
         try:
             return repr(details)
         except Exception:  # noqa: BLE001
             return "<unprintable details>"
     return details
+
+
+def _safe_args(error: BaseException, message: str) -> tuple[Any, ...] | None:
+    """The exception's arguments when replay needs them (JSON, and not just its message)."""
+    try:
+        args = tuple(error.args)
+        if args in ((), (message,)) or not _storable(list(args)):
+            return None
+    except Exception:  # noqa: BLE001 - a broken args: replay builds from the message
+        return None
+    return args
 
 
 def _safe_retryable(error: BaseException) -> bool:
@@ -180,21 +217,30 @@ class DurableError(Exception):
 
 class StepFailedError(DurableError):
     """
-    A local step failed, and its original exception cannot be raised again on replay.
+    A local step failed with an exception that cannot be built again from its record.
 
-    The engine records a failed local step's exception (as a ``StepError`` and a pickle); replay
-    raises the unpickled exception so the workflow takes the same branch. Where the exception
-    cannot be pickled or unpickled, this is raised instead.
+    The engine records a failed local step's exception as a ``StepError`` (never a pickle), and
+    replay builds an exception of the same class from it (see ``restore_exception``), so the
+    workflow takes the same branch. Where that cannot be done (a class that is not imported, not
+    an ``Exception``, or not constructible from its recorded arguments), this is raised instead,
+    on the first turn as on every replay, with the original as its ``__cause__`` on the first.
 
     Attributes:
         step_error: The recorded failure.
         code: ``step_error.code``, so a run failed by this error keeps the code.
+        retryable: ``step_error.retryable``.
     """
 
     def __init__(self, step_error: StepError) -> None:
         super().__init__(step_error.message)
         self.step_error = step_error
         self.code = step_error.code
+        self.details = step_error.details
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the recorded failure was retryable (a run failed by it reports the same)."""
+        return self.step_error.retryable
 
     def __repr__(self) -> str:
         return f"StepFailedError({self.step_error!r})"
@@ -211,6 +257,8 @@ class RemoteStepError(DurableError):
         errors: Every attempt's error, oldest first.
         code: ``step_error.code``, so a run failed by this error keeps the code.
         details: ``step_error.details``.
+        retryable: ``step_error.retryable``: a step that failed on a ``FatalError`` fails its
+            run with a non-retryable error too.
     """
 
     def __init__(self, step_id: str, name: str, errors: Sequence[StepError]) -> None:
@@ -229,8 +277,17 @@ class RemoteStepError(DurableError):
             f"attempt{'s' if attempts != 1 else ''}: {self.step_error.message}"
         )
 
+    @property
+    def retryable(self) -> bool:
+        """Whether the last attempt's error was retryable."""
+        return self.step_error.retryable
+
     def __repr__(self) -> str:
         return f"RemoteStepError({self.step_id!r}, {self.name!r}, errors={len(self.errors)})"
+
+
+#: The ``code`` of a liveness timeout's ``StepError``.
+_TIMEOUT_CODE: Final = "remote_step_timeout"
 
 
 class RemoteStepTimeout(RemoteStepError):  # noqa: N818 - the design's name
@@ -245,8 +302,6 @@ class RemoteStepTimeout(RemoteStepError):  # noqa: N818 - the design's name
         phase: ``"pickup"`` (no worker claimed the task) or ``"running"`` (the worker went silent).
     """
 
-    retryable = True
-
     def __init__(
         self,
         step_id: str,
@@ -260,7 +315,7 @@ class RemoteStepTimeout(RemoteStepError):  # noqa: N818 - the design's name
         self.phase = phase
         own = StepError(
             message=f"no result or heartbeat within {timeout_ms} ms ({phase})",
-            code="remote_step_timeout",
+            code=_TIMEOUT_CODE,
             details={"timeout_ms": timeout_ms, "phase": phase},
             type="effects.durable.RemoteStepTimeout",
         )
@@ -305,3 +360,71 @@ class UnknownRunError(ValueError, LookupError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run with id {run_id!r}")
         self.run_id = run_id
+
+
+def _exception_class(qualified: str) -> type[Exception] | None:
+    """
+    The exception class *qualified* names (as ``StepError.type`` writes it), looked up among the
+    modules this process has imported already; ``None`` if there is none. Nothing is imported,
+    so a name in the store can never make a process load code.
+    """
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        found: Any = module
+        for name in parts[cut:]:
+            found = getattr(found, name, None)
+            if found is None:
+                break
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+    return None
+
+
+def restore_exception(error: StepError) -> Exception:
+    """
+    The exception a failed local step raises into its workflow, rebuilt from its record alone
+    (never from a pickle): an instance of the recorded class, made from its recorded arguments
+    (or its message) and given back its ``code`` and ``details``, when that class is one the
+    process has imported, derives from ``Exception`` and can be made that way; otherwise a
+    ``StepFailedError`` carrying *error*. The first turn raises what every replay will.
+    """
+    cls = _exception_class(error.type)
+    if cls is not None and not issubclass(cls, DurableError):
+        for args in (error.args, (error.message,)):
+            if args is None:
+                continue
+            try:
+                rebuilt = cls(*args)
+            except Exception:  # noqa: BLE001, S112 - this way of making it does not work
+                continue
+            if type(rebuilt) is not cls:
+                continue
+            for name, value in (("code", error.code), ("details", error.details)):
+                if value is not None and getattr(rebuilt, name, None) != value:
+                    try:
+                        setattr(rebuilt, name, value)
+                    except Exception:  # noqa: BLE001 - kept as the class made it
+                        _ = name
+            return rebuilt
+    return StepFailedError(error)
+
+
+def remote_error(step_id: str, name: str, errors: Sequence[StepError]) -> RemoteStepError:
+    """
+    The error a dispatched step that failed for good raises, the same on every replay: a
+    ``RemoteStepTimeout`` when its last attempt timed out, else a ``RemoteStepError``.
+    """
+    last = errors[-1] if errors else None
+    found: Any = None if last is None or last.code != _TIMEOUT_CODE else last.details
+    if isinstance(found, Mapping):
+        details: Mapping[str, Any] = found  # pyright: ignore[reportUnknownVariableType]
+        window, phase = details.get("timeout_ms"), details.get("phase")
+        if isinstance(window, int) and phase in ("pickup", "running"):
+            return RemoteStepTimeout(
+                step_id, window, "pickup" if phase == "pickup" else "running", name=name,
+                errors=errors[:-1],
+            )  # fmt: skip
+    return RemoteStepError(step_id, name, errors)

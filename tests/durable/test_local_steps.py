@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 
 class Unpicklable(Exception):  # noqa: N818 - a name for what it is
-    """An error whose constructor takes two arguments, so it cannot be unpickled."""
+    """An error whose constructor takes two arguments but records one, so it cannot be rebuilt."""
 
     def __init__(self, a: str, b: str) -> None:
         super().__init__(a)
@@ -234,10 +234,13 @@ async def test_a_failed_local_step_raises_the_same_type_on_replay(
     assert 1 == len(fn.calls)
 
 
-async def test_an_unpicklable_failure_replays_as_step_failed_error(
+async def test_a_failure_that_cannot_be_rebuilt_is_step_failed_error_on_every_turn(
     durable_engine: DurableEngineFactory,
 ) -> None:
-    """A failure that cannot be pickled replays as StepFailedError carrying the recorded error."""
+    """
+    A failure whose class cannot be made again from its record raises StepFailedError carrying
+    the recorded error, on the first turn (the original as its cause) and on replay alike.
+    """
     fn = Flaky([Unpicklable("bad", "args")])
     seen: list[str] = []
 
@@ -248,7 +251,8 @@ async def test_an_unpicklable_failure_replays_as_step_failed_error(
         except Unpicklable:
             seen.append("original")
         except StepFailedError as error:
-            seen.append(f"replayed {error.step_error.message} {error.step_error.type}")
+            cause = type(error.__cause__).__name__
+            seen.append(f"{error.step_error.message} {error.step_error.type} from {cause}")
         await ctx.step(echo, None)
         return "done"
 
@@ -256,7 +260,11 @@ async def test_an_unpicklable_failure_replays_as_step_failed_error(
         run_id = await engine.start(wf, None)
         await engine.run_until_idle()
         assert "completed" == (await engine.get_run(run_id)).status
-    assert ["original", "replayed bad tests.durable.test_local_steps.Unpicklable"] == seen
+    assert [
+        "bad tests.durable.test_local_steps.Unpicklable from Unpicklable",
+        "bad tests.durable.test_local_steps.Unpicklable from NoneType",
+    ] == seen
+    assert 1 == len(fn.calls)
 
 
 async def test_the_lease_covers_a_local_backoff(durable_engine: DurableEngineFactory) -> None:

@@ -37,7 +37,6 @@ from effects.durable._store import (
     TurnCommit,
 )
 from effects.durable._store_postgres import PostgresStore, parse_postgres_url
-from effects.testing import VirtualClock
 from tests.durable.support import START_MS, execute, rows
 from tests.postgres_server import PASSWORD, PASSWORD_USER, PostgresServer
 
@@ -278,49 +277,6 @@ async def test_server_options_in_the_url_are_kept_beside_the_schema(postgres_url
 
 
 # -- hostile payloads -------------------------------------------------------------------------
-
-
-#: Characters a Python string holds and jsonb does not: U+0000, and an unpaired surrogate.
-UNSTORABLE = pytest.mark.parametrize(
-    "bad", ["\x00", chr(0xD800), chr(0xDFFF)], ids=["nul", "high-surrogate", "low-surrogate"]
-)
-
-
-@UNSTORABLE
-async def test_a_nul_character_in_an_input_is_a_type_error_and_writes_nothing(
-    postgres_url: str, bad: str
-) -> None:
-    """jsonb holds no U+0000 and no lone surrogate: start refuses such an input, makes no run."""
-    async with Engine(postgres_url, workflows=[simple], steps=[echo]) as engine:
-        with pytest.raises(TypeError, match="U\\+0000 nor an unpaired surrogate"):
-            await engine.start(simple, f"a{bad}b")
-        assert [] == await engine.list_runs()
-
-
-@UNSTORABLE
-async def test_a_nul_character_in_a_step_output_fails_the_step_for_good(
-    postgres_url: str, bad: str
-) -> None:
-    """A dispatched step's output jsonb cannot hold is a non-retryable failure."""
-
-    @step("nul", retries=3)
-    async def nul(_: Any) -> str:
-        return f"a{bad}b"
-
-    @workflow("uses-nul")
-    async def uses_nul(ctx: WorkflowContext, _: Any) -> Any:
-        return await ctx.step(nul, None)
-
-    clock = VirtualClock(start=START_MS / 1000)
-    async with Engine(postgres_url, workflows=[uses_nul], steps=[nul], clock=clock) as engine:
-        run_id = await engine.start(uses_nul, None)
-        await engine.run_until_idle(advance_time=True)
-        run = await engine.get_run(run_id)
-        (checkpoint,) = await engine.checkpoints(run_id)
-    assert ("failed", 1) == (run.status, checkpoint.attempts)
-    assert checkpoint.error is not None
-    assert not checkpoint.error.retryable
-    assert "U+0000" in checkpoint.error.message
 
 
 # -- NOTIFY, a hint over polling --------------------------------------------------------------

@@ -1,0 +1,152 @@
+"""
+A store of the previous schema version is upgraded in place: its pickles are dropped unread,
+its errors keep their order, and attempts left behind a settled step are withdrawn.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import effects.durable._store_postgres as pg
+import effects.durable._store_sqlite as lite
+from effects.durable import Engine, StepFailedError, WorkflowContext, step, workflow
+from effects.durable._store_postgres import parse_postgres_url
+from tests.durable.support import rows
+
+pytestmark = pytest.mark.anyio
+
+
+class Payload:
+    """What a hostile store would hold: a pickle that writes a file when it is loaded."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.write_text, (self.marker, "pickle ran"))
+
+
+@step("pay")
+async def pay(_: Any) -> str:
+    """Never to run: its only attempt is left behind a settled step."""
+    raise AssertionError("a withdrawn attempt ran")
+
+
+seen: list[str] = []
+
+
+@workflow("old")
+async def old(ctx: WorkflowContext, _: Any) -> str:
+    """The run of the older store: its local step 1 failed; its step 2 failed for good."""
+    try:
+        await ctx.local_step("charge", lambda: None)
+    except StepFailedError as error:
+        seen.append(f"StepFailedError: {error}")
+    except Exception as error:  # noqa: BLE001 - the point: what replay raises
+        seen.append(f"{type(error).__name__}: {error}")
+    try:
+        await ctx.step(pay, None)
+    except Exception as error:  # noqa: BLE001
+        seen.append(f"{type(error).__name__}: {len(getattr(error, 'errors', ()))}")
+    return "done"
+
+
+ERRORS = [
+    {"message": "first", "code": None, "details": None, "type": "builtins.OSError"},
+    {"message": "second", "code": "x", "details": {"n": 1e16}, "type": "builtins.OSError"},
+]
+ERROR = {"message": "boom", "type": "builtins.ValueError", "retryable": True}
+
+
+def _old_rows(marker: Path) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements (SQLite style) that fill an older store with one run in mid-flight."""
+    hostile = pickle.dumps(Payload(marker))
+    return [
+        (
+            "INSERT INTO runs (run_id, workflow, version, status, input, created_at, updated_at)"
+            " VALUES ('r', 'old', '1', 'pending', '1', 0, 0)",
+            (),
+        ),
+        (
+            "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts, error,"
+            " errors, final, exception, created_at, updated_at) VALUES ('r', 1, 'charge',"
+            " 'local', 'r:1', 'failed', 1, ?, ?, ?, ?, 0, 0)",
+            (json.dumps(ERROR), json.dumps([ERROR]), True, hostile),
+        ),
+        (
+            "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts, error,"
+            " errors, final, created_at, updated_at) VALUES ('r', 2, 'pay', 'remote', 'r:2',"
+            " 'failed', 2, ?, ?, ?, 0, 0)",
+            (json.dumps(ERRORS[-1]), json.dumps(ERRORS), True),
+        ),
+        (
+            "INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status,"
+            " available_at, created_at) VALUES ('r', 2, 'r:2', 'pay', 'default', 'null', 2,"
+            " 'queued', 0, 0)",
+            (),
+        ),
+    ]
+
+
+def _sqlite_v2(path: Path, marker: Path) -> str:
+    with sqlite3.connect(path) as db:
+        for statements in lite._MIGRATIONS[:2]:
+            for statement in statements:
+                db.execute(statement)
+        db.execute(
+            "INSERT INTO durable_meta VALUES ('schema', 'effects.durable'), ('version', '2')"
+        )
+        for statement, params in _old_rows(marker):
+            db.execute(statement, params)
+    db.close()
+    return f"sqlite:///{path}"
+
+
+def _postgres_v1(url: str, marker: Path) -> str:
+    libpq, options = parse_postgres_url(url)
+    with psycopg.connect(libpq, autocommit=True) as db:
+        db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(options.schema)))
+        db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(options.schema)))
+        for statement in pg._MIGRATIONS[0]:
+            db.execute(statement)
+        db.execute(
+            "INSERT INTO durable_meta VALUES ('schema', 'effects.durable'), ('version', '1')"
+        )
+        for statement, params in _old_rows(marker):
+            db.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+    return url
+
+
+@pytest.fixture
+def older_store(durable_store_url: str, tmp_path: Path) -> tuple[str, Path]:
+    """A store of the previous schema version holding a run in mid-flight, and the marker."""
+    marker = tmp_path / "pickle-ran"
+    if durable_store_url.startswith("sqlite:"):
+        return _sqlite_v2(tmp_path / "old.db", marker), marker
+    return _postgres_v1(durable_store_url, marker), marker
+
+
+async def test_an_upgraded_store_replays_without_unpickling_or_running_leftovers(
+    older_store: tuple[str, Path],
+) -> None:
+    """The pickle is never loaded, errors keep their order, the leftover attempt is gone."""
+    url, marker = older_store
+    seen.clear()
+    async with Engine(url, workflows=[old], steps=[pay]) as engine:
+        await engine.run_until_idle()
+        run = await engine.get_run("r")
+        checkpoints = await engine.checkpoints("r")
+    assert ("completed", "done") == (run.status, run.output)
+    assert not marker.exists()
+    assert ["ValueError: boom", "RemoteStepError: 2"] == seen
+    assert [["boom"], ["first", "second"]] == [[e.message for e in cp.errors] for cp in checkpoints]
+    assert {"n": 1e16} == checkpoints[1].errors[1].details
+    assert [(0,)] == rows(url, "SELECT COUNT(*) FROM tasks")
