@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from schedules._durations import MAX_DELAY, format_seconds, whole_ms
+from schedules._durations import MAX_DELAY, format_seconds, shown, whole_ms
 from schedules._frozen import field, frozen
 from schedules._schedule import RandomLike, Schedule, ScheduleLike, StepInfo
 
@@ -40,10 +40,10 @@ def user_delay(value: object, f: object) -> float:
     line and is refused, as is anything that is not a number: both are bugs in the function.
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
-        msg = f"delay function {describe(f)} must return seconds as a number, got {value!r}"
+        msg = f"delay function {describe(f)} must return seconds as a number, got {shown(value)}"
         raise TypeError(msg)
     if isinstance(value, float) and math.isnan(value):  # ints are never NaN (and may overflow)
-        msg = f"delay function {describe(f)} returned {value!r}, not a number of seconds"
+        msg = f"delay function {describe(f)} returned {shown(value)}, not a number of seconds"
         raise ValueError(msg)
     if value <= 0:
         return 0.0

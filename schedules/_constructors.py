@@ -8,7 +8,7 @@ import math
 import sys
 from typing import Any
 
-from schedules._durations import MAX_DELAY, DurationLike, format_seconds, to_seconds
+from schedules._durations import MAX_DELAY, DurationLike, format_seconds, shown, to_seconds
 from schedules._frozen import field, frozen
 from schedules._schedule import RandomLike, Schedule, check_count, check_factor
 
@@ -460,7 +460,7 @@ def decorrelated(base: DurationLike, cap: DurationLike) -> Schedule[object, floa
     """
     low, high = to_seconds(base, name="base"), to_seconds(cap, name="cap")
     if high < low:
-        msg = f"decorrelated needs cap >= base, got base={base!r}, cap={cap!r}"
+        msg = f"decorrelated needs cap >= base, got base={shown(base)}, cap={shown(cap)}"
         raise ValueError(msg)
     return _Decorrelated(low, high)
 

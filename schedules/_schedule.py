@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar, overload, runtime_checkable
 
-from schedules._durations import DurationLike, to_seconds
+from schedules._durations import DurationLike, shown, to_seconds
 from schedules._frozen import frozen
 
 __all__ = [
@@ -214,7 +214,7 @@ class Schedule(ABC, Generic[In, Out]):
         """
         low, high = check_factor(min, "min"), check_factor(max, "max")
         if low > high:
-            msg = f"jittered needs min <= max, got min={min!r}, max={max!r}"
+            msg = f"jittered needs min <= max, got min={shown(min)}, max={shown(max)}"
             raise ValueError(msg)
         return _c.Jittered(self, low, high)
 
@@ -679,14 +679,14 @@ def timeline(
 def _finite_start(start: object) -> float:
     # Checked at run time too: `start` often comes from untyped callers (a CLI, a config file).
     if isinstance(start, bool) or not isinstance(start, int | float):
-        msg = f"start must be a number of seconds, got {start!r}"
+        msg = f"start must be a number of seconds, got {shown(start)}"
         raise TypeError(msg)
     try:
         now = float(start)
     except OverflowError:  # an int too large for a float
         now = math.inf
     if not math.isfinite(now):
-        msg = f"start must be a finite number of seconds, got {start!r}"
+        msg = f"start must be a finite number of seconds, got {shown(start)}"
         raise ValueError(msg)
     return now
 
@@ -802,25 +802,25 @@ def check_factor(value: object, name: str, *, positive: bool = False) -> float:
     """Return *value* as a float if it is a finite number >= 0 (> 0 if *positive*), else raise."""
     bound = "> 0" if positive else ">= 0"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        msg = f"{name} must be a number {bound}, got {value!r}"
+        msg = f"{name} must be a number {bound}, got {shown(value)}"
         raise TypeError(msg)
     if not (0.0 <= value < math.inf) or (positive and value == 0.0):
-        msg = f"{name} must be a finite number {bound}, got {value!r}"
+        msg = f"{name} must be a finite number {bound}, got {shown(value)}"
         raise ValueError(msg)
     try:
         return float(value) + 0.0
     except OverflowError:  # an int too large for a float
-        msg = f"{name} must be a finite number {bound}, got {value!r}"
+        msg = f"{name} must be a finite number {bound}, got {shown(value)}"
         raise ValueError(msg) from None
 
 
 def check_count(value: object, name: str) -> int:
     """Return *value* if it is an int >= 0, else raise naming *name*."""
     if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"{name} must be an int >= 0, got {value!r}"
+        msg = f"{name} must be an int >= 0, got {shown(value)}"
         raise TypeError(msg)
     if value < 0:
-        msg = f"{name} must be an int >= 0, got {value!r}"
+        msg = f"{name} must be an int >= 0, got {shown(value)}"
         raise ValueError(msg)
     return value
 
