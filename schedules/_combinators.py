@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from schedules._durations import MAX_DELAY, format_seconds, shown, whole_ms
 from schedules._frozen import field, frozen
-from schedules._schedule import RandomLike, Schedule, ScheduleLike, StepInfo
+from schedules._schedule import RandomLike, Schedule, ScheduleLike, StepInfo, bad_now
 
 # The design calls them In and Out; the variance is in the declaration.
 In = TypeVar("In", contravariant=True)  # noqa: PLC0105
@@ -62,6 +62,11 @@ class Adapted(Schedule[In, Out]):
     def step(
         self, now: float, input: In, state: Any, rng: RandomLike
     ) -> tuple[Any, Out, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         return self.contract.step(now, input, state, rng)
 
     def __repr__(self) -> str:
@@ -158,6 +163,11 @@ class _WithInfo(Schedule[In, Out]):
     def step(
         self, now: float, input: In, state: Any, rng: RandomLike
     ) -> tuple[Any, Out, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         attempts, start, inner = state
         if start is None:
             start = now
@@ -244,6 +254,11 @@ class Within(Schedule[In, Out]):
     def step(
         self, now: float, input: In, state: Any, rng: RandomLike
     ) -> tuple[Any, Out, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         start, inner = state
         if start is None:
             start = now
@@ -458,6 +473,11 @@ class ResetAfter(Schedule[In, Out]):
     def step(
         self, now: float, input: In, state: Any, rng: RandomLike
     ) -> tuple[Any, Out, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         start, inner = state
         if start is None:
             start = now

@@ -167,9 +167,11 @@ class Schedule(ABC, Generic[In, Out]):
         Decide after a failed attempt.
 
         Time-based schedules measure from their first step, the end of the first attempt.
+        Every schedule of this package refuses a *now* that is not a finite number, whether or
+        not it reads the time, so a broken clock is found at its first reading.
 
         Args:
-            now: The driver's monotonic time, in seconds.
+            now: The driver's monotonic time, in seconds: a finite ``int`` or ``float``.
             input: The step's input, usually the error.
             state: The state from ``initial()`` or the previous step (JSON-decoded form accepted:
                 lists where it gave tuples).
@@ -188,6 +190,14 @@ class Schedule(ABC, Generic[In, Out]):
             ((1, 1), 1.0, 1.0)
             >>> policy.step(1.0, None, state, rng)
             ((2, 2), 2.0, None)
+            >>> policy.step(float("nan"), None, state, rng)
+            Traceback (most recent call last):
+            ...
+            ValueError: now must be a finite number of seconds, got nan
+
+        Raises:
+            ValueError: If *now* is NaN, infinite, or an int too large for a float.
+            TypeError: If *now* is not an ``int`` or ``float`` (``None``, a string, ...).
         """
 
     # -- delay shaping ---------------------------------------------------------------------------
@@ -812,6 +822,19 @@ def check_factor(value: object, name: str, *, positive: bool = False) -> float:
     except OverflowError:  # an int too large for a float
         msg = f"{name} must be a finite number {bound}, got {shown(value)}"
         raise ValueError(msg) from None
+
+
+def bad_now(now: object) -> Exception:
+    """
+    The error for a ``now`` that a step refuses: a ``ValueError`` for NaN, an infinity or an
+    int no float holds, a ``TypeError`` for anything that is not a number.
+
+    Every step checks its ``now`` inline, with the cheapest test there is (``now * 0.0`` is 0
+    only for a finite number), and calls this only to build the error.
+    """
+    if isinstance(now, int | float) and not isinstance(now, bool):
+        return ValueError(f"now must be a finite number of seconds, got {shown(now)}")
+    return TypeError(f"now must be a number of seconds (int or float), got {shown(now)}")
 
 
 def check_count(value: object, name: str) -> int:

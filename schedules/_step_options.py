@@ -9,7 +9,7 @@ from typing import Any, Final, Literal
 
 from schedules._durations import MAX_DELAY, format_seconds, shown
 from schedules._frozen import field, frozen
-from schedules._schedule import RandomLike, Schedule, check_count
+from schedules._schedule import RandomLike, Schedule, bad_now, check_count
 
 __all__ = ["from_step_options"]
 
@@ -43,6 +43,11 @@ class _StepOptions(Schedule[object, float]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, float, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         failed = state + 1
         if failed >= self.retries:
             return failed, 0.0, None
