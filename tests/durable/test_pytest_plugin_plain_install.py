@@ -75,8 +75,8 @@ def test_the_readme_example_passes_without_anyio_and_with_it(tmp_path: Path) -> 
     unmarked = example.replace("@pytest.mark.anyio\n", "")
     (project / "tests" / "test_unmarked.py").write_text(unmarked, encoding="utf-8")
     (project / "tests" / "test_failing.py").write_text(FAILING, encoding="utf-8")
-    pytest_command = (python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--strict-markers")
-    pytest_command += ("-W", "error", "tests")
+    pytest_command: tuple[str | Path, ...] = (python, "-m", "pytest", "-q", "-p")
+    pytest_command += ("no:cacheprovider", "--strict-markers", "-W", "error", "tests")
 
     no_anyio = run(python, "-c", "import anyio", cwd=project)
     plain = run(*pytest_command, cwd=project)
