@@ -10,7 +10,10 @@ the first failure, so a call that succeeds at once costs one ``try``.
 User code runs inside ``decide``: the schedule (its predicates, delay functions, taps), a
 ``retryable`` property, the budget's clock, ``on_retry`` and the hooks. When any of it raises,
 the call stops at once (the failure is a bug, never a reason to retry) and the error being
-retried is kept visible as the failure's ``__context__``.
+retried is kept visible as the failure's ``__context__``. A ``retryable`` property that raises
+is the one exception: the error is its own verdict's subject, so the call gives up with that
+error itself (not retried, as ``retryable = False``), the property's failure named in a note on
+it (see ``unreadable_retryable``).
 
 One shortcut: a ``times=n`` policy (``forever().times(n)``, no budget) that nobody listens to
 answers 0 s for failed attempts 1 to *n* whatever the time, state or random source, so
@@ -147,9 +150,9 @@ def retryable_slow(error: Exception, owner: Policy | Counting) -> object:
     defines ``retryable`` (a property, usually) that ``getattr`` found missing.
 
     ``getattr`` with a default swallows an ``AttributeError`` raised inside a property and would
-    make the error look retryable; reading the attribute again lets that bug propagate. Whether
-    a class defines ``retryable`` is remembered in ``retryable_classes``, so each class is
-    inspected once.
+    make the error look retryable; reading the attribute again raises that bug to the caller,
+    which gives it to ``unreadable_retryable``. Whether a class defines ``retryable`` is
+    remembered in ``retryable_classes``, so each class is inspected once.
     """
     classes = owner.retryable_classes
     if classes is None:
@@ -162,6 +165,31 @@ def retryable_slow(error: Exception, owner: Policy | Counting) -> object:
         owner.plain_class = cls
         return True
     return error.retryable  # type: ignore[attr-defined] # raises what the property raised
+
+
+def unreadable_retryable(error: Exception, failure: Exception) -> bool:
+    """
+    The verdict for *error* when reading its ``retryable`` raised *failure*: ``False``.
+
+    Not retried, because a retry is only made when nothing says it is unsafe, and a verdict
+    that cannot be read cannot say it is safe (the property exists to answer ``False`` for
+    some errors); and because between attempts a failure of user code never causes a retry.
+    The call then gives up with *error* itself, the one the caller handles (``except``, a
+    ``Failure``, a ``give_up`` event), never with *failure* in its place; *failure* is named
+    in a note on *error* (once, however often it is seen), so the bug stays visible.
+    """
+    try:
+        text = str(failure)
+    except Exception:  # noqa: BLE001 - a hostile __str__ must not replace the error either
+        text = "<unprintable>"
+    note = f"not retried: reading its retryable property raised {type(failure).__qualname__}"
+    note += f": {text}" if text else ""
+    try:
+        if note not in getattr(error, "__notes__", ()):
+            error.add_note(note)
+    except Exception:  # noqa: BLE001, S110 - a __notes__ that is not a list: no note, same error
+        pass
+    return False
 
 
 class Run:
@@ -190,12 +218,13 @@ class Run:
         Decide after failed attempt *attempt* (1-based): the seconds to wait before the next, or
         ``None`` to stop.
 
-        An error whose ``retryable`` is ``False`` (``FatalError`` among them) stops at once and
-        is never shown to the schedule or its predicates.
+        An error whose ``retryable`` is ``False`` (``FatalError`` among them), or whose
+        ``retryable`` property raises (``unreadable_retryable``), stops at once and is never
+        shown to the schedule or its predicates.
 
         Raises:
             ValueError: If the clock's reading is NaN or infinite.
-            Exception: Whatever user code raised (a predicate, a hook, ``retryable``), with
+            Exception: Whatever user code raised (a predicate, a delay function, a hook), with
                 *error* as its ``__context__``.
         """
         try:
@@ -211,10 +240,13 @@ class Run:
             if attempt == 1:
                 self._first = now
             policy = self._policy
-            # The fast path of retryable_slow: most errors have no `retryable` at all.
-            value = getattr(error, "retryable", _MISSING)
-            if value is _MISSING and type(error) is not policy.plain_class:
-                value = retryable_slow(error, policy)
+            try:
+                # The fast path of retryable_slow: most errors have no `retryable` at all.
+                value = getattr(error, "retryable", _MISSING)
+                if value is _MISSING and type(error) is not policy.plain_class:
+                    value = retryable_slow(error, policy)
+            except Exception as failure:  # noqa: BLE001 - a broken property: give up with `error`
+                value = unreadable_retryable(error, failure)
             if value is False:
                 delay = None
             else:
@@ -280,13 +312,12 @@ class Counting:
         if attempt > self._limit:
             return None
         # Run.decide's retryable check, inlined: this is the cheapest failure path there is.
-        value = getattr(error, "retryable", _MISSING)
-        if value is _MISSING and type(error) is not self.plain_class:
-            try:
+        try:
+            value = getattr(error, "retryable", _MISSING)
+            if value is _MISSING and type(error) is not self.plain_class:
                 value = retryable_slow(error, self)
-            except Exception as failure:
-                keep_visible(failure, error)
-                raise
+        except Exception as failure:  # noqa: BLE001 - a broken property: give up with `error`
+            value = unreadable_retryable(error, failure)
         return None if value is False else 0.0
 
     @property

@@ -246,8 +246,10 @@ def retry(schedule: ScheduleLike[Any, Any] | None = None, **options: Unpack[Retr
     Never retried, whatever the options: ``FatalError``, any error whose ``retryable`` attribute
     is ``False``, exceptions outside the typed failures / ``on`` types, and every
     ``BaseException`` that is not an ``Exception`` (cancellation, ``KeyboardInterrupt``). An
-    exception from a predicate, a hook, ``on_retry`` or a ``retryable`` property ends the call
-    at once (never retried), with the error being retried as its ``__context__``.
+    exception from a predicate, a hook or ``on_retry`` ends the call at once (never retried),
+    with the error being retried as its ``__context__``. An error whose ``retryable`` property
+    raises is not retried either, and the call gives up with that error itself (a note on it
+    names the property's failure).
 
     Args:
         schedule: When to retry and how long to wait between attempts: a ``schedules.Schedule``,

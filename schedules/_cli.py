@@ -3,7 +3,8 @@ The command line: ``python -m schedules show EXPR``.
 
 ``show`` runs a schedule many times with seeded randomness (each attempt taking no time) and prints,
 per attempt, the min, median and max delay and the cumulative median wait. Exit codes: 0 on
-success, 1 when the plot cannot be drawn or written, 2 for bad input.
+success, 1 when the plot cannot be drawn or written, 2 for bad input, 130 when Ctrl-C
+interrupted it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ Most work one ``show`` does: steps simulated times (schedules in the expression 
 (the constructor or combinator steps, plus the loop and the statistics).
 """
 STEP_OVERHEAD: Final = 4
+EXIT_INTERRUPTED: Final = 130
 PLOT_HINT: Final = "pip install matplotlib (or the plot extra: pip install '.[plot]' in a checkout)"
 
 
@@ -355,9 +357,17 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     Run the command line with *argv* (default ``sys.argv[1:]``) and return the exit code.
 
     Output goes to *stdout* (default ``sys.stdout``), errors to ``sys.stderr``: one line, plus
-    the expression with a caret under the problem where that helps.
+    the expression with a caret under the problem where that helps. Ctrl-C prints
+    ``interrupted`` and returns 130.
     """
-    out = sys.stdout if stdout is None else stdout
+    try:
+        return _show(argv, sys.stdout if stdout is None else stdout)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _show(argv: Sequence[str] | None, out: TextIO) -> int:
     try:
         arguments = _parser().parse_args(argv)
     except SystemExit as exit_:  # argparse reports bad usage itself and exits 2 (0 for --help)

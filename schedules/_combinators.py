@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from schedules._durations import MAX_DELAY, format_seconds, whole_ms
+from schedules._durations import MAX_DELAY, format_seconds, shown, whole_ms
 from schedules._frozen import field, frozen
-from schedules._schedule import RandomLike, Schedule, ScheduleLike, StepInfo
+from schedules._schedule import RandomLike, Schedule, ScheduleLike, StepInfo, bad_now
 
 # The design calls them In and Out; the variance is in the declaration.
 In = TypeVar("In", contravariant=True)  # noqa: PLC0105
@@ -40,10 +40,10 @@ def user_delay(value: object, f: object) -> float:
     line and is refused, as is anything that is not a number: both are bugs in the function.
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
-        msg = f"delay function {describe(f)} must return seconds as a number, got {value!r}"
+        msg = f"delay function {describe(f)} must return seconds as a number, got {shown(value)}"
         raise TypeError(msg)
     if isinstance(value, float) and math.isnan(value):  # ints are never NaN (and may overflow)
-        msg = f"delay function {describe(f)} returned {value!r}, not a number of seconds"
+        msg = f"delay function {describe(f)} returned {shown(value)}, not a number of seconds"
         raise ValueError(msg)
     if value <= 0:
         return 0.0
@@ -62,6 +62,11 @@ class Adapted(Schedule[In, Out]):
     def step(
         self, now: float, input: In, state: Any, rng: RandomLike
     ) -> tuple[Any, Out, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         return self.contract.step(now, input, state, rng)
 
     def __repr__(self) -> str:
@@ -158,6 +163,11 @@ class _WithInfo(Schedule[In, Out]):
     def step(
         self, now: float, input: In, state: Any, rng: RandomLike
     ) -> tuple[Any, Out, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         attempts, start, inner = state
         if start is None:
             start = now
@@ -244,6 +254,11 @@ class Within(Schedule[In, Out]):
     def step(
         self, now: float, input: In, state: Any, rng: RandomLike
     ) -> tuple[Any, Out, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         start, inner = state
         if start is None:
             start = now
@@ -458,6 +473,11 @@ class ResetAfter(Schedule[In, Out]):
     def step(
         self, now: float, input: In, state: Any, rng: RandomLike
     ) -> tuple[Any, Out, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         start, inner = state
         if start is None:
             start = now

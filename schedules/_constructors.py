@@ -8,9 +8,9 @@ import math
 import sys
 from typing import Any
 
-from schedules._durations import MAX_DELAY, DurationLike, format_seconds, to_seconds
+from schedules._durations import MAX_DELAY, DurationLike, format_seconds, shown, to_seconds
 from schedules._frozen import field, frozen
-from schedules._schedule import RandomLike, Schedule, check_count, check_factor
+from schedules._schedule import RandomLike, Schedule, bad_now, check_count, check_factor
 
 __all__ = [
     "decorrelated",
@@ -36,6 +36,11 @@ class _Forever(Schedule[object, int]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, int, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         return state + 1, state, 0.0
 
     def __repr__(self) -> str:
@@ -52,6 +57,11 @@ class _Recurs(Schedule[object, int]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, int, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         # The count goes on after the stop, as Effect's `whileOutput(forever, n => n < times)`
         # does: in a union whose other side continues, the output keeps counting the steps.
         return state + 1, state, 0.0 if state < self.n else None
@@ -70,6 +80,11 @@ class _Spaced(Schedule[object, int]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, int, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         interval = self.interval
         return state + 1, state, interval if interval < MAX_DELAY else MAX_DELAY
 
@@ -93,6 +108,11 @@ class _Fixed(Schedule[object, int]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, int, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         count, planned = state
         interval = self.interval
         if planned is None or not interval:
@@ -105,7 +125,9 @@ class _Fixed(Schedule[object, int]):
                 delay = 0.0
             else:
                 delay = interval - (now - planned) % interval
-                if delay <= slack:
+                # `not >` also catches NaN: a clock that jumped back by more than a float holds
+                # (now - planned = -inf) waits a whole interval.
+                if not delay > slack:
                     delay = interval
         delay = MAX_DELAY if delay > MAX_DELAY else delay
         return (count + 1, now + delay), count, delay
@@ -135,6 +157,11 @@ class _Exponential(Schedule[object, float]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, float, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         if state >= self._saturated_at:
             return state + 1, MAX_DELAY, MAX_DELAY
         try:
@@ -165,6 +192,11 @@ class _Fibonacci(Schedule[object, float]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, float, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         delay, following = state
         after = delay + following
         return (following, after if after < MAX_DELAY else MAX_DELAY), delay, delay
@@ -183,6 +215,11 @@ class _Linear(Schedule[object, float]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, float, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         delay = self.base * (state + 1)
         delay = MAX_DELAY if delay > MAX_DELAY else delay
         return state + 1, delay, delay
@@ -201,6 +238,11 @@ class _FromDelays(Schedule[object, float]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, float, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         index: int = state
         if index >= len(self.delays_):
             return index, 0.0, None
@@ -225,6 +267,11 @@ class _Decorrelated(Schedule[object, float]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, float, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         base = self.base
         delay = base + rng.random() * (state * 3.0 - base)
         cap = self.cap if self.cap < MAX_DELAY else MAX_DELAY
@@ -245,6 +292,11 @@ class _Elapsed(Schedule[object, float]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, float, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         if state is None:
             return now, 0.0, 0.0
         return state, now - state, 0.0
@@ -460,7 +512,7 @@ def decorrelated(base: DurationLike, cap: DurationLike) -> Schedule[object, floa
     """
     low, high = to_seconds(base, name="base"), to_seconds(cap, name="cap")
     if high < low:
-        msg = f"decorrelated needs cap >= base, got base={base!r}, cap={cap!r}"
+        msg = f"decorrelated needs cap >= base, got base={shown(base)}, cap={shown(cap)}"
         raise ValueError(msg)
     return _Decorrelated(low, high)
 

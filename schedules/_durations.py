@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime
 import math
+import sys
 from typing import Final, TypeAlias
 
-__all__ = ["MAX_DELAY", "DurationLike", "format_seconds", "to_seconds", "whole_ms"]
+__all__ = ["MAX_DELAY", "DurationLike", "format_seconds", "shown", "to_seconds", "whole_ms"]
 
 MAX_DELAY: Final[float] = (2**31 - 1) / 1000
 """The longest delay any schedule yields, in seconds: ``2**31 - 1`` ms, about 24.8 days."""
@@ -67,7 +68,7 @@ def to_seconds(value: DurationLike, *, name: str = "duration") -> float:
     """
     # bool is an int subclass; `spaced(True)` is a bug, not one second.
     if isinstance(value, bool):
-        msg = f"{name} must be a duration, not a bool, got {value!r}"
+        msg = f"{name} must be a duration, not a bool, got {shown(value)}"
         raise ValueError(msg)
     if isinstance(value, str):
         seconds = _parse(value, name)
@@ -82,10 +83,10 @@ def to_seconds(value: DurationLike, *, name: str = "duration") -> float:
     elif isinstance(value, datetime.timedelta):  # pyright: ignore[reportUnnecessaryIsInstance]
         seconds = value.total_seconds()
     else:
-        msg = f"{name} must be seconds, a timedelta or a string like '250ms', got {value!r}"
+        msg = f"{name} must be seconds, a timedelta or a string like '250ms', got {shown(value)}"
         raise TypeError(msg)
     if not (seconds >= 0.0 and math.isfinite(seconds)):
-        msg = f"{name} must be {_WHY}, got {value!r}"
+        msg = f"{name} must be {_WHY}, got {shown(value)}"
         raise ValueError(msg)
     # -0.0 passes the check above; adding 0.0 makes it 0.0 so no delay ever prints as "-0.0".
     return seconds + 0.0
@@ -100,6 +101,28 @@ def _shown(text: str) -> str:
     if len(text) <= _SHOWN_CHARACTERS:
         return repr(text)
     return f"{text[:_SHOWN_CHARACTERS]!r}... ({len(text)} characters)"
+
+
+def shown(value: object) -> str:
+    """
+    *value* for an error message: its repr, cut short when long, never an error itself.
+
+    A caller's bad value can be anything: a string of megabytes, an int too long to print
+    (beyond ``sys.get_int_max_str_digits()``), an object whose ``repr`` raises.
+    """
+    if isinstance(value, str):
+        return _shown(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int with more digits than Python converts
+        if isinstance(value, int):
+            return f"an int of more than {sys.get_int_max_str_digits()} digits"
+        return f"a {type(value).__qualname__} (its repr failed)"
+    except Exception:  # noqa: BLE001 - a repr that fails must not hide the real error
+        return f"a {type(value).__qualname__} (its repr failed)"
+    if len(text) <= _SHOWN_CHARACTERS:
+        return text
+    return f"{text[:_SHOWN_CHARACTERS]}... ({len(text)} characters)"
 
 
 def _refuse(name: str, text: str, reason: str) -> ValueError:

@@ -11,7 +11,10 @@ names the construct and where it is.
 from __future__ import annotations
 
 import ast
+import io
+import math
 import sys
+import tokenize
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, TypeGuard
@@ -86,6 +89,7 @@ MAX_LENGTH: Final = 10_000
 """Longest expression accepted, in characters (bounds the parser's work on hostile input)."""
 
 _POINTER_WIDTH: Final = 76
+_SHOWN_LITERAL: Final = 40
 
 _OPERATORS: Final[Mapping[type[ast.AST], str]] = MappingProxyType(
     {
@@ -299,21 +303,42 @@ def _parse(text: str) -> tuple[AnySchedule, int]:
 
 
 def _too_many_digits(text: str) -> ExpressionError:
-    """The error for an integer literal longer than Python converts (``int_max_str_digits``)."""
+    """The error for a decimal int literal longer than Python converts (``int_max_str_digits``)."""
     limit = sys.get_int_max_str_digits()
-    index, end, digits = 0, len(text), 0
-    while index < end:
-        run_end = index
-        while run_end < end and "0" <= text[run_end] <= "9":
-            run_end += 1
-        if run_end - index > limit:
-            digits = run_end - index
-            break
-        index = run_end + 1
-    line = text.count("\n", 0, index) + 1
-    column = index - (text.rfind("\n", 0, index) + 1) + 1
-    message = f"a number has {digits} digits; at most {limit} are accepted"
-    return ExpressionError(message, text, line, column, pointer=False)
+    for line, column, literal in _numbers(text):
+        if not literal.startswith(("0x", "0X", "0o", "0O", "0b", "0B")) and (
+            len(literal) - literal.count("_") > limit
+        ):
+            message = _too_long_message(literal, limit)
+            return ExpressionError(message, text, line, column, pointer=False)
+    # Not found (the tokenizer stopped early): the parser's own words, still one line.
+    return ExpressionError(f"a number has more than {limit} digits", text, pointer=False)
+
+
+def _numbers(text: str) -> Iterator[tuple[int, int, str]]:
+    """The number literals in *text*: 1-based line, 1-based column (characters), literal."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.NUMBER:
+                yield token.start[0], token.start[1] + 1, token.string
+    except (tokenize.TokenError, SyntaxError):
+        return
+
+
+def _clipped(literal: str) -> str:
+    """A literal as an error message shows it: whole when short, else its two ends."""
+    if len(literal) <= _SHOWN_LITERAL:
+        return literal
+    return f"{literal[: _SHOWN_LITERAL - 8]}...{literal[-4:]}"
+
+
+def _too_long_message(literal: str, limit: int) -> str:
+    digits = len(literal) - literal.count("_")
+    if literal[1:2] in ("x", "X", "o", "O", "b", "B"):
+        size = f"({len(literal)} characters) has more than {limit} digits in decimal"
+    else:
+        size = f"has {digits} digits"
+    return f"the number {_clipped(literal)} {size}; at most {limit} digits are accepted"
 
 
 def _is_schedule(value: object) -> TypeGuard[AnySchedule]:
@@ -343,6 +368,14 @@ class _Walker:
         offset: int = getattr(node, "col_offset", 0) if column_offset is None else column_offset
         return ExpressionError(message, self._text, line, self._column(line, offset))
 
+    def literal_error(self, node: ast.expr, message: str) -> ExpressionError:
+        """An error about a literal: one line (its text is in the message), no pointer."""
+        error = self.error(node, message)
+        return ExpressionError(message, self._text, error.line, error.column, pointer=False)
+
+    def _source(self, node: ast.expr) -> str:
+        return ast.get_source_segment(self._text, node) or "?"
+
     def _column(self, line: int, byte_offset: int) -> int:
         # ast offsets count UTF-8 bytes; people count characters.
         if not 1 <= line <= len(self._lines):
@@ -368,6 +401,17 @@ class _Walker:
 
     def _constant(self, node: ast.Constant) -> Value:
         value: object = node.value
+        if isinstance(value, int) and not isinstance(value, bool):
+            # 0x..., 0o... and 0b... literals are not bound by the digit limit that decimal ones
+            # are, but printing the schedule (its repr, an error) would be: refuse them alike.
+            limit = sys.get_int_max_str_digits()
+            if limit and abs(value) >= 10**limit:
+                raise self.literal_error(node, _too_long_message(self._source(node), limit))
+        elif isinstance(value, float) and math.isinf(value):
+            message = (
+                f"the number {_clipped(self._source(node))} is too large: as a float it is infinite"
+            )
+            raise self.literal_error(node, message)
         if value is None or isinstance(value, bool | int | float | str):
             return value
         raise self.error(node, f"the literal {value!r} is not allowed (only numbers and strings)")

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar, overload, runtime_checkable
 
-from schedules._durations import DurationLike, to_seconds
+from schedules._durations import DurationLike, shown, to_seconds
 from schedules._frozen import frozen
 
 __all__ = [
@@ -167,9 +167,11 @@ class Schedule(ABC, Generic[In, Out]):
         Decide after a failed attempt.
 
         Time-based schedules measure from their first step, the end of the first attempt.
+        Every schedule of this package refuses a *now* that is not a finite number, whether or
+        not it reads the time, so a broken clock is found at its first reading.
 
         Args:
-            now: The driver's monotonic time, in seconds.
+            now: The driver's monotonic time, in seconds: a finite ``int`` or ``float``.
             input: The step's input, usually the error.
             state: The state from ``initial()`` or the previous step (JSON-decoded form accepted:
                 lists where it gave tuples).
@@ -188,6 +190,14 @@ class Schedule(ABC, Generic[In, Out]):
             ((1, 1), 1.0, 1.0)
             >>> policy.step(1.0, None, state, rng)
             ((2, 2), 2.0, None)
+            >>> policy.step(float("nan"), None, state, rng)
+            Traceback (most recent call last):
+            ...
+            ValueError: now must be a finite number of seconds, got nan
+
+        Raises:
+            ValueError: If *now* is NaN, infinite, or an int too large for a float.
+            TypeError: If *now* is not an ``int`` or ``float`` (``None``, a string, ...).
         """
 
     # -- delay shaping ---------------------------------------------------------------------------
@@ -214,7 +224,7 @@ class Schedule(ABC, Generic[In, Out]):
         """
         low, high = check_factor(min, "min"), check_factor(max, "max")
         if low > high:
-            msg = f"jittered needs min <= max, got min={min!r}, max={max!r}"
+            msg = f"jittered needs min <= max, got min={shown(min)}, max={shown(max)}"
             raise ValueError(msg)
         return _c.Jittered(self, low, high)
 
@@ -679,14 +689,14 @@ def timeline(
 def _finite_start(start: object) -> float:
     # Checked at run time too: `start` often comes from untyped callers (a CLI, a config file).
     if isinstance(start, bool) or not isinstance(start, int | float):
-        msg = f"start must be a number of seconds, got {start!r}"
+        msg = f"start must be a number of seconds, got {shown(start)}"
         raise TypeError(msg)
     try:
         now = float(start)
     except OverflowError:  # an int too large for a float
         now = math.inf
     if not math.isfinite(now):
-        msg = f"start must be a finite number of seconds, got {start!r}"
+        msg = f"start must be a finite number of seconds, got {shown(start)}"
         raise ValueError(msg)
     return now
 
@@ -802,25 +812,38 @@ def check_factor(value: object, name: str, *, positive: bool = False) -> float:
     """Return *value* as a float if it is a finite number >= 0 (> 0 if *positive*), else raise."""
     bound = "> 0" if positive else ">= 0"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        msg = f"{name} must be a number {bound}, got {value!r}"
+        msg = f"{name} must be a number {bound}, got {shown(value)}"
         raise TypeError(msg)
     if not (0.0 <= value < math.inf) or (positive and value == 0.0):
-        msg = f"{name} must be a finite number {bound}, got {value!r}"
+        msg = f"{name} must be a finite number {bound}, got {shown(value)}"
         raise ValueError(msg)
     try:
         return float(value) + 0.0
     except OverflowError:  # an int too large for a float
-        msg = f"{name} must be a finite number {bound}, got {value!r}"
+        msg = f"{name} must be a finite number {bound}, got {shown(value)}"
         raise ValueError(msg) from None
+
+
+def bad_now(now: object) -> Exception:
+    """
+    The error for a ``now`` that a step refuses: a ``ValueError`` for NaN, an infinity or an
+    int no float holds, a ``TypeError`` for anything that is not a number.
+
+    Every step checks its ``now`` inline, with the cheapest test there is (``now * 0.0`` is 0
+    only for a finite number), and calls this only to build the error.
+    """
+    if isinstance(now, int | float) and not isinstance(now, bool):
+        return ValueError(f"now must be a finite number of seconds, got {shown(now)}")
+    return TypeError(f"now must be a number of seconds (int or float), got {shown(now)}")
 
 
 def check_count(value: object, name: str) -> int:
     """Return *value* if it is an int >= 0, else raise naming *name*."""
     if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"{name} must be an int >= 0, got {value!r}"
+        msg = f"{name} must be an int >= 0, got {shown(value)}"
         raise TypeError(msg)
     if value < 0:
-        msg = f"{name} must be an int >= 0, got {value!r}"
+        msg = f"{name} must be an int >= 0, got {shown(value)}"
         raise ValueError(msg)
     return value
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any, Final, Literal
 
-from schedules._durations import MAX_DELAY, format_seconds
+from schedules._durations import MAX_DELAY, format_seconds, shown
 from schedules._frozen import field, frozen
-from schedules._schedule import RandomLike, Schedule, check_count
+from schedules._schedule import RandomLike, Schedule, bad_now, check_count
 
 __all__ = ["from_step_options"]
 
@@ -43,6 +43,11 @@ class _StepOptions(Schedule[object, float]):
     def step(
         self, now: float, input: object, state: Any, rng: RandomLike
     ) -> tuple[Any, float, float | None]:
+        try:
+            if now * 0.0:  # NaN or infinite: only a finite number times 0.0 is 0.0
+                raise ValueError
+        except (ArithmeticError, TypeError, ValueError):
+            raise bad_now(now) from None
         failed = state + 1
         if failed >= self.retries:
             return failed, 0.0, None
@@ -74,14 +79,14 @@ class _StepOptions(Schedule[object, float]):
 
 def _milliseconds(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        msg = f"{name} must be a number of milliseconds >= 0, got {value!r}"
+        msg = f"{name} must be a number of milliseconds >= 0, got {shown(value)}"
         raise TypeError(msg)
     try:
         ms = float(value) + 0.0
     except OverflowError:  # an int too large for a float
         ms = math.inf
     if not (0.0 <= ms < math.inf):
-        msg = f"{name} must be a finite number of milliseconds >= 0, got {value!r}"
+        msg = f"{name} must be a finite number of milliseconds >= 0, got {shown(value)}"
         raise ValueError(msg)
     return ms
 
@@ -125,14 +130,14 @@ def from_step_options(
     """
     check_count(retries, "retries")
     if retries < 1:
-        msg = f"retries must be >= 1 (it counts the first attempt), got {retries!r}"
+        msg = f"retries must be >= 1 (it counts the first attempt), got {shown(retries)}"
         raise ValueError(msg)
     if backoff not in ("fixed", "exp"):
-        msg = f"backoff must be 'fixed' or 'exp', got {backoff!r}"
+        msg = f"backoff must be 'fixed' or 'exp', got {shown(backoff)}"
         raise ValueError(msg)
     # A truthy non-bool ("yes", 1) is a misreading of the option, not a request for jitter.
     if not isinstance(jitter, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
-        msg = f"jitter must be True or False, got {jitter!r}"
+        msg = f"jitter must be True or False, got {shown(jitter)}"
         raise TypeError(msg)
     cap = None if backoff_max_ms is None else _milliseconds(backoff_max_ms, "backoff_max_ms")
     return _StepOptions(retries, backoff, _milliseconds(backoff_ms, "backoff_ms"), cap, jitter)

@@ -23,9 +23,18 @@ module is imported from the working directory or ``sys.path``. It may come befor
 command. ``--json`` prints one JSON document (times in epoch ms, as stored); the tables print
 times as ISO-8601 UTC, and escape every control character of stored text.
 
-Exit codes: 0 done; 2 a usage error, an unknown run id, an unusable ``--app`` or a store that is
-not an engine store (one line on stderr, no traceback); 128 + N when a second signal N stopped
-``work`` without draining; 130 when Ctrl-C interrupted another command.
+Exit codes (each error is one line on stderr, no traceback): 0 done; 2 a usage error, an
+unknown run id, an unusable ``--app``, or an inspection command on a store that does not exist;
+3 the run's status refuses the command (``retry`` of a run that has not failed, ``redispatch``
+of a finished run); 5 the store cannot be used (not an engine store, unreachable, a newer
+schema, a damaged file); 128 + N when a second signal N stopped ``work`` without draining; 130
+when Ctrl-C interrupted another command.
+
+A store that does not exist is never created by ``runs``, ``show``, ``retry`` or ``redispatch``:
+on SQLite, no file at the path; on PostgreSQL, no table in the URL's schema (the schema absent,
+as in a fresh database, or empty). They refuse it with exit 2 (a typo, or a command run from
+another folder than the workers, is the usual cause), as the dashboard does; ``work`` creates
+the store, as every engine does when it opens one.
 """
 
 from __future__ import annotations
@@ -65,10 +74,12 @@ from effects.durable._views import (
 from effects.durable.errors import StoreError, UnknownRunError
 from schedules import to_seconds
 
-__all__ = ["EXIT_OK", "EXIT_USAGE", "CliError", "main"]
+__all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_STORE", "EXIT_USAGE", "CliError", "main"]
 
 EXIT_OK: Final = 0
 EXIT_USAGE: Final = 2
+EXIT_REFUSED: Final = 3
+EXIT_STORE: Final = 5
 EXIT_INTERRUPTED: Final = 130
 
 PROG: Final = "python -m effects.durable"
@@ -83,6 +94,14 @@ _BIGGEST: Final = 2**62  # beyond any count or ms a store can bind
 
 class CliError(Exception):
     """A problem the command reports in one line on stderr, exiting 2."""
+
+
+class _RefusedError(Exception):
+    """The run's status refuses the command: one line on stderr, exit 3."""
+
+
+#: Statuses of a run that is over: nothing of it is dispatched again.
+_FINISHED: Final = frozenset({"completed", "failed", "cancelled", "dead"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -143,8 +162,9 @@ def _parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
         description="Run a durable workflow engine's worker; list, inspect and retry its runs.",
-        epilog="Exit codes: 0 done; 2 usage error, unknown run, unusable --app or store; "
-        "128+N work stopped by a second signal N.",
+        epilog="Exit codes: 0 done; 2 usage error, unknown run, unusable --app, no store there; "
+        "3 refused by the run's status; 5 the store cannot be used; 128+N work stopped by a "
+        "second signal N; 130 interrupted.",
     )
     parser.add_argument("--app", metavar="MODULE:ENGINE", help=app_help)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -208,8 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     Run the command line with *argv* (default ``sys.argv[1:]``); return the exit code.
 
     Returns:
-        0 done; 2 a usage error, an unknown run, an unusable ``--app`` or store; 128 + N when
-        a second signal N stopped ``work``; 130 when Ctrl-C interrupted another command.
+        0 done; 2 a usage error, an unknown run, an unusable ``--app``, or no store there (for
+        an inspection command); 3 the run's status refuses the command; 5 the store cannot be
+        used; 128 + N when a second signal N stopped ``work``; 130 when Ctrl-C interrupted
+        another command.
     """
     _tolerant(sys.stdout)
     _tolerant(sys.stderr)
@@ -222,9 +244,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run(spec, args))
     except SystemExit as exit_:  # --help
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
-    except (CliError, AppError, StoreError, UnknownRunError) as error:
+    except (CliError, AppError, UnknownRunError) as error:
         _say(f"error: {error}")
         return EXIT_USAGE
+    except _RefusedError as error:
+        _say(f"refused: {error}")
+        return EXIT_REFUSED
+    except StoreError as error:
+        _say(f"store error: {error}")
+        return EXIT_STORE
     except KeyboardInterrupt:
         _say("interrupted")
         return EXIT_INTERRUPTED
@@ -253,24 +281,70 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
-def _check_store_exists(engine: Engine) -> None:
-    """A read command must not create an empty store where a typo or a wrong folder points."""
+async def _refuse_a_missing_store(engine: Engine) -> None:
+    """
+    An inspection command must not create an empty store where a typo or a wrong folder
+    points: refuse (exit 2) a SQLite path with no file, a PostgreSQL schema with no table.
+    """
     store = engine.store
-    if not isinstance(store, SqliteStore):
-        return
-    path, _ = parse_sqlite_url(store.url)
-    if path != ":memory:" and not Path(path).exists():
-        msg = (
-            f"no store at {Path(path).resolve()} ({store.url}): nothing has run there yet, or the "
-            "command runs from another folder than the workers"
-        )
-        raise CliError(msg)
+    if isinstance(store, SqliteStore):
+        path, _ = parse_sqlite_url(store.url)
+        if path != ":memory:" and not Path(path).exists():
+            msg = (
+                f"no store at {Path(path).resolve()} ({store.url}): nothing has run there yet, "
+                "or the command runs from another folder than the workers"
+            )
+            raise CliError(msg)
+    elif store.url.startswith(("postgresql:", "postgres:")):
+        schema = await _postgres_tables(store)
+        if schema is not None:
+            msg = (
+                f"no store in schema {schema!r} of {store.url}: nothing has run there yet, or "
+                "the URL names another database or schema than the workers'"
+            )
+            raise CliError(msg)
+
+
+async def _postgres_tables(store: object) -> str | None:
+    """
+    The schema of a PostgreSQL *store* if it holds no table (no store there), else ``None``.
+
+    Reads the store's connection settings: the store protocol has no ``exists()`` yet.
+
+    Raises:
+        StoreError: If the server cannot be reached (or refuses the connection).
+    """
+    try:
+        import psycopg  # noqa: PLC0415 - the postgres extra; only PostgreSQL stores need it
+        from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+        from effects.durable._store_postgres import PostgresStore  # noqa: PLC0415
+    except ImportError:
+        return None  # opening the store says which extra to install
+    if not isinstance(store, PostgresStore):
+        return None
+    conninfo: str = store._conninfo  # pyright: ignore[reportPrivateUsage]
+    schema: str = store._schema  # pyright: ignore[reportPrivateUsage]
+    kwargs: dict[str, Any] = store._connect_kwargs()  # pyright: ignore[reportPrivateUsage]
+    if "connect_timeout" not in conninfo_to_dict(conninfo):
+        kwargs["connect_timeout"] = 10  # an address where nothing answers: fail, never hang
+    try:
+        async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+            row = await cursor.fetchone()
+    except psycopg.Error as error:
+        reason = " ".join(str(error).split())
+        raise StoreError(f"cannot connect to store {store.url}: {reason}") from error
+    return schema if row is None or not row[0] else None
 
 
 @contextlib.asynccontextmanager
 async def _opened(spec: str) -> AsyncGenerator[Engine]:
     engine = load_engine(spec)
-    _check_store_exists(engine)
+    await _refuse_a_missing_store(engine)
     with _store_errors(engine):
         async with engine:
             yield engine
@@ -338,7 +412,7 @@ async def _cmd_retry(spec: str, args: argparse.Namespace) -> int:
         except UnknownRunError:
             raise
         except ValueError as error:  # not failed, dead or cancelled
-            raise CliError(str(error)) from None
+            raise _RefusedError(str(error)) from None
     steps = ", ".join(f"{c.seq} {c.name}" for c in failed) or "none"
     _out(
         safe(
@@ -451,6 +525,11 @@ async def _cmd_work(spec: str, args: argparse.Namespace) -> int:
                 stopper.task = asyncio.ensure_future(
                     engine.work(poll_ms=args.poll, concurrency=args.concurrency)
                 )
+                # work() clears any stop asked before it began: a signal that came since the
+                # line above (its handler already ran stop()) is asked for again once it runs.
+                await asyncio.sleep(0)
+                if stopper.signals:
+                    engine.stop()
                 try:
                     await stopper.task
                 except asyncio.CancelledError:
@@ -465,6 +544,16 @@ async def _cmd_work(spec: str, args: argparse.Namespace) -> int:
 async def _cmd_redispatch(spec: str, args: argparse.Namespace) -> int:
     run_id: str = args.run_id
     async with _opened(spec) as engine:
+        run = await engine.store.get_run(run_id)
+        if run is None:
+            raise UnknownRunError(run_id)
+        if run.status in _FINISHED:
+            # A task enqueued now would run a step of a run that is over.
+            msg = (
+                f"run {run_id} is {run.status}; only a pending, running or suspended run has "
+                "dispatched steps to send again"
+            )
+            raise _RefusedError(msg)
         count = await engine.redispatch_pending(run_id)
         pending = [
             f"{c.seq} {c.name} (attempt {c.attempts})"

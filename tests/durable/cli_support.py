@@ -284,10 +284,12 @@ def make_app(root: Path, url: str | None = None) -> App:
     return App(root, store_url=url)
 
 
-def assert_one_line_error(done: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    """*done* exited 2 with one line on stderr holding every fragment, no traceback."""
+def assert_one_line_error(
+    done: subprocess.CompletedProcess[str], *fragments: str, code: int = 2
+) -> None:
+    """*done* exited *code* with one line on stderr holding every fragment, no traceback."""
     lines = done.stderr.splitlines()
-    assert (2, 1) == (done.returncode, len(lines)), done.stderr
+    assert (code, 1) == (done.returncode, len(lines)), done.stderr
     assert "Traceback" not in done.stderr
     missing = [f for f in fragments if f not in lines[0]]
     assert [] == missing, lines[0]

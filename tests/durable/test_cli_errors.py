@@ -1,4 +1,4 @@
-"""Every error of the command line is one line on stderr and exit 2, and changes no store."""
+"""Every error of the command line is one line on stderr (exit 2, 3 or 5), and changes no store."""
 
 from __future__ import annotations
 
@@ -130,8 +130,9 @@ def test_an_unknown_run_id_is_one_line(app: App, command: str) -> None:
 
 
 def test_retry_of_a_run_that_has_not_failed_is_one_line(app: App) -> None:
-    """``retry`` of a completed run is refused in one line, and the run stays completed."""
-    assert_one_line_error(app.cli("--app", "app:engine", "retry", "r-1"), "r-1 is completed")
+    """``retry`` of a completed run is refused in one line (exit 3); the run stays completed."""
+    done = app.cli("--app", "app:engine", "retry", "r-1")
+    assert_one_line_error(done, "refused", "r-1 is completed", code=3)
     assert "completed" == app.shown("r-1")["run"]["status"]
 
 
@@ -181,13 +182,13 @@ def _other_schema(path: Path) -> None:
 def test_a_store_that_is_not_an_engine_store_is_one_line_and_untouched(
     app: App, damage: object, fragments: list[str], args: tuple[str, ...]
 ) -> None:
-    """A corrupt file, a foreign SQLite db, a newer schema: one line, exit 2, file unchanged."""
+    """A corrupt file, a foreign SQLite db, a newer schema: one line, exit 5, file unchanged."""
     if damage is not _newer:
         app.db.unlink()
     assert callable(damage)
     damage(app.db)
     before = digest(app.db)
-    assert_one_line_error(app.cli("--app", "app:engine", *args), *fragments)
+    assert_one_line_error(app.cli("--app", "app:engine", *args), *fragments, code=5)
     assert before == digest(app.db)
 
 
@@ -216,7 +217,7 @@ def test_damaged_pages_of_a_store_are_one_line_and_untouched(app: App, tmp_path:
         assert "Traceback" not in done.stderr, (copy.root.name, done.stderr)
         if done.returncode != 0:
             failed += 1
-            assert_one_line_error(done, "store", "sqlite:///durable.db")
+            assert_one_line_error(done, "store", "sqlite:///durable.db", code=5)
         assert before == digest(copy.db), copy.root.name
     assert failed > 0
 

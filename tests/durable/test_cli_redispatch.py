@@ -44,8 +44,8 @@ def test_redispatch_enqueues_the_pending_step_again(cli_app: App) -> None:
     assert "step.redispatched" in events
 
 
-def test_redispatch_of_a_run_with_nothing_pending_changes_nothing(cli_app: App) -> None:
-    """A finished run has nothing to re-drive: said so, exit 0, nothing written."""
+def test_redispatch_of_a_finished_run_is_refused(cli_app: App) -> None:
+    """A finished run has nothing to re-drive: refused in one line, exit 3, nothing written."""
     app = pending_run(cli_app)
 
     async def finish() -> None:
@@ -55,9 +55,24 @@ def test_redispatch_of_a_run_with_nothing_pending_changes_nothing(cli_app: App) 
     run_async(finish)
     before = app.shown("p-1")
     done = app.cli("--app", "app:engine", "redispatch", "p-1")
-    assert 0 == done.returncode
-    assert "no pending dispatched step; nothing enqueued" in done.stdout
+    assert_one_line_error(done, "refused", "run p-1 is completed", code=3)
     assert before == app.shown("p-1")
+
+
+def test_redispatch_of_a_running_run_with_nothing_pending_changes_nothing(cli_app: App) -> None:
+    """A run not finished, with no dispatched step pending: said so, exit 0, nothing written."""
+    app = cli_app
+
+    async def start() -> None:
+        async with app.engine() as engine:
+            await engine.start("greet", "ada", run_id="g-1")
+
+    run_async(start)
+    before = app.shown("g-1")
+    done = app.cli("--app", "app:engine", "redispatch", "g-1")
+    assert (0, "") == (done.returncode, done.stderr)
+    assert "no pending dispatched step; nothing enqueued" in done.stdout
+    assert before == app.shown("g-1")
 
 
 def test_redispatch_of_an_unknown_run_is_one_line(cli_app: App) -> None:

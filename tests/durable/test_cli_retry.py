@@ -52,9 +52,10 @@ def test_a_retried_run_finishes_without_running_its_completed_steps_again(
 
 
 def test_retry_of_a_run_already_requeued_is_refused(cli_app: App) -> None:
-    """A second ``retry`` of a run that is pending again: one line, exit 2, nothing changed."""
+    """A second ``retry`` of a run that is pending again: one line, exit 3, nothing changed."""
     app = failed_run(cli_app)
     assert 0 == app.cli("--app", "app:engine", "retry", "d-1").returncode
     before = app.shown("d-1")
-    assert_one_line_error(app.cli("--app", "app:engine", "retry", "d-1"), "d-1 is pending")
+    done = app.cli("--app", "app:engine", "retry", "d-1")
+    assert_one_line_error(done, "refused", "d-1 is pending", code=3)
     assert before == app.shown("d-1")

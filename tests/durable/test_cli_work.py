@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -150,3 +151,36 @@ def test_a_signal_while_the_app_imports_stops_the_worker_before_it_claims(cli_ap
     assert 0 == worker.returncode, err
     assert "stopped before starting work" in err
     assert ["pending"] == statuses(app, ["g-1"])
+
+
+SIGNAL_AS_WORK_STARTS = """
+import signal, sys
+import effects.durable._cli as cli
+
+said = cli._say
+
+
+def say(message):
+    said(message)
+    if "drains it" in message:  # the worker is up, its loop not yet started: signal now
+        signal.raise_signal(signal.SIGTERM)
+
+
+cli._say = say
+sys.exit(cli.main(["--app", "app:engine", "work", "--poll", "50ms"]))
+"""
+
+
+def test_a_signal_just_before_the_loop_starts_still_drains_it(cli_app: App) -> None:
+    """SIGTERM between the worker's start line and its loop's first step: it stops, exit 0."""
+    app = cli_app
+    start_runs(app, ("greet", "ada", "g-1"))
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_AS_WORK_STARTS],
+        cwd=app.root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (0, True) == (done.returncode, "stopped" in done.stderr.splitlines()[-1]), done.stderr

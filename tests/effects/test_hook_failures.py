@@ -1,4 +1,8 @@
-"""A failing hook, predicate or retryable property ends the call: never a retry, error kept."""
+"""
+A failing hook, predicate or delay function ends the call: never a retry, error kept.
+
+(A failing ``retryable`` property gives up with the error itself: test_broken_retryable.py.)
+"""
 
 from __future__ import annotations
 
@@ -18,15 +22,6 @@ class TransientError(Exception):
 
 class HookBugError(Exception):
     """What a broken listener or predicate raises."""
-
-
-class BrokenFlagError(Exception):
-    """Its ``retryable`` property fails, as a subclass that forgot ``super().__init__`` would."""
-
-    @property
-    def retryable(self) -> bool:
-        """Read an attribute that was never set."""
-        return bool(self.missing)  # type: ignore[attr-defined]
 
 
 def chain(error: BaseException) -> list[BaseException]:
@@ -58,7 +53,6 @@ FAILURES: dict[str, Case] = {
     "on_retry": ({"on_retry": raise_hook_bug}, HookBugError, TransientError("t")),
     "while_": ({"while_": raise_hook_bug}, HookBugError, TransientError("t")),
     "until": ({"until": raise_hook_bug}, HookBugError, TransientError("t")),
-    "retryable": ({}, AttributeError, BrokenFlagError("b")),
     "delay function": (
         {"schedule": spaced(1).modify_delay(raise_hook_bug)},
         HookBugError,
@@ -75,7 +69,7 @@ def test_a_failure_between_attempts_is_never_retried(
     """The failure propagates after one attempt, the retried error as its __context__."""
     options, raised, error = case
     calls, attempt = attempt_counter(error)
-    wrapped = retry(times=5, on=(TransientError, BrokenFlagError), **options)(attempt)
+    wrapped = retry(times=5, on=TransientError, **options)(attempt)
     with pytest.raises(raised) as caught:
         wrapped()
     assert 1 == len(calls)
@@ -86,10 +80,10 @@ def test_a_failure_between_attempts_is_never_retried(
 def test_the_same_holds_for_effects_and_blocks(case: Case, virtual_clock: VirtualClock) -> None:
     """Effects and attempts() blocks stop at the failure too, keeping the retried error."""
     options, raised, error = case
-    policy = retry(times=5, on=(TransientError, BrokenFlagError), **options)
+    policy = retry(times=5, on=TransientError, **options)
     calls, attempt = attempt_counter(error)
     with pytest.raises(raised) as caught:
-        Effect.attempt(attempt, catch=(TransientError, BrokenFlagError)).pipe(policy).run()
+        Effect.attempt(attempt, catch=TransientError).pipe(policy).run()
     assert (1, True) == (len(calls), error in chain(caught.value))
     calls, attempt = attempt_counter(error)
 
@@ -116,14 +110,12 @@ async def test_the_same_holds_in_async_code(
         calls.append(1)
         raise error
 
-    policy = retry(times=5, on=(TransientError, BrokenFlagError), **options)
+    policy = retry(times=5, on=TransientError, **options)
     with pytest.raises(raised) as caught:
         await policy(attempt)()
     assert (1, True) == (len(calls), error in chain(caught.value))
     with pytest.raises(raised):
-        await (
-            AsyncEffect.attempt(attempt, catch=(TransientError, BrokenFlagError)).pipe(policy).run()
-        )
+        await AsyncEffect.attempt(attempt, catch=TransientError).pipe(policy).run()
     assert 2 == len(calls)
 
 

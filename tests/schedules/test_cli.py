@@ -517,7 +517,7 @@ def test_an_integer_beyond_the_digit_limit_is_one_clear_line(
     code, _ = run("show", "spaced(1) | recurs(" + "7" * 5000 + ")")
     error = capsys.readouterr().err
     assert (2, 1) == (code, len(error.splitlines()))
-    assert f"a number has 5000 digits; at most {sys.get_int_max_str_digits()}" in error
+    assert f"has 5000 digits; at most {sys.get_int_max_str_digits()} digits are" in error
     assert "(line 1, column 20)" in error
 
 
