@@ -535,8 +535,18 @@ async def _cmd_work(spec: str, args: argparse.Namespace) -> int:
                 except asyncio.CancelledError:
                     if len(stopper.signals) < 2:
                         raise
-                    _say("stopped without draining")
-                    return 128 + stopper.signals[-1]
+                    stopped_at_once = 128 + stopper.signals[-1]
+                else:
+                    stopped_at_once = 0
+    if stopped_at_once:
+        _say("stopped without draining")
+        # A def handler stuck in its thread would hold the interpreter's exit (it joins the
+        # executor's threads) forever: the claims are released and the store is closed by now,
+        # so the process ends here, at once.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stopped_at_once)
     _say("drained; stopped" if stopper.signals else "stopped")
     return EXIT_OK
 

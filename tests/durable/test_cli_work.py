@@ -184,3 +184,65 @@ def test_a_signal_just_before_the_loop_starts_still_drains_it(cli_app: App) -> N
         check=False,
     )
     assert (0, True) == (done.returncode, "stopped" in done.stderr.splitlines()[-1]), done.stderr
+
+
+STUCK_APP = """
+import time
+from pathlib import Path
+from effects.durable import Engine, step, workflow
+
+HERE = Path(__file__).resolve().parent
+
+
+@step("stuck")
+def stuck(n):
+    (HERE / "started").write_text("1")
+    while True:  # a def that never returns, and ignores everything
+        time.sleep(0.05)
+
+
+@workflow("stuck-run")
+async def stuck_run(ctx, n):
+    return await ctx.step(stuck, n)
+
+
+engine = Engine(URL, workflows=[stuck_run], steps=[stuck])
+"""
+
+
+def test_a_second_sigterm_ends_work_at_once_even_with_a_def_handler_stuck(
+    tmp_path: Any, durable_store_url: str
+) -> None:
+    """A def handler stuck in its thread: the second SIGTERM still exits 143, and promptly."""
+    (tmp_path / "stuck_app.py").write_text(f"URL = {durable_store_url!r}\n{STUCK_APP}")
+    starter = subprocess.run(
+        [sys.executable, "-c", "import asyncio, stuck_app as a\n"
+         "async def main():\n"
+         "    async with a.engine:\n"
+         "        await a.engine.start(a.stuck_run, 1, run_id='s-1')\n"
+         "asyncio.run(main())"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert 0 == starter.returncode, starter.stderr
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "effects.durable", "--app", "stuck_app:engine", "work",
+         "--poll", "20ms"],
+        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists():
+            assert worker.poll() is None, worker.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert worker.stderr is not None
+        worker.send_signal(signal.SIGTERM)
+        read_until(worker.stderr, "draining")
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert 128 + signal.SIGTERM == worker.returncode, err
+    assert "stopped without draining" in err
