@@ -822,7 +822,7 @@ class WindowLoop:
                         # and the definition's retry tally.
                         call = contextvars.copy_context().run
                         calls[index] = self._workers().submit(call, self.process, item, scope)
-                        await asyncio.wait([asyncio.wrap_future(calls[index])])
+                        await _ended(calls[index])
                         return self._returned(calls[index], item, scope, state, tally)
                     result = self.process(item, scope)
                     if inspect.isawaitable(result):
@@ -1047,6 +1047,32 @@ def encode_evidence(evidence: ErrorEvidence) -> str:
 
 def _shell_word(text: str) -> str:
     return text if text and all(c.isalnum() or c in "-_.:/@" for c in text) else repr(text)
+
+
+async def _ended(call: concurrent.futures.Future[Any]) -> None:
+    """
+    Wait until *call* (a worker thread's) has ended, without taking its outcome: that is read
+    from *call* itself (`WindowLoop._returned`), which never reports an error nobody asked for.
+
+    ``asyncio.wrap_future`` would copy the call's exception into an asyncio future that asyncio
+    logs ("Future exception was never retrieved", with a traceback) once it is collected
+    unread; and a call given up at its timeout would still report to it after the window, or
+    to a closed loop. The future waited on here only ever holds ``None``.
+    """
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_resolve, ended)
+
+    call.add_done_callback(wake)
+    await ended
+
+
+def _resolve(ended: asyncio.Future[None]) -> None:
+    if not ended.done():  # cancelled meanwhile (the item's timeout, Ctrl-C)
+        ended.set_result(None)
 
 
 def _run_in(scope: Scope, thunk: Callable[[], Result[_T, SourceError]]) -> Result[_T, SourceError]:
