@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 import urllib.parse
@@ -51,7 +52,7 @@ from migrate._store_rows import (
 )
 from migrate._text import stored_text
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "store_path"]
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "sqlite_exists", "store_path"]
 
 #: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
 #: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
@@ -163,6 +164,42 @@ def store_path(url: str, base_dir: str | os.PathLike[str] | None = None) -> Path
     return _path_and_options(url, None if base_dir is None else Path(base_dir))[0]
 
 
+def sqlite_exists(path: Path) -> bool:
+    """
+    Whether the store file at *path* exists; ``False`` when it does not exist yet, but could
+    be created (its folders are folders, or are missing).
+
+    Raises:
+        StoreError: If no store file can be at *path*: it is a folder, a folder on its way is a
+            file, or it cannot be looked at (permissions).
+    """
+    try:
+        found = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as error:
+        raise StoreError(
+            f"store {path} cannot be opened: {error.strerror or error}", error
+        ) from error
+    else:
+        if stat.S_ISDIR(found.st_mode):
+            raise StoreError(f"store {path} cannot be opened: it is a folder, not a store file")
+        return True
+    for folder in path.parents:
+        try:
+            mode = folder.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # missing (created on demand), or under a file: met further up
+        except OSError as error:
+            raise StoreError(
+                f"store {path} cannot be opened: {folder}: {error.strerror or error}", error
+            ) from error
+        if not stat.S_ISDIR(mode):
+            raise StoreError(f"store {path} cannot be opened: {folder} is a file, not a folder")
+        return False
+    return False
+
+
 def open_sqlite(
     url: str,
     *,
@@ -171,7 +208,7 @@ def open_sqlite(
 ) -> Store:
     """The SQLite store at a ``sqlite:///`` *url* (see `migrate.open_store`)."""
     path, timeout = _path_and_options(url, None if base_dir is None else Path(base_dir))
-    if read_only and not path.exists():
+    if read_only and not sqlite_exists(path):
         return MemoryStore(name=f"sqlite:{path} (not created yet)")
     return SqliteStore(path, read_only=read_only, timeout=timeout)
 
@@ -228,7 +265,8 @@ class SqliteStore:
     Raises:
         StoreSchemaError: If the file's schema version is newer than `SCHEMA_VERSION`.
         StoreError: If the file is not a migrate store, is corrupt or truncated, or cannot be
-            opened; the file is left as it was.
+            opened (*path* is a folder, a folder on its way is a file); the file is left as it
+            was.
     """
 
     def __init__(
@@ -246,6 +284,7 @@ class SqliteStore:
         self._tables = frozenset({"contracts"})
         self._columns = {"item_states": STATE_COLUMNS, "locks": LOCK_COLUMNS, "runs": ""}
         self.host = self._process.host
+        sqlite_exists(self.path)  # a StoreError naming what is in the way, if anything is
         problem = _header_problem(self.path)
         if problem is not None:
             raise StoreError(f"store {self.path} {problem}; it was left as it is")
