@@ -40,7 +40,7 @@ from migrate._sources._base import MissingFieldError, duplicate_fault, excerpt
 from migrate._state import Counts, ErrorEvidence, ItemStatus
 from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
 from migrate._text import plural, storable, stored_text, unstorable_part
-from migrate._window_writes import BatchFailure, WindowWrites, writing
+from migrate._window_writes import BatchFailure, WindowWrites, current_writes, writing
 from migrate._workers import DaemonPool
 
 __all__ = ["FailureNote", "LoopStart", "WindowLoop", "WindowResult"]
@@ -988,6 +988,9 @@ class WindowLoop:
                 evidence = attrs.evolve(
                     evidence, details={**evidence.details, "also": safe_text(problem)}
                 )
+            hint = _lock_hint(error, evidence.message)
+            if hint is not None:
+                evidence = attrs.evolve(evidence, details={**evidence.details, "hint": hint})
             tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
             error_json = encode_evidence(evidence)
         # tuple.__new__ skips StateWrite's generated __new__ (a Python call per item).
@@ -1012,6 +1015,25 @@ class _Interrupted(BaseException):
     def __init__(self, states: list[StateWrite]) -> None:
         super().__init__("interrupted")
         self.states = states
+
+
+def _lock_hint(error: BaseException, message: str) -> str | None:
+    """
+    What to do when a process's own SQLite connection waited out its timeout for the write lock
+    that the window's batched destination writes hold: ``None`` for any other failure.
+    """
+    if isinstance(error, DestinationError) or "database is locked" not in message:
+        return None
+    writes = current_writes()
+    names = [] if writes is None else writes.names()
+    if not names:
+        return None
+    return (
+        f"the window's transaction of {', '.join(names)} holds the database's write lock until "
+        "the window commits, so a connection of the process's own to that database waits for "
+        "it: write through the destination's execute(sql, params) to share the transaction, or "
+        "build it with SqlDestination(..., batch=False)"
+    )
 
 
 def _returned_problem(result: object, process: Callable[..., Any]) -> TypeError | None:
