@@ -36,7 +36,7 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import POSITIONAL_TYPES, PriorState, Store, WindowCommit
+from migrate._store import POSITIONAL_TYPES, PriorState, Store, UpdateRequest, WindowCommit
 from migrate._store_memory import MemoryStore
 from migrate._store_rows import (
     LOCK_COLUMNS,
@@ -56,8 +56,9 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "sqlite_exists", "sto
 
 #: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
 #: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
-#: position and the start token of the process holding a run or a lock.
-SCHEMA_VERSION: Final = 3
+#: position and the start token of the process holding a run or a lock. 4: adds the update requests
+#: not carried out yet.
+SCHEMA_VERSION: Final = 4
 
 DEFAULT_TIMEOUT: Final = 30.0  # seconds a write waits for another connection's lock
 
@@ -102,6 +103,12 @@ CREATE TABLE IF NOT EXISTS contracts (
     fingerprint TEXT NOT NULL,
     run_id TEXT NOT NULL,
     recorded_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS update_requests (
+    definition TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    requested_at REAL NOT NULL,
+    marked INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS locks (
     definition TEXT PRIMARY KEY,
@@ -281,7 +288,8 @@ class SqliteStore:
         self.timeout = timeout
         self._lock = threading.RLock()
         self._process = this_process()
-        self._tables = frozenset({"contracts"})
+        #: The tables of later schema versions that a read-only store may lack.
+        self._tables = frozenset({"contracts", "update_requests"})
         self._columns = {"item_states": STATE_COLUMNS, "locks": LOCK_COLUMNS, "runs": ""}
         self.host = self._process.host
         sqlite_exists(self.path)  # a StoreError naming what is in the way, if anything is
@@ -699,6 +707,9 @@ class SqliteStore:
         with self.transaction(what) as db:
             if commit.mark_needs_update:
                 self._mark_needs_update(db, definition_id, commit.run_id)
+                db.execute(
+                    "UPDATE update_requests SET marked = 1 WHERE definition = ?", (definition_id,)
+                )
             if commit.forget:
                 db.execute(
                     "DELETE FROM item_states WHERE definition = ? "
@@ -722,6 +733,8 @@ class SqliteStore:
             self._update_run(db, commit.run_id, None, commit.results, None, False)
             if commit.save_cursor:
                 _save_cursor(db, definition_id, commit.cursor)
+            if commit.update_done:
+                db.execute("DELETE FROM update_requests WHERE definition = ?", (definition_id,))
 
     def _mark_needs_update(self, db: sqlite3.Connection, definition_id: str, run_id: str) -> int:
         changed = db.execute(
@@ -736,6 +749,25 @@ class SqliteStore:
         """Mark every ``migrated`` item ``needs-update`` and reset the cursor, atomically."""
         with self.transaction(f"marking the items of {definition_id!r} needs-update") as db:
             return self._mark_needs_update(db, definition_id, run_id)
+
+    def request_update(self, definition_id: str, run_id: str) -> None:
+        """Record an update of *definition_id* asked for by *run_id* (see `UpdateRequest`)."""
+        with self.transaction(f"recording the update request of {definition_id!r}") as db:
+            db.execute(
+                "INSERT OR REPLACE INTO update_requests (definition, run_id, requested_at, marked) "
+                "VALUES (?, ?, ?, 0)",
+                (definition_id, run_id, time.time()),
+            )
+
+    def update_request(self, definition_id: str) -> UpdateRequest | None:
+        """The update of *definition_id* asked for and not carried out yet, if any."""
+        if "update_requests" not in self._tables:
+            return None  # a read-only store of an older schema
+        rows = self._query(
+            "SELECT run_id, requested_at, marked FROM update_requests WHERE definition = ?",
+            (definition_id,),
+        )
+        return UpdateRequest(rows[0][0], rows[0][1], bool(rows[0][2])) if rows else None
 
     def identities(self, definition_id: str, status: ItemStatus) -> list[str]:
         """Identities of *definition_id* whose state is *status*, in identity order."""

@@ -70,6 +70,9 @@ class LoopStart:
     total: int | None
     #: Things the user should know about this definition's run.
     notes: tuple[str, ...] = ()
+    #: The run whose ``needs-update`` marks this run carries out (an ``--update``, or the rest of
+    #: one that did not finish), else ``None``.
+    marked_by: str | None = None
 
 
 @attrs.frozen
@@ -94,6 +97,7 @@ class WindowResult:
             commits them, without the cursor, and stops the run.
         notes: What the user should know (identities the source does not have).
         forget: Identities whose stored states go (failed records the source no longer has).
+        update_done: The window ends the pass of an update: its request is cleared.
     """
 
     states: tuple[StateWrite, ...]
@@ -107,6 +111,7 @@ class WindowResult:
     interrupted: bool = False
     notes: tuple[str, ...] = ()
     forget: tuple[str, ...] = ()
+    update_done: bool = False
 
 
 class _Tally:
@@ -197,15 +202,43 @@ class WindowLoop:
         self._positional: list[str] = []
         #: Whether an item whose stored state this run wrote is a duplicate (see `_met_before`).
         self._across_windows = True
+        #: Whether the first window's commit marks the migrated states needs-update.
+        self._mark = False
+        #: Whether this run carries out an update request, cleared at the end of its pass.
+        self._updating = False
 
     def start(self) -> LoopStart:
         """Prepare the loop: how many items it expects (when known cheaply), and notes."""
         mode = self.mode
-        if mode in ("normal", "update"):
-            self._cursor = None if mode == "update" else self.store.cursor(self.definition_id)
-            total = self.migration.source.count() if self._cursor is None else None
-            return LoopStart(total)
+        definition_id = self.definition_id
         notes: tuple[str, ...] = ()
+        # An update asked for and not carried out (its run died, was stopped or blocked) is
+        # carried out by this run: from the top if its marking was not committed, else from the
+        # saved cursor, where it stopped.
+        request = None if mode == "update" else self.store.update_request(definition_id)
+        if mode in ("normal", "update"):
+            marked_by: str | None = None
+            if mode == "update" or (request is not None and not request.marked):
+                self._mark = self._updating = True
+                self._cursor = None
+                marked_by = self.run_id
+            else:
+                self._cursor = self.store.cursor(definition_id)
+                if request is not None:
+                    self._updating = True
+                    marked_by = request.run_id
+            if request is not None:
+                notes = (
+                    f"{definition_id}: carrying out the --update that run {request.run_id} asked "
+                    "for and did not finish",
+                )
+            total = self.migration.source.count() if self._cursor is None else None
+            return LoopStart(total, notes, marked_by)
+        if request is not None:
+            notes = (
+                f"{definition_id}: the --update that run {request.run_id} asked for is not "
+                f"finished; the next normal run of {definition_id} carries it out",
+            )
         if mode == "failed":
             # Interrupted items wait for a run like failed ones: Ctrl-C during a --failed run
             # must not lose track of the failures it had not finished.
@@ -238,7 +271,7 @@ class WindowLoop:
         """Yield each window's result; call `start` first."""
         self.next_tick = time.monotonic() + _TICK_EVERY
         if self.mode in ("normal", "update"):
-            return self._discovery(update=self.mode == "update")
+            return self._discovery(update=self._mark)
         return self._targeted()
 
     # --- discovery: normal and update runs ------------------------------------------------------
@@ -283,7 +316,7 @@ class WindowLoop:
                         window.items, window.faults, tally, discovery=True, update=update
                     )
                 except _Interrupted as stop:
-                    yield self._stopped(stop, tally, mark_needs_update=update and first)
+                    yield self._stopped(stop, tally, mark_needs_update=self._mark and first)
                     return
             last = window.done or not (window.items or window.faults)
             yield WindowResult(
@@ -294,8 +327,10 @@ class WindowLoop:
                 save_cursor=True,
                 # Marked with the first window read, so a source whose arguments do not match
                 # its data (a failed read above) leaves every stored state as it was.
-                mark_needs_update=update and first,
+                mark_needs_update=self._mark and first,
                 clear_positional=whole_pass and last,
+                # The pass is over: the update asked for is carried out.
+                update_done=self._updating and last,
             )
             first = False
             cursor = window.next_cursor

@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import psycopg
@@ -33,7 +33,7 @@ class Database:
     connect: Callable[[], Any]
     #: A connection of the process's own that gives up waiting for a lock after a moment.
     connect_own: Callable[[], Any]
-    paramstyle: migrate.ParamStyle
+    paramstyle: Literal["qmark", "format"]
     marker: str
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
