@@ -254,6 +254,8 @@ class _SqlBatch:
         self._name = name
         self._thread = DaemonPool(1, f"migrate-{name}")
         self._connection: DbApiConnection | None = None
+        #: Why the window's transaction cannot be trusted any more (a statement ended it).
+        self._broken: str | None = None
 
     def execute(
         self, sql: str, params: Any, what: str, *, fetch: bool = False
@@ -267,6 +269,8 @@ class _SqlBatch:
         return self._thread.submit(self._execute, sql, params, what, fetch).result()
 
     def _execute(self, sql: str, params: Any, what: str, fetch: bool) -> list[tuple[Any, ...]]:
+        if self._broken is not None:
+            raise DestinationError(f"{self._name}: {what} was not run: {self._broken}")
         connection = self._connection
         if connection is None:
             try:
@@ -297,7 +301,19 @@ class _SqlBatch:
                 cursor.execute("ROLLBACK TO SAVEPOINT migrate_write")
                 cursor.execute("RELEASE SAVEPOINT migrate_write")
             raise DestinationError(f"{self._name}: {what} failed: {error}", error) from error
-        cursor.execute("RELEASE SAVEPOINT migrate_write")
+        try:
+            cursor.execute("RELEASE SAVEPOINT migrate_write")
+        except Exception as error:
+            # The statement ended the window's transaction (a COMMIT or ROLLBACK the driver
+            # let through): what the window wrote before may be committed or gone, so none of
+            # its items may be stored as migrated; the window's commit fails them all.
+            self._broken = (
+                f"{what} ended the window's transaction (a COMMIT or ROLLBACK in it?); every "
+                "item that wrote in this window fails and is written again by the next run"
+            )
+            with contextlib.suppress(Exception):
+                connection.rollback()
+            raise DestinationError(f"{self._name}: {self._broken}: {error}", error) from error
         return rows
 
     def commit(self) -> None:
@@ -321,6 +337,8 @@ class _SqlBatch:
         if connection is None:
             return
         try:
+            if commit and self._broken is not None:
+                raise DestinationError(self._broken)
             if commit:
                 connection.commit()
             else:

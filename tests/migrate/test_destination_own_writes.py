@@ -278,3 +278,37 @@ def test_a_run_killed_mid_window_keeps_audit_rows_and_states_together(tmp_path: 
     every = [(i,) for i in range(1, 31)]
     assert every == database.rows("SELECT person FROM audit ORDER BY person")
     assert every == database.rows("SELECT id FROM people ORDER BY id")
+
+
+def test_a_statement_smuggling_a_commit_never_leaves_an_item_stored_migrated(
+    tmp_path: Path, database: Database
+) -> None:
+    """``INSERT ...; COMMIT``: refused (sqlite3), or it ends the window's transaction
+    (psycopg), and then no item of the window is stored as migrated."""
+    table = migrate.SqlDestination(database.connect, "people", "id", paramstyle=database.paramstyle)
+
+    def process(item: migrate.Item, scope: migrate.Scope) -> None:
+        person = int(item.identity)
+        table.upsert({"id": person, "name": item.data["name"]}).run_or_raise()
+        sql = _audit_sql(database)
+        if person == 2:
+            sql = f"INSERT INTO audit (person, note) VALUES ({person}, 'x'); COMMIT"
+            table.execute(sql).run_or_raise()
+        table.execute(sql, (person, "upserted")).run_or_raise()
+
+    config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(3)), process))
+    migrate.run(config)
+    if database.paramstyle == "qmark":  # sqlite3 runs one statement at a time: refused
+        assert {"1": "migrated", "2": "failed", "3": "migrated"} == states(config, "p")
+        assert [(1,), (3,)] == database.rows("SELECT person FROM audit ORDER BY person")
+        return
+    assert {"1": "failed", "2": "failed", "3": "failed"} == states(config, "p")
+    messages = [f.error.message for f in migrate.failures(config, "p")]
+    assert all("ended the window's transaction" in m for m in messages), messages
+
+
+def test_execute_refuses_what_is_not_a_statement() -> None:
+    """A non-string statement is a ValueError at once, naming what was given."""
+    table = migrate.SqlDestination(lambda: sqlite3.connect(":memory:"), "people", "id")
+    with pytest.raises(ValueError, match="execute needs one SQL statement, got 42"):
+        table.execute(42)  # type: ignore[arg-type]
