@@ -63,7 +63,7 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import StateWrite, Store, WindowCommit
+from migrate._store import StateWrite, Store, UpdateRequest, WindowCommit
 from migrate._store_memory import MemoryStore
 from migrate._store_open import open_store
 from migrate._store_sqlite import SCHEMA_VERSION, SqliteStore
@@ -123,6 +123,7 @@ __all__ = [
     "StoreError",
     "StoreSchemaError",
     "TrackingError",
+    "UpdateRequest",
     "UsageError",
     "Window",
     "WindowCommit",

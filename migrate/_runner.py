@@ -183,6 +183,11 @@ class _Run:
         # Registered for this run only: outside runs, retries in the process stay listener-free.
         remove_hook = add_hook(record_attempts)
         try:
+            # Before any window: an update asked for is kept until it is carried out, even if
+            # this run dies, is stopped, or does not reach the definition (blocked).
+            for step in self.plan.steps:
+                if step.mode == "update":
+                    store.request_update(step.definition_id, self.run_id)
             for step in self.plan.steps:
                 blocked = self._blocked_by(step)
                 if blocked is not None:
@@ -374,8 +379,9 @@ class _Definition:
                     raise KeyboardInterrupt
         finally:
             self.loop.close()
-        if self.step.mode == "update":
-            marked = self.store.count_status(self.definition_id, "needs-update", self.run_id)
+        if started.marked_by is not None:
+            # Marked by this run, or by the update it carried on: those it did not meet again.
+            marked = self.store.count_status(self.definition_id, "needs-update", started.marked_by)
             self.counts = attrs.evolve(self.counts, needs_update=marked)
         # Failures behind the cursor, left by earlier runs, count too: a scheduler reading
         # "succeeded" must be able to trust that nothing of this definition waits.
@@ -404,6 +410,7 @@ class _Definition:
                 mark_needs_update=result.mark_needs_update,
                 clear_positional=result.clear_positional,
                 forget=result.forget,
+                update_done=result.update_done,
             )
         )
         # Counted only now that the window is stored: a failed commit counts nothing.

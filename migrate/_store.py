@@ -31,7 +31,14 @@ from migrate._state import (
     RunStatus,
 )
 
-__all__ = ["POSITIONAL_TYPES", "PriorState", "StateWrite", "Store", "WindowCommit"]
+__all__ = [
+    "POSITIONAL_TYPES",
+    "PriorState",
+    "StateWrite",
+    "Store",
+    "UpdateRequest",
+    "WindowCommit",
+]
 
 #: Evidence types of failures stored under a positional key (``<line 17>``) because the record
 #: had no usable identity; `WindowCommit.clear_positional` removes stale ones.
@@ -73,6 +80,24 @@ class StateWrite(NamedTuple):
     position: str | None = None
 
 
+class UpdateRequest(NamedTuple):
+    """
+    An ``--update`` of a definition that was asked for and not yet carried out to the end.
+
+    A run records it before its first window and clears it with the window that ends its pass
+    over the source, so an update stopped on the way (a crash, Ctrl-C, an unreadable source, a
+    blocked definition) is carried out by the next normal or ``--update`` run of the definition.
+    """
+
+    #: The run that asked for it.
+    run_id: str
+    #: When, in epoch seconds.
+    requested_at: float
+    #: Whether its marking (``migrated`` states to ``needs-update``, the cursor reset) is
+    #: committed: then the update goes on from the saved cursor instead of starting over.
+    marked: bool
+
+
 @attrs.frozen
 class WindowCommit:
     """
@@ -87,10 +112,13 @@ class WindowCommit:
         save_cursor: Save *cursor* (discovery); targeted runs keep the saved one.
         forget: Identities whose stored states are removed (before *states* are written).
         mark_needs_update: First, mark every ``migrated`` state ``needs-update`` (the first
-            window of an ``--update`` run, so a failed first read leaves the states as they were).
+            window of an ``--update`` run, so a failed first read leaves the states as they were),
+            and the definition's `UpdateRequest` marked.
         clear_positional: Remove the positional failures (a ``<...>`` key and an evidence type
             in `POSITIONAL_TYPES`) of the definition that this run did not write: its pass over
             the whole source found no such record at those positions any more.
+        update_done: Clear the definition's `UpdateRequest`: this window ends the update's
+            pass over the source.
     """
 
     definition_id: str
@@ -102,6 +130,7 @@ class WindowCommit:
     forget: tuple[str, ...] = ()
     mark_needs_update: bool = False
     clear_positional: bool = False
+    update_done: bool = False
 
 
 @runtime_checkable
@@ -234,6 +263,17 @@ class Store(Protocol):
 
     def mark_needs_update(self, definition_id: str, run_id: str) -> int:
         """Mark every ``migrated`` item ``needs-update`` and forget the cursor; return how many."""
+        ...
+
+    def request_update(self, definition_id: str, run_id: str) -> None:
+        """
+        Record that *run_id* asks for an update of *definition_id*: an `UpdateRequest`, not
+        marked, replacing any earlier one. Cleared by the `WindowCommit` with ``update_done``.
+        """
+        ...
+
+    def update_request(self, definition_id: str) -> UpdateRequest | None:
+        """The update of *definition_id* asked for and not carried out yet, if any."""
         ...
 
     def identities(self, definition_id: str, status: ItemStatus) -> list[str]:

@@ -25,7 +25,7 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, WindowCommit
+from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, UpdateRequest, WindowCommit
 from migrate._text import natural_key
 
 __all__ = ["MemoryStore"]
@@ -72,6 +72,7 @@ class MemoryStore:
         self._cursors: dict[str, Cursor] = {}
         self._contracts: dict[str, Contract] = {}
         self._locks: dict[str, LockInfo] = {}
+        self._updates: dict[str, UpdateRequest] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore(name={self.name!r})"
@@ -268,6 +269,9 @@ class MemoryStore:
             stored = self._states.setdefault(definition_id, {})
             if commit.mark_needs_update:
                 self._mark(definition_id, commit.run_id)
+                request = self._updates.get(definition_id)
+                if request is not None:
+                    self._updates[definition_id] = request._replace(marked=True)
             for identity in commit.forget:
                 stored.pop(identity, None)
             if commit.clear_positional:
@@ -283,6 +287,8 @@ class MemoryStore:
             self._update_run(commit.run_id, None, commit.results, None, False)
             if cursor_text is not None:
                 self._cursors[definition_id] = json.loads(cursor_text)
+            if commit.update_done:
+                self._updates.pop(definition_id, None)
 
     def _mark(self, definition_id: str, run_id: str) -> int:
         stored = self._states.setdefault(definition_id, {})
@@ -299,6 +305,16 @@ class MemoryStore:
         """Mark every ``migrated`` item ``needs-update`` and forget the cursor; return how many."""
         with self._lock:
             return self._mark(definition_id, run_id)
+
+    def request_update(self, definition_id: str, run_id: str) -> None:
+        """Record an update of *definition_id* asked for by *run_id* (see `UpdateRequest`)."""
+        with self._lock:
+            self._updates[definition_id] = UpdateRequest(run_id, time.time(), marked=False)
+
+    def update_request(self, definition_id: str) -> UpdateRequest | None:
+        """The update of *definition_id* asked for and not carried out yet, if any."""
+        with self._lock:
+            return self._updates.get(definition_id)
 
     def identities(self, definition_id: str, status: ItemStatus) -> list[str]:
         """Identities of *definition_id* whose state is *status*, in identity order."""

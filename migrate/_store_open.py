@@ -8,7 +8,7 @@ from migrate._errors import StoreError
 from migrate._postgres_url import is_postgres_url, masked, parse_postgres_url
 from migrate._store import Store
 from migrate._store_memory import MemoryStore
-from migrate._store_sqlite import open_sqlite, store_path
+from migrate._store_sqlite import open_sqlite, sqlite_exists, store_path
 
 __all__ = ["open_store", "store_exists"]
 
@@ -41,7 +41,8 @@ def open_store(
         ConfigError: If *url* is neither kind of store URL, or has an unknown or invalid option.
         StoreSchemaError: If the store was written by a newer version of ``migrate``.
         StoreError: If the file or schema is not a migrate store, is corrupt or truncated, or
-            cannot be opened (for writing, unless *read_only*); if the PostgreSQL server cannot be
+            cannot be opened (for writing, unless *read_only*; also when the SQLite path is a
+            folder, or a folder on its way is a file); if the PostgreSQL server cannot be
             reached or refuses the credentials, or psycopg is not installed. A PostgreSQL URL is
             shown with its password masked.
     """
@@ -71,9 +72,10 @@ def store_exists(url: str, base_dir: str | os.PathLike[str] | None = None) -> bo
 
     Raises:
         ConfigError: As `open_store`.
-        StoreError: As `open_store`, for a PostgreSQL store it cannot read.
+        StoreError: As `open_store`: for a PostgreSQL store it cannot read, and for a SQLite
+            path that can hold no store (a folder, or under a file).
     """
     if not is_postgres_url(url):
-        return store_path(url, base_dir).exists()
+        return sqlite_exists(store_path(url, base_dir))
     with _open_postgres(url, read_only=True) as store:
         return not isinstance(store, MemoryStore)

@@ -52,7 +52,7 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import POSITIONAL_TYPES, PriorState, WindowCommit
+from migrate._store import POSITIONAL_TYPES, PriorState, UpdateRequest, WindowCommit
 from migrate._store_rows import (
     LOCK_COLUMNS,
     RUN_COLUMNS,
@@ -75,7 +75,8 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 #: Recorded in the schema's meta table, so another program's tables are never taken for ours.
 SCHEMA_NAME: Final = "migrate"
 #: The schema this version writes; a newer one is refused, an older one upgraded.
-SCHEMA_VERSION: Final = 1
+#: 1: item states, runs, cursors, contracts, locks. 2: adds the update requests not carried out.
+SCHEMA_VERSION: Final = 2
 
 # Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
 # lacks, in one transaction, under the schema's advisory lock.
@@ -133,6 +134,14 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
             acquired_at double precision NOT NULL,
             process text,
             holder bigint NOT NULL
+        )""",
+    ),
+    (
+        """CREATE TABLE update_requests (
+            definition text PRIMARY KEY,
+            run_id text NOT NULL,
+            requested_at double precision NOT NULL,
+            marked boolean NOT NULL DEFAULT false
         )""",
     ),
 )
@@ -219,6 +228,8 @@ class PostgresStore:
         self._held: dict[str, str] = {}
         #: Whether the schema holds a store (only a read-only open finds none).
         self.exists = True
+        #: The schema version the store has (an older one stays so when opened read-only).
+        self._version = SCHEMA_VERSION
         self._closed = False
         #: The server process of this store's last session.
         self._backend: int | None = None
@@ -297,6 +308,7 @@ class PostgresStore:
                 version = self._check_ours(conn, [str(row[0]) for row in rows])
                 if self.read_only:
                     self.exists = version > 0
+                    self._version = version
                     return
                 for statements in _MIGRATIONS[version:]:
                     for statement in statements:
@@ -734,6 +746,10 @@ class PostgresStore:
         def go(conn: Connection) -> None:
             if commit.mark_needs_update:
                 _mark_needs_update(conn, definition_id, run_id)
+                conn.execute(
+                    "UPDATE update_requests SET marked = true WHERE definition = %s",
+                    (definition_id,),
+                )
             if commit.forget:
                 conn.execute(
                     "DELETE FROM item_states WHERE definition = %s AND identity = ANY(%s)",
@@ -750,6 +766,8 @@ class PostgresStore:
             )
             if commit.save_cursor:
                 _save_cursor(conn, definition_id, cursor_json, encoded=True)
+            if commit.update_done:
+                conn.execute("DELETE FROM update_requests WHERE definition = %s", (definition_id,))
 
         def landed(conn: Connection) -> bool:
             rows = conn.execute("SELECT last_commit FROM runs WHERE id = %s", (run_id,)).fetchall()
@@ -763,6 +781,31 @@ class PostgresStore:
             f"marking the items of {definition_id!r} needs-update",
             lambda conn: _mark_needs_update(conn, definition_id, run_id),
         )
+
+    def request_update(self, definition_id: str, run_id: str) -> None:
+        """Record an update of *definition_id* asked for by *run_id* (see `UpdateRequest`)."""
+        params = (definition_id, run_id, time.time())
+
+        def go(conn: Connection) -> None:
+            # A retry of a commit that landed writes the same row again: nothing changes.
+            conn.execute(
+                "INSERT INTO update_requests (definition, run_id, requested_at, marked) "
+                "VALUES (%s, %s, %s, false) ON CONFLICT (definition) DO UPDATE SET "
+                "run_id = excluded.run_id, requested_at = excluded.requested_at, marked = false",
+                params,
+            )
+
+        self._call(f"recording the update request of {definition_id!r}", go)
+
+    def update_request(self, definition_id: str) -> UpdateRequest | None:
+        """The update of *definition_id* asked for and not carried out yet, if any."""
+        if self._version < 2 or not self.exists:
+            return None  # a read-only store of an older schema
+        rows = self._rows(
+            "SELECT run_id, requested_at, marked FROM update_requests WHERE definition = %s",
+            (definition_id,),
+        )
+        return UpdateRequest(rows[0][0], rows[0][1], bool(rows[0][2])) if rows else None
 
     def identities(self, definition_id: str, status: ItemStatus) -> list[str]:
         """Identities of *definition_id* whose state is *status*, in identity order."""

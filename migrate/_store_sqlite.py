@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 import urllib.parse
@@ -35,7 +36,7 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import POSITIONAL_TYPES, PriorState, Store, WindowCommit
+from migrate._store import POSITIONAL_TYPES, PriorState, Store, UpdateRequest, WindowCommit
 from migrate._store_memory import MemoryStore
 from migrate._store_rows import (
     LOCK_COLUMNS,
@@ -51,12 +52,13 @@ from migrate._store_rows import (
 )
 from migrate._text import stored_text
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "store_path"]
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "sqlite_exists", "store_path"]
 
 #: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
 #: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
-#: position and the start token of the process holding a run or a lock.
-SCHEMA_VERSION: Final = 3
+#: position and the start token of the process holding a run or a lock. 4: adds the update requests
+#: not carried out yet.
+SCHEMA_VERSION: Final = 4
 
 DEFAULT_TIMEOUT: Final = 30.0  # seconds a write waits for another connection's lock
 
@@ -101,6 +103,12 @@ CREATE TABLE IF NOT EXISTS contracts (
     fingerprint TEXT NOT NULL,
     run_id TEXT NOT NULL,
     recorded_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS update_requests (
+    definition TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    requested_at REAL NOT NULL,
+    marked INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS locks (
     definition TEXT PRIMARY KEY,
@@ -163,6 +171,42 @@ def store_path(url: str, base_dir: str | os.PathLike[str] | None = None) -> Path
     return _path_and_options(url, None if base_dir is None else Path(base_dir))[0]
 
 
+def sqlite_exists(path: Path) -> bool:
+    """
+    Whether the store file at *path* exists; ``False`` when it does not exist yet, but could
+    be created (its folders are folders, or are missing).
+
+    Raises:
+        StoreError: If no store file can be at *path*: it is a folder, a folder on its way is a
+            file, or it cannot be looked at (permissions).
+    """
+    try:
+        found = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as error:
+        raise StoreError(
+            f"store {path} cannot be opened: {error.strerror or error}", error
+        ) from error
+    else:
+        if stat.S_ISDIR(found.st_mode):
+            raise StoreError(f"store {path} cannot be opened: it is a folder, not a store file")
+        return True
+    for folder in path.parents:
+        try:
+            mode = folder.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # missing (created on demand), or under a file: met further up
+        except OSError as error:
+            raise StoreError(
+                f"store {path} cannot be opened: {folder}: {error.strerror or error}", error
+            ) from error
+        if not stat.S_ISDIR(mode):
+            raise StoreError(f"store {path} cannot be opened: {folder} is a file, not a folder")
+        return False
+    return False
+
+
 def open_sqlite(
     url: str,
     *,
@@ -171,7 +215,7 @@ def open_sqlite(
 ) -> Store:
     """The SQLite store at a ``sqlite:///`` *url* (see `migrate.open_store`)."""
     path, timeout = _path_and_options(url, None if base_dir is None else Path(base_dir))
-    if read_only and not path.exists():
+    if read_only and not sqlite_exists(path):
         return MemoryStore(name=f"sqlite:{path} (not created yet)")
     return SqliteStore(path, read_only=read_only, timeout=timeout)
 
@@ -228,7 +272,8 @@ class SqliteStore:
     Raises:
         StoreSchemaError: If the file's schema version is newer than `SCHEMA_VERSION`.
         StoreError: If the file is not a migrate store, is corrupt or truncated, or cannot be
-            opened; the file is left as it was.
+            opened (*path* is a folder, a folder on its way is a file); the file is left as it
+            was.
     """
 
     def __init__(
@@ -243,9 +288,11 @@ class SqliteStore:
         self.timeout = timeout
         self._lock = threading.RLock()
         self._process = this_process()
-        self._tables = frozenset({"contracts"})
+        #: The tables of later schema versions that a read-only store may lack.
+        self._tables = frozenset({"contracts", "update_requests"})
         self._columns = {"item_states": STATE_COLUMNS, "locks": LOCK_COLUMNS, "runs": ""}
         self.host = self._process.host
+        sqlite_exists(self.path)  # a StoreError naming what is in the way, if anything is
         problem = _header_problem(self.path)
         if problem is not None:
             raise StoreError(f"store {self.path} {problem}; it was left as it is")
@@ -660,6 +707,9 @@ class SqliteStore:
         with self.transaction(what) as db:
             if commit.mark_needs_update:
                 self._mark_needs_update(db, definition_id, commit.run_id)
+                db.execute(
+                    "UPDATE update_requests SET marked = 1 WHERE definition = ?", (definition_id,)
+                )
             if commit.forget:
                 db.execute(
                     "DELETE FROM item_states WHERE definition = ? "
@@ -683,6 +733,8 @@ class SqliteStore:
             self._update_run(db, commit.run_id, None, commit.results, None, False)
             if commit.save_cursor:
                 _save_cursor(db, definition_id, commit.cursor)
+            if commit.update_done:
+                db.execute("DELETE FROM update_requests WHERE definition = ?", (definition_id,))
 
     def _mark_needs_update(self, db: sqlite3.Connection, definition_id: str, run_id: str) -> int:
         changed = db.execute(
@@ -697,6 +749,25 @@ class SqliteStore:
         """Mark every ``migrated`` item ``needs-update`` and reset the cursor, atomically."""
         with self.transaction(f"marking the items of {definition_id!r} needs-update") as db:
             return self._mark_needs_update(db, definition_id, run_id)
+
+    def request_update(self, definition_id: str, run_id: str) -> None:
+        """Record an update of *definition_id* asked for by *run_id* (see `UpdateRequest`)."""
+        with self.transaction(f"recording the update request of {definition_id!r}") as db:
+            db.execute(
+                "INSERT OR REPLACE INTO update_requests (definition, run_id, requested_at, marked) "
+                "VALUES (?, ?, ?, 0)",
+                (definition_id, run_id, time.time()),
+            )
+
+    def update_request(self, definition_id: str) -> UpdateRequest | None:
+        """The update of *definition_id* asked for and not carried out yet, if any."""
+        if "update_requests" not in self._tables:
+            return None  # a read-only store of an older schema
+        rows = self._query(
+            "SELECT run_id, requested_at, marked FROM update_requests WHERE definition = ?",
+            (definition_id,),
+        )
+        return UpdateRequest(rows[0][0], rows[0][1], bool(rows[0][2])) if rows else None
 
     def identities(self, definition_id: str, status: ItemStatus) -> list[str]:
         """Identities of *definition_id* whose state is *status*, in identity order."""

@@ -80,22 +80,31 @@ def printable(text: str) -> str:
 _DIGITS = re.compile(r"([0-9]+)")
 
 
-def natural_key(identity: str) -> tuple[tuple[int, int, str], ...]:
+def natural_key(identity: str) -> tuple[tuple[int, int, str, str], ...]:
     """
     Sort key putting identities in natural order: runs of digits compare as numbers (before
     text at the same place), the rest as text; equal numbers by their text (``"007"`` first).
 
+    Runs of digits are compared as text (fewer significant digits first, then digit by digit),
+    never converted to ``int``: an identity of any length works, beyond Python's limit on
+    integer conversions (``sys.get_int_max_str_digits()``, 4300 digits by default).
+
     Example:
-        >>> sorted(["13", "7", "b2", "b10", "a", "100"], key=natural_key)
-        ['7', '13', '100', 'a', 'b2', 'b10']
+        >>> sorted(["13", "7", "b2", "b10", "a", "100", "007"], key=natural_key)
+        ['007', '7', '13', '100', 'a', 'b2', 'b10']
     """
     parts = _DIGITS.split(identity)
     # split() with a group alternates text, digits, text, ...: odd positions are digit runs.
-    return tuple(
-        (0, int(part), part) if index % 2 else (1, 0, part)
-        for index, part in enumerate(parts)
-        if part
-    )
+    key: list[tuple[int, int, str, str]] = []
+    for index, part in enumerate(parts):
+        if not part:
+            continue
+        if index % 2:
+            significant = part.lstrip("0")
+            key.append((0, len(significant), significant, part))
+        else:
+            key.append((1, 0, part, ""))
+    return tuple(key)
 
 
 def storable(text: str) -> bool:

@@ -40,7 +40,7 @@ from migrate._sources._base import MissingFieldError, duplicate_fault, excerpt
 from migrate._state import Counts, ErrorEvidence, ItemStatus
 from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
 from migrate._text import plural, storable, stored_text, unstorable_part
-from migrate._window_writes import BatchFailure, WindowWrites, writing
+from migrate._window_writes import BatchFailure, WindowWrites, current_writes, writing
 from migrate._workers import DaemonPool
 
 __all__ = ["FailureNote", "LoopStart", "WindowLoop", "WindowResult"]
@@ -70,6 +70,9 @@ class LoopStart:
     total: int | None
     #: Things the user should know about this definition's run.
     notes: tuple[str, ...] = ()
+    #: The run whose ``needs-update`` marks this run carries out (an ``--update``, or the rest of
+    #: one that did not finish), else ``None``.
+    marked_by: str | None = None
 
 
 @attrs.frozen
@@ -94,6 +97,7 @@ class WindowResult:
             commits them, without the cursor, and stops the run.
         notes: What the user should know (identities the source does not have).
         forget: Identities whose stored states go (failed records the source no longer has).
+        update_done: The window ends the pass of an update: its request is cleared.
     """
 
     states: tuple[StateWrite, ...]
@@ -107,6 +111,7 @@ class WindowResult:
     interrupted: bool = False
     notes: tuple[str, ...] = ()
     forget: tuple[str, ...] = ()
+    update_done: bool = False
 
 
 class _Tally:
@@ -197,15 +202,43 @@ class WindowLoop:
         self._positional: list[str] = []
         #: Whether an item whose stored state this run wrote is a duplicate (see `_met_before`).
         self._across_windows = True
+        #: Whether the first window's commit marks the migrated states needs-update.
+        self._mark = False
+        #: Whether this run carries out an update request, cleared at the end of its pass.
+        self._updating = False
 
     def start(self) -> LoopStart:
         """Prepare the loop: how many items it expects (when known cheaply), and notes."""
         mode = self.mode
-        if mode in ("normal", "update"):
-            self._cursor = None if mode == "update" else self.store.cursor(self.definition_id)
-            total = self.migration.source.count() if self._cursor is None else None
-            return LoopStart(total)
+        definition_id = self.definition_id
         notes: tuple[str, ...] = ()
+        # An update asked for and not carried out (its run died, was stopped or blocked) is
+        # carried out by this run: from the top if its marking was not committed, else from the
+        # saved cursor, where it stopped.
+        request = None if mode == "update" else self.store.update_request(definition_id)
+        if mode in ("normal", "update"):
+            marked_by: str | None = None
+            if mode == "update" or (request is not None and not request.marked):
+                self._mark = self._updating = True
+                self._cursor = None
+                marked_by = self.run_id
+            else:
+                self._cursor = self.store.cursor(definition_id)
+                if request is not None:
+                    self._updating = True
+                    marked_by = request.run_id
+            if request is not None:
+                notes = (
+                    f"{definition_id}: carrying out the --update that run {request.run_id} asked "
+                    "for and did not finish",
+                )
+            total = self.migration.source.count() if self._cursor is None else None
+            return LoopStart(total, notes, marked_by)
+        if request is not None:
+            notes = (
+                f"{definition_id}: the --update that run {request.run_id} asked for is not "
+                f"finished; the next normal run of {definition_id} carries it out",
+            )
         if mode == "failed":
             # Interrupted items wait for a run like failed ones: Ctrl-C during a --failed run
             # must not lose track of the failures it had not finished.
@@ -238,7 +271,7 @@ class WindowLoop:
         """Yield each window's result; call `start` first."""
         self.next_tick = time.monotonic() + _TICK_EVERY
         if self.mode in ("normal", "update"):
-            return self._discovery(update=self.mode == "update")
+            return self._discovery(update=self._mark)
         return self._targeted()
 
     # --- discovery: normal and update runs ------------------------------------------------------
@@ -283,7 +316,7 @@ class WindowLoop:
                         window.items, window.faults, tally, discovery=True, update=update
                     )
                 except _Interrupted as stop:
-                    yield self._stopped(stop, tally, mark_needs_update=update and first)
+                    yield self._stopped(stop, tally, mark_needs_update=self._mark and first)
                     return
             last = window.done or not (window.items or window.faults)
             yield WindowResult(
@@ -294,8 +327,10 @@ class WindowLoop:
                 save_cursor=True,
                 # Marked with the first window read, so a source whose arguments do not match
                 # its data (a failed read above) leaves every stored state as it was.
-                mark_needs_update=update and first,
+                mark_needs_update=self._mark and first,
                 clear_positional=whole_pass and last,
+                # The pass is over: the update asked for is carried out.
+                update_done=self._updating and last,
             )
             first = False
             cursor = window.next_cursor
@@ -822,7 +857,7 @@ class WindowLoop:
                         # and the definition's retry tally.
                         call = contextvars.copy_context().run
                         calls[index] = self._workers().submit(call, self.process, item, scope)
-                        await asyncio.wait([asyncio.wrap_future(calls[index])])
+                        await _ended(calls[index])
                         return self._returned(calls[index], item, scope, state, tally)
                     result = self.process(item, scope)
                     if inspect.isawaitable(result):
@@ -988,6 +1023,9 @@ class WindowLoop:
                 evidence = attrs.evolve(
                     evidence, details={**evidence.details, "also": safe_text(problem)}
                 )
+            hint = _lock_hint(error, evidence.message)
+            if hint is not None:
+                evidence = attrs.evolve(evidence, details={**evidence.details, "hint": hint})
             tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
             error_json = encode_evidence(evidence)
         # tuple.__new__ skips StateWrite's generated __new__ (a Python call per item).
@@ -1012,6 +1050,25 @@ class _Interrupted(BaseException):
     def __init__(self, states: list[StateWrite]) -> None:
         super().__init__("interrupted")
         self.states = states
+
+
+def _lock_hint(error: BaseException, message: str) -> str | None:
+    """
+    What to do when a process's own SQLite connection waited out its timeout for the write lock
+    that the window's batched destination writes hold: ``None`` for any other failure.
+    """
+    if isinstance(error, DestinationError) or "database is locked" not in message:
+        return None
+    writes = current_writes()
+    names = [] if writes is None else writes.names()
+    if not names:
+        return None
+    return (
+        f"the window's transaction of {', '.join(names)} holds the database's write lock until "
+        "the window commits, so a connection of the process's own to that database waits for "
+        "it: write through the destination's execute(sql, params) to share the transaction, or "
+        "build it with SqlDestination(..., batch=False)"
+    )
 
 
 def _returned_problem(result: object, process: Callable[..., Any]) -> TypeError | None:
@@ -1047,6 +1104,32 @@ def encode_evidence(evidence: ErrorEvidence) -> str:
 
 def _shell_word(text: str) -> str:
     return text if text and all(c.isalnum() or c in "-_.:/@" for c in text) else repr(text)
+
+
+async def _ended(call: concurrent.futures.Future[Any]) -> None:
+    """
+    Wait until *call* (a worker thread's) has ended, without taking its outcome: that is read
+    from *call* itself (`WindowLoop._returned`), which never reports an error nobody asked for.
+
+    ``asyncio.wrap_future`` would copy the call's exception into an asyncio future that asyncio
+    logs ("Future exception was never retrieved", with a traceback) once it is collected
+    unread; and a call given up at its timeout would still report to it after the window, or
+    to a closed loop. The future waited on here only ever holds ``None``.
+    """
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_resolve, ended)
+
+    call.add_done_callback(wake)
+    await ended
+
+
+def _resolve(ended: asyncio.Future[None]) -> None:
+    if not ended.done():  # cancelled meanwhile (the item's timeout, Ctrl-C)
+        ended.set_result(None)
 
 
 def _run_in(scope: Scope, thunk: Callable[[], Result[_T, SourceError]]) -> Result[_T, SourceError]:

@@ -73,6 +73,11 @@ class WindowWrites:
             if found is not None:
                 found[2][identity] = None
 
+    def names(self) -> list[str]:
+        """The destinations with a batch open in this window, in the order they opened."""
+        with self._lock:
+            return [name for name, _batch, _writers in self._batches.values()]
+
     def finish(self) -> list[BatchFailure]:
         """Commit every batch; return those whose commit failed (they are rolled back)."""
         with self._lock:

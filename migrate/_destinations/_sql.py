@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
-from typing import Any
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 from effects import Effect
 from migrate._errors import DestinationError
@@ -20,6 +21,13 @@ from migrate._window_writes import current_writes
 from migrate._workers import DaemonPool
 
 __all__ = ["SqlDestination"]
+
+#: Statements that end, start or nest transactions: `SqlDestination.execute` runs inside the
+#: window's transaction (a savepoint of it), which they would break.
+_TRANSACTION_CONTROL = re.compile(
+    r"\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE|START\s+TRANSACTION|ABORT)\b",
+    re.IGNORECASE,
+)
 
 
 class SqlDestination:
@@ -37,6 +45,15 @@ class SqlDestination:
     to one SQLite file without waiting on each other's lock). Outside a run, each call opens a
     connection, runs in one transaction, commits and closes.
 
+    The process's own writes to the same database belong in that transaction too: `execute`
+    runs any statement there (an audit row beside each upsert), so they commit or vanish with
+    the window's. A connection of the process's own would meet the window's open transaction:
+    with SQLite it waits for the database's write lock until its timeout (``database is
+    locked``), with PostgreSQL it does not see the window's rows (a foreign key to a row just
+    upserted fails). Where the process must write through its own connection (a library that
+    opens one), build the destination with ``batch=False``: each call then commits on its own
+    connection, as outside a run, at one commit per write.
+
     On success a call adds a change entry to the journal of the item being processed
     (``{"kind": "change", "destination": "sql:TABLE", "operation": "upsert" | "delete", "key":
     KEY}``). The upsert uses ``INSERT ... ON CONFLICT (key) DO UPDATE`` (SQLite 3.24+,
@@ -47,6 +64,8 @@ class SqlDestination:
         table: Table name (``schema.table`` allowed); checked, then quoted.
         key: The key column; checked, then quoted.
         paramstyle: The driver's DB-API ``paramstyle`` (sqlite3: ``"qmark"``).
+        batch: In a run, write a window's calls in one transaction (the default); ``False``:
+            every call connects, writes and commits on its own, in a run as outside one.
 
     Raises:
         ValueError: If *table* or *key* is not a plain SQL name.
@@ -71,6 +90,7 @@ class SqlDestination:
         key: str,
         *,
         paramstyle: ParamStyle = "qmark",
+        batch: bool = True,
     ) -> None:
         self._table = quote_identifier(table, argument="table")
         self._key = quote_identifier(key, argument="key")
@@ -79,26 +99,27 @@ class SqlDestination:
         self.table = table
         self.key = key
         self.paramstyle: ParamStyle = paramstyle
+        self.batch = batch
         self.name = f"sql:{table}"
 
     def __repr__(self) -> str:
-        return f"SqlDestination(<connect>, {self.table!r}, {self.key!r})"
+        more = "" if self.batch else ", batch=False"
+        return f"SqlDestination(<connect>, {self.table!r}, {self.key!r}{more})"
 
-    def _new_batch(self) -> _SqlBatch:
-        return _SqlBatch(self.connect, self.name)
-
-    def _execute(self, sql: str, params: Any, what: str) -> None:
-        writes = current_writes()
+    def _execute(
+        self, sql: str, params: Any, what: str, *, fetch: bool = False
+    ) -> list[tuple[Any, ...]]:
+        writes = current_writes() if self.batch else None
         if writes is not None:
             batch = writes.batch(
                 self.connect, self.name, lambda: _SqlBatch(self.connect, self.name)
             )
             if isinstance(batch, _SqlBatch):
-                batch.execute(sql, params, what)
+                rows = batch.execute(sql, params, what, fetch=fetch)
                 scope = current_scope()
                 if scope is not None:
                     writes.wrote(self.connect, scope.identity)
-                return
+                return rows
         try:
             connection = self.connect()
         except Exception as error:
@@ -106,6 +127,7 @@ class SqlDestination:
         try:
             cursor = connection.cursor()
             cursor.execute(sql, params)
+            rows = _fetched(cursor) if fetch else []
             connection.commit()
         except Exception as error:
             # The first error is the one to report; a failing rollback adds nothing.
@@ -114,6 +136,60 @@ class SqlDestination:
             raise DestinationError(f"{self.name}: {what} failed: {error}", error) from error
         finally:
             connection.close()
+        return rows
+
+    def execute(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> Effect[list[tuple[Any, ...]], DestinationError]:
+        """
+        An effect running one SQL statement of the process's own on this destination's
+        database, in the window's transaction: it commits with the window's writes, or is
+        undone with them.
+
+        For the writes that go beside the destination's, such as an audit row for each upsert,
+        which a connection of the process's own could not make while the window's transaction
+        is open. Like `upsert`, it runs in a savepoint of its own (a failing statement is
+        undone alone and fails with `DestinationError`); outside a run, or with
+        ``batch=False``, it connects, runs and commits alone. It adds no journal entry: record
+        in ``scope.journal`` what a rollback would need.
+
+        Args:
+            sql: One statement, with placeholders in the destination's *paramstyle*; not a
+                transaction statement (``BEGIN``, ``COMMIT``, ``ROLLBACK``, ``SAVEPOINT``, ...).
+            params: Its parameters: a sequence, or a mapping for the named paramstyles.
+
+        Returns:
+            An effect whose value is the rows the statement returned (a ``SELECT``, or
+            ``RETURNING``), as tuples; ``[]`` for a statement that returns none.
+
+        Raises:
+            ValueError: At once, if *sql* is empty or a transaction statement.
+
+        Example:
+            >>> import sqlite3, tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "dest.db")
+            >>> with sqlite3.connect(path) as db:
+            ...     _ = db.execute("CREATE TABLE audit (person INTEGER, note TEXT)")
+            >>> people = SqlDestination(lambda: sqlite3.connect(path), "people", "id")
+            >>> people.execute("INSERT INTO audit VALUES (?, ?)", (1, "upserted")).run_or_raise()
+            []
+            >>> people.execute("SELECT person, note FROM audit").run_or_raise()
+            [(1, 'upserted')]
+        """
+        text = cast(object, sql)
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"execute needs one SQL statement, got {sql!r}")
+        if _TRANSACTION_CONTROL.match(text):
+            raise ValueError(
+                f"execute runs inside the window's transaction, so it cannot run {sql!r}: "
+                "leave BEGIN, COMMIT, ROLLBACK and savepoints to the run"
+            )
+        first = " ".join(text.split())[:60]
+
+        def run() -> list[tuple[Any, ...]]:
+            return self._execute(text, params, f"statement {first!r}", fetch=True)
+
+        return Effect.attempt(run, catch=DestinationError)
 
     def upsert(self, record: Mapping[str, Any]) -> Effect[None, DestinationError]:
         """
@@ -178,16 +254,23 @@ class _SqlBatch:
         self._name = name
         self._thread = DaemonPool(1, f"migrate-{name}")
         self._connection: DbApiConnection | None = None
+        #: Why the window's transaction cannot be trusted any more (a statement ended it).
+        self._broken: str | None = None
 
-    def execute(self, sql: str, params: Any, what: str) -> None:
-        """Run one write inside a savepoint of the window's transaction.
+    def execute(
+        self, sql: str, params: Any, what: str, *, fetch: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement inside a savepoint of the window's transaction; *fetch*: return
+        the rows it returned.
 
         Raises:
-            DestinationError: If connecting or the write failed (the write is undone alone).
+            DestinationError: If connecting or the statement failed (it is undone alone).
         """
-        self._thread.submit(self._execute, sql, params, what).result()
+        return self._thread.submit(self._execute, sql, params, what, fetch).result()
 
-    def _execute(self, sql: str, params: Any, what: str) -> None:
+    def _execute(self, sql: str, params: Any, what: str, fetch: bool) -> list[tuple[Any, ...]]:
+        if self._broken is not None:
+            raise DestinationError(f"{self._name}: {what} was not run: {self._broken}")
         connection = self._connection
         if connection is None:
             try:
@@ -207,15 +290,31 @@ class _SqlBatch:
                 ) from error
             self._connection = connection
         cursor = connection.cursor()
+        rows: list[tuple[Any, ...]] = []
         try:
             cursor.execute("SAVEPOINT migrate_write")
             cursor.execute(sql, params)
+            if fetch:
+                rows = _fetched(cursor)
         except Exception as error:
             with contextlib.suppress(Exception):
                 cursor.execute("ROLLBACK TO SAVEPOINT migrate_write")
                 cursor.execute("RELEASE SAVEPOINT migrate_write")
             raise DestinationError(f"{self._name}: {what} failed: {error}", error) from error
-        cursor.execute("RELEASE SAVEPOINT migrate_write")
+        try:
+            cursor.execute("RELEASE SAVEPOINT migrate_write")
+        except Exception as error:
+            # The statement ended the window's transaction (a COMMIT or ROLLBACK the driver
+            # let through): what the window wrote before may be committed or gone, so none of
+            # its items may be stored as migrated; the window's commit fails them all.
+            self._broken = (
+                f"{what} ended the window's transaction (a COMMIT or ROLLBACK in it?); every "
+                "item that wrote in this window fails and is written again by the next run"
+            )
+            with contextlib.suppress(Exception):
+                connection.rollback()
+            raise DestinationError(f"{self._name}: {self._broken}: {error}", error) from error
+        return rows
 
     def commit(self) -> None:
         """Commit the window's writes; raises the driver's error if that failed."""
@@ -238,6 +337,8 @@ class _SqlBatch:
         if connection is None:
             return
         try:
+            if commit and self._broken is not None:
+                raise DestinationError(self._broken)
             if commit:
                 connection.commit()
             else:
@@ -249,3 +350,10 @@ class _SqlBatch:
         finally:
             with contextlib.suppress(Exception):
                 connection.close()
+
+
+def _fetched(cursor: Any) -> list[tuple[Any, ...]]:
+    """The rows a statement returned (``[]`` when it returns none), as tuples."""
+    if cursor.description is None:
+        return []
+    return [tuple(row) for row in cursor.fetchall()]

@@ -14,6 +14,7 @@ import attrs
 from effects import Effect
 from migrate._errors import SourceError
 from migrate._sources._identity import IdentityProblem, identity_text
+from migrate._sources._long_ints import integer_text, record_json
 from migrate._text import stored_text
 
 __all__ = [
@@ -345,7 +346,7 @@ def missing_field(where: str, role: str, field: str, present: Iterable[str]) -> 
 def excerpt(record: object, limit: int = 200) -> str:
     """A short JSON (else ``repr``) rendering of *record* for evidence, at most *limit* chars."""
     try:
-        text = json.dumps(record, default=str, ensure_ascii=False, sort_keys=True)
+        text = record_json(record, default=str, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):
         try:
             text = repr(record)
@@ -419,4 +420,4 @@ def version_of(
         raise missing_field(where, "version", field, record) from None
     if value is None or value == "":
         return content_version(content())
-    return stored_text(str(value))
+    return stored_text(integer_text(value) if type(value) is int else str(value))

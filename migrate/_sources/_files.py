@@ -5,7 +5,6 @@ from __future__ import annotations
 import abc
 import csv
 import hashlib
-import json
 import os
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ from migrate._sources._base import (
 )
 from migrate._sources._identity import IdentityProblem, identity_text
 from migrate._sources._lines import Encoding, encoding
+from migrate._sources._long_ints import record_from_json
 from migrate._text import plural
 
 __all__ = ["CsvSource", "JsonlSource"]
@@ -456,7 +456,7 @@ class JsonlSource(_FileSource):
             if not text:
                 continue
             try:
-                record = json.loads(text)
+                record = record_from_json(text)
             except ValueError as error:
                 if problem is not None:
                     yield line, offset, None, text, problem

@@ -9,6 +9,7 @@ import numbers
 import uuid
 from typing import Any, cast
 
+from migrate._sources._long_ints import integer_text
 from migrate._text import storable, stored_text, unstorable_part
 
 __all__ = ["IdentityProblem", "identity_text"]
@@ -28,7 +29,7 @@ class IdentityProblem(ValueError):  # noqa: N818 - a verdict on a value, raised 
 def _number(value: float | decimal.Decimal) -> str:
     if isinstance(value, decimal.Decimal):
         if value == value.to_integral_value():
-            return str(int(value))
+            return integer_text(int(value))
         return format(value.normalize(), "f")
     number = float(value)
     if number.is_integer():
@@ -89,7 +90,7 @@ def identity_text(value: Any) -> str:
     if isinstance(value, bool):
         raise IdentityProblem(f"is a bool ({value!r}), which cannot be an identity", missing=False)
     if isinstance(value, numbers.Integral):
-        return str(int(value))
+        return integer_text(int(value))
     if isinstance(value, str):
         return identity_text(str.__str__(value))
     if isinstance(value, decimal.Decimal):

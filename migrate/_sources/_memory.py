@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -20,6 +19,7 @@ from migrate._sources._base import (
     version_of,
 )
 from migrate._sources._identity import IdentityProblem, identity_text
+from migrate._sources._long_ints import record_json
 from migrate._text import plural
 
 __all__ = ["MemorySource"]
@@ -111,7 +111,7 @@ class MemorySource(Source):
             return identity_fault(self.describe(), position, self.identity, record)
 
         def content() -> str:
-            return json.dumps(record, sort_keys=True, default=str)
+            return record_json(record, sort_keys=True, default=str)
 
         if self.version is None:
             return Item(identity, record, content_version(content()), position)

@@ -119,7 +119,10 @@ class SqlSource(Source):
         window_size: Rows per window (>= 1).
         paramstyle: The driver's DB-API ``paramstyle`` (sqlite3: ``"qmark"``).
         identity_type: Converts an identity string back to the column's type for lookups
-            (e.g. ``int``); by default the string is passed as is.
+            (e.g. ``int``); by default the string is passed as is. An identity it refuses
+            (``ValueError``, ``TypeError`` or ``ArithmeticError``, as ``int("abc")``) is not in
+            the table. For integer keys of more than 4300 digits (Python's limit for ``int``)
+            use ``decimal.Decimal``.
 
     Raises:
         ValueError: If *table*, *identity* or *version* is not a plain SQL name.
@@ -329,7 +332,10 @@ class SqlSource(Source):
         describe = self.describe()
         with self._connected() as query:
             for identity in identities:
-                key = identity if convert is None else convert(identity)
+                try:
+                    key = identity if convert is None else convert(identity)
+                except (ValueError, TypeError, ArithmeticError):
+                    continue  # not a value of the column's type: no row has it
                 columns, rows = query(sql, parameters(style, [("key", key)]))
                 matches = [e for e in self._entries(columns, rows) if e.identity == identity]
                 if len(matches) > 1:

@@ -146,7 +146,7 @@ def _old_store(path: Path, version: int) -> None:
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_older_store_is_upgraded_keeping_its_data(tmp_path: Path, version: int) -> None:
-    """A schema-1 or -2 store gains the later tables and columns and version 3, states kept."""
+    """A schema-1 or -2 store gains the later tables and columns and the current version."""
     _old_store(tmp_path / "state.db", version)
     config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(2)), noop))
     with config.open_store() as store:
@@ -181,5 +181,38 @@ def test_older_store_reads_as_it_is_when_read_only(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "state.db")
     try:
         assert [(2,)] == db.execute("SELECT version FROM schema_version").fetchall()
+    finally:
+        db.close()
+
+
+def _schema_3_store(path: Path) -> None:
+    """A store as schema 3 left it (before update requests), holding one migrated state of p."""
+    with migrate.SqliteStore(path) as store:
+        store.create_run("old-run", "normal", {})
+        store.commit_window(
+            migrate.WindowCommit("p", "old-run", [migrate.StateWrite("1", "migrated", "v1")], {})
+        )
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("DROP TABLE update_requests")
+        db.execute("UPDATE schema_version SET version = 3")
+    db.close()
+
+
+def test_a_schema_3_store_gains_update_requests_keeping_its_data(tmp_path: Path) -> None:
+    """Opened for writing, a schema-3 store is upgraded in place to 4; read-only, it is not."""
+    path = tmp_path / "state.db"
+    _schema_3_store(path)
+    with migrate.open_store("sqlite:///state.db", base_dir=tmp_path, read_only=True) as store:
+        assert (None, "migrated") == (store.update_request("p"), store.items("p")[0].status)
+    with migrate.open_store("sqlite:///state.db", base_dir=tmp_path) as store:
+        store.request_update("p", "old-run")
+        assert (["1"], "old-run") == (
+            [s.identity for s in store.items("p")],
+            getattr(store.update_request("p"), "run_id", None),
+        )
+    db = sqlite3.connect(path)
+    try:
+        assert [(4,)] == db.execute("SELECT version FROM schema_version").fetchall()
     finally:
         db.close()

@@ -304,3 +304,28 @@ def test_the_postgres_store_and_the_memory_store_agree(postgres_url: str, sequen
             (s.identity, s.status, s.version) for s in postgres_store.items(definition)
         ]
         assert memory.counts(definition) == postgres_store.counts(definition)
+
+
+def test_an_update_request_is_kept_until_its_pass_is_done(store: migrate.Store) -> None:
+    """request_update: unmarked; the marking commit marks it; update_done clears it alone."""
+    store.create_run("u", "update", {})
+    assert store.update_request("d") is None
+    store.request_update("d", "u")
+    store.request_update("other", "u")
+    request = store.update_request("d")
+    assert request is not None
+    assert ("u", False) == (request.run_id, request.marked)
+    store.commit_window(WindowCommit("d", "u", [], {}, mark_needs_update=True))
+    assert (True, False) == (
+        getattr(store.update_request("d"), "marked", None),
+        getattr(store.update_request("other"), "marked", None),
+    )
+    store.create_run("v", "update", {})
+    store.request_update("d", "v")  # asked again: it starts over
+    again = store.update_request("d")
+    assert ("v", False) == (getattr(again, "run_id", None), getattr(again, "marked", None))
+    store.commit_window(WindowCommit("d", "v", [], {}, update_done=True))
+    assert (None, "u") == (
+        store.update_request("d"),
+        getattr(store.update_request("other"), "run_id", None),
+    )

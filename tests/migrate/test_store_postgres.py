@@ -91,9 +91,8 @@ def test_processes_opening_a_new_schema_together_all_get_one_store(
     for store in stores:
         store.close()
     assert ([], 6) == (errors, len(stores))
-    assert ["contracts", "cursors", "item_states", "locks", "migrate_meta", "runs"] == _tables(
-        postgres_server, _schema_of(postgres_url)
-    )
+    tables = ["contracts", "cursors", "item_states", "locks", "migrate_meta", "runs"]
+    assert [*tables, "update_requests"] == _tables(postgres_server, _schema_of(postgres_url))
 
 
 def test_a_schema_of_other_tables_is_refused_and_left_as_it_was(
@@ -125,6 +124,35 @@ def test_a_store_of_a_newer_version_is_refused(postgres_url: str) -> None:
         migrate.StoreSchemaError, match=f"version 99.*understands \\({SCHEMA_VERSION}"
     ):
         migrate.open_store(postgres_url)
+
+
+def test_a_version_1_store_gains_update_requests_keeping_its_data(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    """A schema-1 store (before update requests) is upgraded in place; read-only, it is not."""
+    with PostgresStore(postgres_url) as store:
+        store.create_run("old-run", "normal", {})
+        store.commit_window(WindowCommit("p", "old-run", [StateWrite("1", "migrated", "v1")], {}))
+    schema = sql.Identifier(_schema_of(postgres_url))
+    with psycopg.connect(postgres_url.split("?", 1)[0], autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE {}.update_requests").format(schema))
+        conn.execute(
+            sql.SQL("UPDATE {}.migrate_meta SET value = '1' WHERE key = 'version'").format(schema)
+        )
+    with migrate.open_store(postgres_url, read_only=True) as store:
+        assert (None, "migrated") == (store.update_request("p"), store.items("p")[0].status)
+    assert "update_requests" not in _tables(postgres_server, _schema_of(postgres_url))
+    with migrate.open_store(postgres_url) as store:
+        store.request_update("p", "old-run")
+        assert (["1"], "old-run") == (
+            [s.identity for s in store.items("p")],
+            getattr(store.update_request("p"), "run_id", None),
+        )
+    with psycopg.connect(postgres_url.split("?", 1)[0], autocommit=True) as conn:
+        version = conn.execute(
+            sql.SQL("SELECT value FROM {}.migrate_meta WHERE key = 'version'").format(schema)
+        ).fetchall()
+    assert [(str(SCHEMA_VERSION),)] == version
 
 
 def test_an_unreachable_server_is_one_clear_line_with_the_password_masked() -> None:
