@@ -11,7 +11,6 @@ cannot swallow it; and once a turn has suspended, every later call suspends agai
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -22,7 +21,7 @@ from typing_extensions import Unpack
 from effects import FatalError
 from effects.durable._codec import JSON, Codec, dump, from_data
 from effects.durable._definitions import StepDef, check_name
-from effects.durable._failures import is_failure
+from effects.durable._failures import in_thread, is_failure, thrown
 from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
 from effects.durable._records import Checkpoint, CheckpointKind
 from effects.durable._remote import Member, liveness, settle_members
@@ -281,13 +280,14 @@ class WorkflowContext:
             )
             try:
                 try:
-                    result = await fn() if is_async else await asyncio.to_thread(fn)
+                    result = await fn() if is_async else await in_thread(fn)
                     if inspect.isawaitable(result):
                         result = await result
                 finally:
                     step_context.reset(running)
-            except BaseException as error:
-                if not is_failure(error, in_thread=not is_async):
+            except BaseException as raised:
+                error, from_thread = thrown(raised)
+                if not is_failure(error, in_thread=from_thread):
                     raise
                 now = turn.now()
                 step_error = StepError.from_exception(error)

@@ -25,7 +25,7 @@ from effects.durable._bounds import checked_count, checked_ms
 from effects.durable._codec import JSON, dump, from_data
 from effects.durable._context import WorkflowContext, suspended
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
-from effects.durable._failures import is_failure
+from effects.durable._failures import in_thread, is_failure, thrown
 from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import (
@@ -1268,12 +1268,13 @@ class Engine:
             if is_async:
                 result = await fn(value)
             else:
-                result = await asyncio.to_thread(fn, value)
+                result = await in_thread(fn, value)
             if inspect.isawaitable(result):
                 result = await result
-        except BaseException as error:
+        except BaseException as raised:
             # The handler's failure is the attempt's result; the engine stopping is not.
-            if not is_failure(error, in_thread=not is_async):
+            error, from_thread = thrown(raised)
+            if not is_failure(error, in_thread=from_thread):
                 raise
             failure = StepError.from_exception(error)
             return TaskOutcome(error=failure, progress=await beats.unsaved())

@@ -3,8 +3,51 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["is_failure"]
+__all__ = ["in_thread", "is_failure", "thrown"]
+
+
+class _Raised:
+    """What a ``def`` raised in its thread, carried out as a value (see ``in_thread``)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _boxed(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except BaseException as error:  # noqa: BLE001 - told apart by the caller
+        return _Raised(error)
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """
+    ``fn(*args)`` in a worker thread. What it raises there is raised here as it was, while a
+    ``KeyboardInterrupt`` or cancellation that reaches this task instead propagates untouched,
+    so ``is_failure(..., in_thread=True)`` is only ever asked of what the thread raised.
+    """
+    result = await asyncio.to_thread(_boxed, fn, *args)
+    if type(result) is not _Raised:
+        return result
+    if isinstance(result.error, Exception):
+        raise result.error
+    raise _FromThread from result.error
+
+
+class _FromThread(Exception):  # noqa: N818 - a carrier, never seen by users
+    """Raised by ``in_thread`` with a ``BaseException`` the thread raised as its cause."""
+
+
+def thrown(error: BaseException) -> tuple[BaseException, bool]:
+    """*error* as its code raised it, and whether that was in a worker thread (``in_thread``)."""
+    if type(error) is _FromThread and error.__cause__ is not None:
+        return error.__cause__, True
+    return error, False
 
 
 def is_failure(error: BaseException, *, in_thread: bool) -> bool:

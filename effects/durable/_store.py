@@ -48,6 +48,7 @@ __all__ = [
     "Store",
     "TaskOutcome",
     "TurnCommit",
+    "discarded",
 ]
 
 
@@ -161,6 +162,15 @@ class TaskOutcome:
     def ok(self) -> bool:
         """Whether the attempt succeeded."""
         return self.error is None
+
+
+def discarded(task: Task, outcome: TaskOutcome) -> dict[str, Any]:
+    """The data of ``step.result_discarded``: the result of an attempt that was withdrawn."""
+    return {
+        "attempt": task.attempt,
+        "outcome": "completed" if outcome.error is None else "failed",
+        "reason": "withdrawn: the engine had given up on the step, or reset it",
+    }
 
 
 @attrs.frozen

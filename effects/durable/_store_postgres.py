@@ -57,6 +57,7 @@ from effects.durable._store import (
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
+    discarded,
 )
 from effects.durable.errors import StepError, StoreError
 
@@ -387,17 +388,6 @@ _NOT_WITHDRAWN: Final = "NOT EXISTS (SELECT 1 FROM own WHERE status = 'withdrawn
 def _gives_up(cp: Checkpoint) -> bool:
     """Whether writing *cp* settles a dispatched step's failure (its attempts are over)."""
     return cp.kind == "remote" and cp.status == "failed" and cp.final
-
-
-def _discarded(task: Task, outcome: TaskOutcome) -> str:
-    """The data of ``step.result_discarded``: the result of an attempt that was withdrawn."""
-    return _dumps(
-        {
-            "attempt": task.attempt,
-            "outcome": "completed" if outcome.error is None else "failed",
-            "reason": "withdrawn: the engine had given up on the step, or reset it",
-        }
-    )
 
 
 def _later(commit: TurnCommit) -> bool:
@@ -1931,7 +1921,7 @@ class PostgresStore:
                             "step.result_discarded",
                             "warning",
                             now,
-                            _discarded(task, outcome),
+                            _dumps(discarded(task, outcome)),
                         ),
                     )
                     return False
@@ -2020,7 +2010,7 @@ class PostgresStore:
                 {"attempt": task.attempt, "kind": "remote", "error": error},
             )
         params.update(ev_name=event[0], ev_level=event[1], ev_data=_dumps(event[2]))
-        params["discarded"] = _discarded(task, outcome)
+        params["discarded"] = _dumps(discarded(task, outcome))
         statement = (
             "WITH lk AS (SELECT run_id FROM runs WHERE run_id = %(run)s FOR NO KEY UPDATE),"
             " own AS (DELETE FROM tasks WHERE task_id = %(task)s AND claimed_by = %(worker)s"

@@ -33,6 +33,7 @@ from effects.durable._store import (
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
+    discarded,
 )
 from effects.durable.errors import StepError, StoreError
 
@@ -256,15 +257,6 @@ _ERROR_APPEND: Final = (
     "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?1, ?2, (SELECT COALESCE(MAX(n), 0)"
     " + 1 FROM step_errors WHERE run_id = ?1 AND seq = ?2), ?3)"
 )
-
-
-def _discarded(task: Task, outcome: TaskOutcome) -> dict[str, Any]:
-    """The data of ``step.result_discarded``: the result of an attempt that was withdrawn."""
-    return {
-        "attempt": task.attempt,
-        "outcome": "completed" if outcome.error is None else "failed",
-        "reason": "withdrawn: the engine had given up on the step, or reset it",
-    }
 
 
 def _error(text: str | None) -> StepError | None:
@@ -1275,7 +1267,7 @@ class SqliteStore:
                         "step.result_discarded",
                         "warning",
                         now,
-                        _dumps(_discarded(task, outcome)),
+                        _dumps(discarded(task, outcome)),
                     ),
                 )
                 return False

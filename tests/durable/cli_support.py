@@ -24,6 +24,21 @@ from effects.testing import VirtualClock
 
 T = TypeVar("T")
 
+
+def work_process(folder: Path, app: str, *, poll: str = "20ms") -> subprocess.Popen[str]:
+    """
+    ``python -m effects.durable --app APP work`` in *folder* (stderr piped, as text); the
+    caller ends it.
+    """
+    return subprocess.Popen(
+        [*durable_command(), "--app", app, "work", "--poll", poll],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 APP_TEXT = '''
 """A test app: workflows and steps, an engine on ./durable.db, and things that are not engines."""
 

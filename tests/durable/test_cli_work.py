@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.durable.cli_support import App, read_until, run_async, statuses
+from tests.durable.cli_support import App, read_until, run_async, statuses, work_process
 
 
 def start_runs(app: App, *starts: tuple[str, Any, str]) -> None:
@@ -224,11 +224,7 @@ def test_a_second_sigterm_ends_work_at_once_even_with_a_def_handler_stuck(
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert 0 == starter.returncode, starter.stderr
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "effects.durable", "--app", "stuck_app:engine", "work",
-         "--poll", "20ms"],
-        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+    worker = work_process(tmp_path, "stuck_app:engine")
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "started").exists():

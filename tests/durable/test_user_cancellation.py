@@ -6,9 +6,9 @@ raises SystemExit or KeyboardInterrupt fails its attempt and the worker keeps se
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from effects.durable import (
     workflow,
 )
 from effects.durable._pytest_plugin import DurableEngineFactory
+from tests.durable.cli_support import work_process
 from tests.durable.support import events_named
 
 pytestmark = pytest.mark.anyio
@@ -182,30 +183,40 @@ async def test_a_workflow_raising_cancelled_error_fails_its_run_once(
     assert [1] == turns
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "def"])
 async def test_the_engines_own_cancellation_still_stops_a_local_step(
-    durable_engine: DurableEngineFactory,
+    durable_engine: DurableEngineFactory, sync: bool
 ) -> None:
     """Cancelling work() while a local step runs gives the run back; nothing is recorded."""
     started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
 
     async def waits() -> str:
         started.set()
         await asyncio.sleep(3600)
         return "never"
 
+    def blocks() -> str:
+        loop.call_soon_threadsafe(started.set)
+        release.wait(60)
+        return "late"
+
     @workflow("waiting")
     async def wf(ctx: WorkflowContext, _: None) -> str:
-        return str(await ctx.local_step("waits", waits, retries=5))
+        return str(await ctx.local_step("waits", blocks if sync else waits, retries=5))
 
     async with durable_engine(workflows=[wf]) as engine:
         run_id = await engine.start(wf, None)
-        working = asyncio.get_running_loop().create_task(engine.work(poll_ms=10))
+        working = loop.create_task(engine.work(poll_ms=10))
         await asyncio.wait_for(started.wait(), PATIENCE)
         working.cancel()
         with pytest.raises(asyncio.CancelledError):
             await working
+        release.set()
         run = await engine.get_run(run_id)
         assert [] == await engine.checkpoints(run_id)
+        assert [] == await events_named(engine, run_id, "step.failed")
     assert "pending" == run.status
 
 
@@ -243,13 +254,7 @@ async def test_a_work_process_survives_a_def_handler_calling_sys_exit(
     (tmp_path / "exiting_app.py").write_text(
         f"URL = {durable_store_url!r}\n" + textwrap.dedent(EXITING_APP)
     )
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "effects.durable", "--app", "exiting_app:engine", "work",
-         "--poll", "20ms"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    worker = work_process(tmp_path, "exiting_app:engine")
     try:
         async with Engine(durable_store_url) as reader:
             run_id = await _start(durable_store_url, tmp_path)
@@ -259,7 +264,7 @@ async def test_a_work_process_survives_a_def_handler_calling_sys_exit(
     finally:
         worker.terminate()
         _, err = worker.communicate(timeout=PATIENCE)
-    assert 0 == worker.returncode, err.decode()
+    assert 0 == worker.returncode, err
 
 
 async def _start(url: str, folder: Path) -> str:

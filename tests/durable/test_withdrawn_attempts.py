@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from effects.durable import (
     workflow,
 )
 from effects.durable._pytest_plugin import DurableEngineFactory
+from tests.durable.cli_support import work_process
 from tests.durable.support import events_named, rows
 
 pytestmark = pytest.mark.anyio
@@ -50,6 +49,15 @@ def with_fallback(charge: Any, caught: type[BaseException]) -> Any:
     return checkout
 
 
+async def gave_up(durable_engine: DurableEngineFactory, checkout: Any) -> tuple[Any, list[Any]]:
+    """Run *checkout* with no worker until it took its fallback: the run, its withdrawals."""
+    async with durable_engine(workflows=[checkout]) as orchestrator:
+        run_id = await orchestrator.start(checkout, {"id": 7})
+        await orchestrator.run_until_idle(advance_time=True)
+        run = await orchestrator.get_run(run_id)
+        return run, await events_named(orchestrator, run_id, "step.withdrawn")
+
+
 async def test_the_last_pickup_timeout_withdraws_its_attempt(
     durable_engine: DurableEngineFactory,
 ) -> None:
@@ -57,11 +65,7 @@ async def test_the_last_pickup_timeout_withdraws_its_attempt(
     calls: list[Any] = []
     charge = charging(calls, timeout_ms=1000, retries=2)
     checkout = with_fallback(charge, RemoteStepTimeout)
-    async with durable_engine(workflows=[checkout]) as orchestrator:
-        run_id = await orchestrator.start(checkout, {"id": 7})
-        await orchestrator.run_until_idle(advance_time=True)
-        run = await orchestrator.get_run(run_id)
-        withdrawn = await events_named(orchestrator, run_id, "step.withdrawn")
+    run, withdrawn = await gave_up(durable_engine, checkout)
     async with durable_engine(steps=[charge]) as worker:
         await worker.run_until_idle(advance_time=True)
     assert ("completed", "fallback") == (run.status, run.output)
@@ -253,20 +257,11 @@ async def test_a_worker_process_started_later_never_runs_a_withdrawn_attempt(
     calls: list[Any] = []
     charge = charging(calls, timeout_ms=1000, retries=2)
     checkout = with_fallback(charge, RemoteStepTimeout)
-    async with durable_engine(workflows=[checkout]) as orchestrator:
-        given_up = await orchestrator.start(checkout, {"id": 7})
-        await orchestrator.run_until_idle(advance_time=True)
-        assert "fallback" == (await orchestrator.get_run(given_up)).output
+    assert "fallback" == (await gave_up(durable_engine, checkout))[0].output
     (tmp_path / "worker_app.py").write_text(
         f"URL = {durable_engine.url!r}\n" + textwrap.dedent(WORKER_APP)
     )
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "effects.durable", "--app", "worker_app:engine", "work",
-         "--poll", "50ms"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    worker = work_process(tmp_path, "worker_app:engine")
     try:
         # The probe's task comes after the leftover one would: once the worker ran the probe,
         # it had its chance to claim the leftover too.
@@ -281,7 +276,7 @@ async def test_a_worker_process_started_later_never_runs_a_withdrawn_attempt(
     finally:
         worker.terminate()
         _, err = worker.communicate(timeout=PATIENCE)
-    assert not (tmp_path / "charges").exists(), err.decode()
+    assert not (tmp_path / "charges").exists(), err
 
 
 def _probing() -> Any:
