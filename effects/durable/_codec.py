@@ -85,7 +85,8 @@ def dump(codec: Codec, value: Any, what: str) -> str:
     except (TypeError, ValueError, OverflowError, RecursionError) as error:
         msg = f"the {what} cannot be stored as JSON: {error} (give the definition a codec=)"
         raise TypeError(msg) from error
-    if deeper_than(text):
+    # Nesting deeper than MAX_DEPTH takes more than 2 * MAX_DEPTH brackets: short text cannot.
+    if len(text) > 2 * MAX_DEPTH and deeper_than(text):
         msg = f"the {what} cannot be stored: it nests lists and objects more than {MAX_DEPTH} deep"
         raise TypeError(msg)
     return text
