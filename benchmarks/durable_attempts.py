@@ -75,7 +75,7 @@ def _stores(kind: str, folder: Path) -> Iterator[Any]:
     if kind == "postgresql":
         from tests.postgres_server import PostgresServer
 
-        with PostgresServer(durable=True, folder=str(folder)) as server:
+        with PostgresServer(durable=True) as server:
             yield server.url
         return
     yield lambda: f"{kind}{'&' if '?' in kind else '?'}schema=bench_{time.time_ns()}"
