@@ -9,6 +9,7 @@ Time and randomness come from ``use_clock`` / ``use_random`` (context variables)
 """
 
 from effects._budget import RetryBudget
+from effects._callables import is_async_callable
 from effects._driver import Attempt, Attempts
 from effects._effect import AsyncEffect, Effect
 from effects._events import RepeatEvent, RetryEvent, add_hook, hooks, log_retries, notify_hooks
@@ -38,6 +39,7 @@ __all__ = [
     "SystemClock",
     "add_hook",
     "hooks",
+    "is_async_callable",
     "log_retries",
     "notify_hooks",
     "repeat",

@@ -40,13 +40,17 @@ from effects.durable._store import StaleTurnError, Store
 from effects.durable._store_sqlite import SqliteStore
 from effects.durable.errors import (
     DurableError,
+    NoHandler,
     NonDeterminismError,
     RemoteStepError,
+    RemoteStepLost,
     RemoteStepTimeout,
+    RunDead,
     StepError,
     StepFailedError,
     StoreError,
     UnknownRunError,
+    WorkerLost,
 )
 
 __all__ = [
@@ -57,11 +61,14 @@ __all__ = [
     "Event",
     "JsonCodec",
     "MAX_DEPTH",
+    "NoHandler",
     "NonDeterminismError",
     "Queue",
     "RemoteStepError",
+    "RemoteStepLost",
     "RemoteStepTimeout",
     "Run",
+    "RunDead",
     "SqliteStore",
     "StaleTurnError",
     "StepContext",
@@ -73,6 +80,7 @@ __all__ = [
     "StoreError",
     "Task",
     "UnknownRunError",
+    "WorkerLost",
     "WorkflowContext",
     "WorkflowDef",
     "current_step",

@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar, overload
 
 from typing_extensions import Unpack
 
-from effects import FatalError
+from effects import FatalError, is_async_callable
 from effects.durable._codec import JSON, Codec, dump, from_data
 from effects.durable._definitions import StepDef, check_name
 from effects.durable._failures import in_thread, is_failure, thrown
@@ -27,7 +27,6 @@ from effects.durable._records import Checkpoint, CheckpointKind
 from effects.durable._remote import Member, liveness, settle_members
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import CheckpointWrite, NewEvent
-from effects.durable._time import is_async_callable
 from effects.durable._turn import HOLD, Suspended, Turn, tell_hooks, wait_ms
 from effects.durable.errors import (
     NonDeterminismError,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import attrs
 from typing_extensions import Unpack
 
+from effects import is_async_callable
 from effects.durable._codec import JSON, Codec
 from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
 
@@ -127,7 +128,7 @@ def workflow(
 
     def define(fn: Callable[[WorkflowContext, I], Awaitable[O]]) -> WorkflowDef[I, O]:
         _refuse_generators(fn, f"workflow {name!r}")
-        if not inspect.iscoroutinefunction(fn):
+        if not is_async_callable(fn):
             msg = f"workflow {name!r} must be an async def function, got {fn!r}"
             raise TypeError(msg)
         return WorkflowDef(name, version, fn, JSON if codec is None else codec)

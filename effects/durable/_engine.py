@@ -20,12 +20,12 @@ from typing import Any, Final, TypeVar, overload
 
 import attrs
 
-from effects import Clock
+from effects import Clock, is_async_callable
 from effects.durable._bounds import checked_count, checked_ms
 from effects.durable._codec import JSON, dump, from_data
 from effects.durable._context import WorkflowContext, suspended
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
-from effects.durable._failures import in_thread, is_failure, thrown
+from effects.durable._failures import in_thread, is_failure, no_handler, thrown
 from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import (
@@ -49,7 +49,6 @@ O = TypeVar("O")  # noqa: E741
 
 _log: Final = logging.getLogger("effects.durable")
 _SUSPENDED: Final = suspended()
-_NO_HANDLER_CODE: Final = "no_handler"
 # Progress without a liveness window or lease is persisted at most this often (ms).
 _PROGRESS_INTERVAL_MS: Final = 1000
 # How many turns and attempts run_until_idle keeps in flight at once.
@@ -1216,14 +1215,7 @@ class Engine:
     async def _attempt(self, task: Task, claimed_at: int) -> None:
         definition = self._steps.get(task.name)
         if definition is None:
-            outcome = TaskOutcome(
-                error=StepError(
-                    message=f"no handler for {task.name}",
-                    code=_NO_HANDLER_CODE,
-                    type="effects.durable.NoHandler",
-                    retryable=False,
-                )
-            )
+            outcome = TaskOutcome(error=no_handler(task.name))
         else:
             renewer = _Renewal(
                 self._lease_ms / 3000,
@@ -1262,7 +1254,7 @@ class Engine:
         )
         token = step_context.set(context)
         fn = definition.fn
-        is_async = inspect.iscoroutinefunction(fn)
+        is_async = is_async_callable(fn)
         try:
             value = from_data(definition.codec, task.input)
             if is_async:

@@ -1,4 +1,7 @@
-"""Which exceptions that user code raises are its failures, and which are the engine stopping."""
+"""
+Failures: which exceptions user code raises are its failures (and which are the engine
+stopping), and the failures the engine records of its own (a lost worker, a lost dispatch, ...).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,20 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["in_thread", "is_failure", "thrown"]
+from effects.durable._names import MAX_RECOVERY, NO_HANDLER, REDISPATCHED, STEP_LOST, WORKER_LOST
+from effects.durable.errors import DurableError, NoHandler, RemoteStepLost, RunDead, StepError
+from effects.durable.errors import WorkerLost as _WorkerLost
+
+__all__ = [
+    "dead_run",
+    "in_thread",
+    "is_failure",
+    "lapsed_dispatch",
+    "lost_dispatch",
+    "lost_worker",
+    "no_handler",
+    "thrown",
+]
 
 
 class _Raised:
@@ -68,3 +84,55 @@ def is_failure(error: BaseException, *, in_thread: bool) -> bool:
         task = asyncio.current_task()
         return task is not None and task.cancelling() == 0
     return in_thread and isinstance(error, KeyboardInterrupt | SystemExit)
+
+
+def _type(cls: type[DurableError]) -> str:
+    # The name users import it by (effects.durable re-exports every one).
+    return f"effects.durable.{cls.__name__}"
+
+
+def lost_worker() -> StepError:
+    """The failure recovery records for an attempt whose claim expired."""
+    return StepError(
+        message="worker lost: its claim on the task expired before it reported a result",
+        code=WORKER_LOST,
+        type=_type(_WorkerLost),
+        retryable=True,
+    )
+
+
+def lost_dispatch(lease_ms: int | None, redispatches: int) -> StepError:
+    """The failure that settles a dispatch lost past ``remote_redispatch_max`` re-drives."""
+    return StepError(
+        message=f"no result or heartbeat within {lease_ms} ms, {redispatches} re-dispatches spent",
+        code=STEP_LOST,
+        details={"lease_ms": lease_ms, "redispatches": redispatches},
+        type=_type(RemoteStepLost),
+        retryable=False,
+    )
+
+
+def lapsed_dispatch(lease_ms: int | None) -> StepError:
+    """What hooks are told of a dispatch whose lease lapsed and that is sent again."""
+    return StepError(
+        message=f"no result or heartbeat within {lease_ms} ms; dispatched again",
+        code=REDISPATCHED,
+        type=_type(RemoteStepLost),
+    )
+
+
+def no_handler(name: str) -> StepError:
+    """The non-retryable failure a worker reports for a step it has no handler of."""
+    return StepError(
+        message=f"no handler for {name}", code=NO_HANDLER, type=_type(NoHandler), retryable=False
+    )
+
+
+def dead_run(count: int, limit: int | None) -> StepError:
+    """The error of a run made dead after *count* recoveries."""
+    return StepError(
+        message=f"the run's lease expired after {count} recoveries (max_recovery_attempts={limit})",
+        code=MAX_RECOVERY,
+        type=_type(RunDead),
+        retryable=False,
+    )

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import pytest
 
+from effects import is_async_callable
 from effects.durable import Engine, Queue, StepDef, WorkflowDef
 from effects.testing import VirtualClock
 
@@ -114,7 +115,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     runs first (``tryfirst``), and pytest-asyncio makes its tests' functions plain ones.
     """
     function = pyfuncitem.obj
-    if "durable_engine" not in pyfuncitem.funcargs or not inspect.iscoroutinefunction(function):
+    if "durable_engine" not in pyfuncitem.funcargs or not is_async_callable(function):
         return None
     names = inspect.signature(function).parameters
     arguments = {name: pyfuncitem.funcargs[name] for name in names if name in pyfuncitem.funcargs}

@@ -17,6 +17,7 @@ import attrs
 
 from effects import hooks
 from effects.durable._codec import Codec, from_data
+from effects.durable._failures import lapsed_dispatch, lost_dispatch
 from effects.durable._policy import StepPolicy
 from effects.durable._records import Checkpoint
 from effects.durable._store import CheckpointWrite, NewEvent, NewTask, RunAdvance
@@ -26,7 +27,6 @@ from effects.durable.errors import RemoteStepError, RemoteStepTimeout, StepError
 __all__ = ["Member", "liveness", "settle_members"]
 
 _WAITING: Final = "waiting"
-_LOST_CODE: Final = "remote_step_lost"
 
 
 @attrs.define(slots=True)
@@ -198,16 +198,7 @@ def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
             member.wake = cp.wake_at
             return
         if cp.redispatches >= host.redispatch_max:
-            lost = StepError(
-                message=(
-                    f"no result or heartbeat within {cp.lease_ms} ms, "
-                    f"{cp.redispatches} re-dispatches spent"
-                ),
-                code=_LOST_CODE,
-                details={"lease_ms": cp.lease_ms, "redispatches": cp.redispatches},
-                type="effects.durable.RemoteStepLost",
-                retryable=False,
-            )
+            lost = lost_dispatch(cp.lease_ms, cp.redispatches)
             plan.events.append(
                 NewEvent(
                     "step.lost",
@@ -230,12 +221,7 @@ def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
             plan.hooks.append(("give_up", cp, None, lost))
             return
         _redispatch(turn, member, cp, plan, now, lost=True)
-        lapsed = StepError(
-            message=f"no result or heartbeat within {cp.lease_ms} ms; dispatched again",
-            code="remote_step_redispatched",
-            type="effects.durable.RemoteStepLost",
-        )
-        plan.hooks.append(("retry", cp, 0.0, lapsed))
+        plan.hooks.append(("retry", cp, 0.0, lapsed_dispatch(cp.lease_ms)))
         return
     # A failed attempt.
     if cp.final:

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from effects.durable._names import EventName
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable.errors import DurableError, StepError
 
@@ -76,7 +77,7 @@ class NewRun:
 class NewEvent:
     """An event to append to a run's trail."""
 
-    name: str
+    name: EventName
     at: int
     seq: int | None = None
     data: dict[str, Any] = attrs.field(factory=dict[str, Any])

@@ -46,6 +46,7 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
+from effects.durable._failures import dead_run, lost_worker
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
     CheckpointWrite,
@@ -265,12 +266,6 @@ _TASK_FROM_HELD: Final = (
 # that way leaves its run or task claimable again, and the claimer's next durable write is
 # refused by the compare-and-set; any later durable commit flushes it anyway.
 _NO_FLUSH: Final = "(SELECT set_config('synchronous_commit', 'off', true)) AS no_flush"
-_WORKER_LOST: Final = StepError(
-    message="worker lost: its claim on the task expired before it reported a result",
-    code="worker_lost",
-    type="effects.durable.WorkerLost",
-    retryable=True,
-)
 _OPTIONS: Final = ("schema", "pool_size", "reconnect_timeout_ms", "listen", "options")
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 _FIRST_BACKOFF: Final = 0.05
@@ -2315,13 +2310,7 @@ class PostgresStore:
                 await self._notify(conn)
                 return "reconciling"
             if max_recovery_attempts is not None and count >= max_recovery_attempts:
-                error = StepError(
-                    message=f"the run's lease expired after {count} recoveries"
-                    f" (max_recovery_attempts={max_recovery_attempts})",
-                    code="max_recovery_attempts",
-                    type="effects.durable.RunDead",
-                    retryable=False,
-                )
+                error = dead_run(count, max_recovery_attempts)
                 await conn.execute(
                     "UPDATE runs SET status = 'dead', error = %s, lease_token = NULL,"
                     " lease_until = NULL, updated_at = %s WHERE run_id = %s",
@@ -2391,7 +2380,7 @@ class PostgresStore:
                 run_id=run_id,
                 seq=row[1],
                 attempt=row[3],
-                outcome=TaskOutcome(error=_WORKER_LOST),
+                outcome=TaskOutcome(error=lost_worker()),
                 now=now,
                 released=[],
             )

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
+from effects.durable._failures import dead_run, lost_worker
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
     ClaimedRun,
@@ -196,12 +197,6 @@ _TASK_COLUMNS: Final = (
 )
 # A withdrawn attempt a worker still runs holds its slot until it reports or its claim lapses.
 _SLOT_HOLDERS: Final = "('queued', 'claimed', 'withdrawn')"
-_WORKER_LOST: Final = StepError(
-    message="worker lost: its claim on the task expired before it reported a result",
-    code="worker_lost",
-    type="effects.durable.WorkerLost",
-    retryable=True,
-)
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
@@ -1394,13 +1389,7 @@ class SqliteStore:
                         recovered.append(run_id)
                         continue
                     if max_recovery_attempts is not None and count >= max_recovery_attempts:
-                        error = StepError(
-                            message=f"the run's lease expired after {count} recoveries"
-                            f" (max_recovery_attempts={max_recovery_attempts})",
-                            code="max_recovery_attempts",
-                            type="effects.durable.RunDead",
-                            retryable=False,
-                        )
+                        error = dead_run(count, max_recovery_attempts)
                         db.execute(
                             "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
                             " lease_until = NULL, updated_at = ? WHERE run_id = ?",
@@ -1436,7 +1425,7 @@ class SqliteStore:
                         run_id=run_id,
                         seq=seq,
                         attempt=attempt,
-                        outcome=TaskOutcome(error=_WORKER_LOST),
+                        outcome=TaskOutcome(error=lost_worker()),
                         now=now,
                     )
                     lost.append(step_id)

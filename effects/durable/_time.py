@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 import time
-from typing import Any, Final
 
 from effects import Clock
 
-__all__ = ["WallClock", "epoch_ms", "is_async_callable"]
-
-_CO_COROUTINE: Final = inspect.CO_COROUTINE
+__all__ = ["WallClock", "epoch_ms"]
 
 
 class WallClock:
@@ -51,11 +47,3 @@ def epoch_ms(clock: Clock) -> int:
         msg = f"the engine's clock {clock!r} read {seconds!r}; it must give finite epoch seconds"
         raise ValueError(msg)
     return round(seconds * 1000)
-
-
-def is_async_callable(fn: Any) -> bool:
-    """Whether calling *fn* gives a coroutine for sure (a plain ``async def`` function, fast)."""
-    code = getattr(fn, "__code__", None)
-    if code is not None and type(fn).__name__ == "function":
-        return bool(code.co_flags & _CO_COROUTINE)
-    return inspect.iscoroutinefunction(fn)

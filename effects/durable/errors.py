@@ -11,7 +11,9 @@ Errors of ``effects.durable``, in one tree.
     │   │   │                            its attempts are spent (.step_error, .errors)
     │   │   └── RemoteStepTimeout        a dispatched step with timeout_ms went silent
     │   ├── NonDeterminismError          replay met a different step at a sequence number
-    │   └── StoreError                   the store cannot be used (corrupt, foreign, newer schema)
+    │   ├── StoreError                   the store cannot be used (corrupt, foreign, newer schema)
+    │   └── WorkerLost, RemoteStepLost,  the engine's own failures, as a StepError's type names
+    │       NoHandler, RunDead           them (recorded, never raised by the engine)
     ├── TypeError                        misuse: a value that is not JSON, a bad option type
     └── ValueError                       misuse: an option out of range, an unknown name
         └── UnknownRunError              no run has that id (also a LookupError)
@@ -31,17 +33,22 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from effects.durable import _names
 from effects.durable._codec import deeper_than
 
 __all__ = [
     "DurableError",
+    "NoHandler",
     "NonDeterminismError",
     "RemoteStepError",
+    "RemoteStepLost",
     "RemoteStepTimeout",
+    "RunDead",
     "StepError",
     "StepFailedError",
     "StoreError",
     "UnknownRunError",
+    "WorkerLost",
     "remote_error",
     "restore_exception",
 ]
@@ -286,10 +293,6 @@ class RemoteStepError(DurableError):
         return f"RemoteStepError({self.step_id!r}, {self.name!r}, errors={len(self.errors)})"
 
 
-#: The ``code`` of a liveness timeout's ``StepError``.
-_TIMEOUT_CODE: Final = "remote_step_timeout"
-
-
 class RemoteStepTimeout(RemoteStepError):  # noqa: N818 - the design's name
     """
     A dispatched step with ``timeout_ms`` produced neither a result nor a heartbeat in time.
@@ -315,7 +318,7 @@ class RemoteStepTimeout(RemoteStepError):  # noqa: N818 - the design's name
         self.phase = phase
         own = StepError(
             message=f"no result or heartbeat within {timeout_ms} ms ({phase})",
-            code=_TIMEOUT_CODE,
+            code=_names.TIMEOUT,
             details={"timeout_ms": timeout_ms, "phase": phase},
             type="effects.durable.RemoteStepTimeout",
         )
@@ -339,7 +342,7 @@ class NonDeterminismError(DurableError):
         requested: ``"name (kind)"`` of the step the code asked for.
     """
 
-    code = "non_determinism"
+    code = _names.NON_DETERMINISM
 
     def __init__(self, seq: int, recorded: str, requested: str) -> None:
         super().__init__(
@@ -352,6 +355,22 @@ class NonDeterminismError(DurableError):
 
 class StoreError(DurableError):
     """The store cannot be used: corrupt, not an engine store, a newer schema, or unreachable."""
+
+
+class WorkerLost(DurableError):  # noqa: N818 - the name a StepError's type gives
+    """A worker's claim on an attempt expired before it reported (a retryable failure)."""
+
+
+class RemoteStepLost(DurableError):  # noqa: N818 - the name a StepError's type gives
+    """A dispatch's lease lapsed without a result or a heartbeat (re-driven, or given up)."""
+
+
+class NoHandler(DurableError):  # noqa: N818 - the name a StepError's type gives
+    """No worker of the step's group has a handler of its name (not retryable)."""
+
+
+class RunDead(DurableError):  # noqa: N818 - the name a StepError's type gives
+    """A run's lease expired more than ``max_recovery_attempts`` times."""
 
 
 class UnknownRunError(ValueError, LookupError):
@@ -418,7 +437,7 @@ def remote_error(step_id: str, name: str, errors: Sequence[StepError]) -> Remote
     ``RemoteStepTimeout`` when its last attempt timed out, else a ``RemoteStepError``.
     """
     last = errors[-1] if errors else None
-    found: Any = None if last is None or last.code != _TIMEOUT_CODE else last.details
+    found: Any = None if last is None or last.code != _names.TIMEOUT else last.details
     if isinstance(found, Mapping):
         details: Mapping[str, Any] = found  # pyright: ignore[reportUnknownVariableType]
         window, phase = details.get("timeout_ms"), details.get("phase")
