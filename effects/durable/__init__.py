@@ -37,7 +37,7 @@ from effects.durable._policy import StepOptions
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, current_step
 from effects.durable._store import StaleTurnError, Store
-from effects.durable._store_sqlite import SqliteStore
+from effects.durable._store.sqlite import SqliteStore
 from effects.durable.errors import (
     DurableError,
     NoHandler,

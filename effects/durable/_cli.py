@@ -49,7 +49,6 @@ import signal
 import sqlite3
 import sys
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping, Sequence
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, NoReturn, TypeAlias, get_args
 from urllib.parse import urlsplit, urlunsplit
@@ -57,7 +56,6 @@ from urllib.parse import urlsplit, urlunsplit
 from effects.durable._app import AppError, load_engine
 from effects.durable._engine import Engine
 from effects.durable._records import RunStatus
-from effects.durable._store_sqlite import SqliteStore, parse_sqlite_url
 from effects.durable._time import epoch_ms
 from effects.durable._views import (
     checkpoint_json,
@@ -287,58 +285,12 @@ async def _refuse_a_missing_store(engine: Engine) -> None:
     points: refuse (exit 2) a SQLite path with no file, a PostgreSQL schema with no table.
     """
     store = engine.store
-    if isinstance(store, SqliteStore):
-        path, _ = parse_sqlite_url(store.url)
-        if path != ":memory:" and not Path(path).exists():
-            msg = (
-                f"no store at {Path(path).resolve()} ({store.url}): nothing has run there yet, "
-                "or the command runs from another folder than the workers"
-            )
-            raise CliError(msg)
-    elif store.url.startswith(("postgresql:", "postgres:")):
-        schema = await _postgres_tables(store)
-        if schema is not None:
-            msg = (
-                f"no store in schema {schema!r} of {store.url}: nothing has run there yet, or "
-                "the URL names another database or schema than the workers'"
-            )
-            raise CliError(msg)
-
-
-async def _postgres_tables(store: object) -> str | None:
-    """
-    The schema of a PostgreSQL *store* if it holds no table (no store there), else ``None``.
-
-    Reads the store's connection settings: the store protocol has no ``exists()`` yet.
-
-    Raises:
-        StoreError: If the server cannot be reached (or refuses the connection).
-    """
-    try:
-        import psycopg  # noqa: PLC0415 - the postgres extra; only PostgreSQL stores need it
-        from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
-
-        from effects.durable._store_postgres import PostgresStore  # noqa: PLC0415
-    except ImportError:
-        return None  # opening the store says which extra to install
-    if not isinstance(store, PostgresStore):
-        return None
-    conninfo: str = store._conninfo  # pyright: ignore[reportPrivateUsage]
-    schema: str = store._schema  # pyright: ignore[reportPrivateUsage]
-    kwargs: dict[str, Any] = store._connect_kwargs()  # pyright: ignore[reportPrivateUsage]
-    if "connect_timeout" not in conninfo_to_dict(conninfo):
-        kwargs["connect_timeout"] = 10  # an address where nothing answers: fail, never hang
-    try:
-        async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
-            cursor = await conn.execute(
-                "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
-                (schema,),
-            )
-            row = await cursor.fetchone()
-    except psycopg.Error as error:
-        reason = " ".join(str(error).split())
-        raise StoreError(f"cannot connect to store {store.url}: {reason}") from error
-    return schema if row is None or not row[0] else None
+    if not await store.exists():
+        msg = (
+            f"no store {store.location}: nothing has run there yet, or the command runs from"
+            " another folder, or names another database or schema, than the workers"
+        )
+        raise CliError(msg)
 
 
 @contextlib.asynccontextmanager

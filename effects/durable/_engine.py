@@ -95,12 +95,12 @@ def open_store(store: str | Store) -> Store:
         return store
     scheme = store.split(":", 1)[0].lower()
     if scheme == "sqlite":
-        from effects.durable._store_sqlite import SqliteStore  # noqa: PLC0415
+        from effects.durable._store.sqlite import SqliteStore  # noqa: PLC0415
 
         return SqliteStore(store)
     if scheme in ("postgresql", "postgres"):
         try:
-            from effects.durable._store_postgres import PostgresStore  # noqa: PLC0415
+            from effects.durable._store.postgres import PostgresStore  # noqa: PLC0415
         except ImportError as error:
             msg = (
                 f"the PostgreSQL store needs psycopg and psycopg-pool ({error}):"
@@ -323,14 +323,12 @@ class Engine:
         if self._opened == 0:
             await self._store.open()
             # A store that hears other processes' writes (PostgreSQL's NOTIFY) wakes work().
-            hint = getattr(self._store, "wake_hint", None)
-            wants = {
-                "runs": bool(self._workflow_keys),
-                "tasks": bool(self._groups),
-                "due": self.due_changed,
-            }
-            if callable(hint) and inspect.isawaitable(given := hint(self._work_now, **wants)):
-                await given
+            await self._store.wake_hint(
+                self._work_now,
+                runs=bool(self._workflow_keys),
+                tasks=bool(self._groups),
+                due=self.due_changed,
+            )
         self._opened += 1
 
     async def close(self) -> None:

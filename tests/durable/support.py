@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql as sql_
 
 from effects.durable import Engine, Event
-from effects.durable._store_postgres import parse_postgres_url
+from effects.durable._store.postgres import parse_postgres_url
 
 #: The fixture clock's start, in epoch ms.
 START_MS = 1_767_225_600_000

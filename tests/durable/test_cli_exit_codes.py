@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from effects.durable._store_postgres import parse_postgres_url
+from effects.durable._store.postgres import parse_postgres_url
 from tests.durable.cli_support import App, assert_one_line_error, digest, make_app, run_async
 from tests.durable.support import execute, rows
 from tests.postgres_server import PostgresServer

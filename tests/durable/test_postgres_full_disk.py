@@ -92,7 +92,8 @@ async def writes(ctx: WorkflowContext, n: int) -> int:
 
         async def work(i: int = i) -> str:
             await asyncio.sleep(0.005)
-            return f"{n:02d}:{i:03d}" + "x" * 2_000
+            # Random, so TOAST cannot compress it: every write needs new pages, never free room.
+            return f"{n:02d}:{i:03d}" + secrets.token_hex(1_000)
 
         total += len(await ctx.local_step(f"write-{i}", work))
     return total

@@ -18,7 +18,7 @@ from psycopg import sql
 
 from effects.durable import Engine, Run, StoreError, WorkflowContext, workflow
 from effects.durable._store import NewEvent, NewRun, RunAdvance, StaleTurnError, TurnCommit
-from effects.durable._store_postgres import PostgresStore, parse_postgres_url
+from effects.durable._store.postgres import PostgresStore, parse_postgres_url
 from tests.durable.support import START_MS, rows
 
 pytestmark = pytest.mark.anyio

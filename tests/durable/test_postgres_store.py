@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-import effects.durable._store_postgres as pg
+import effects.durable._store.postgres as pg
 from effects.durable import (
     Engine,
     Queue,
@@ -36,7 +36,7 @@ from effects.durable._store import (
     StaleTurnError,
     TurnCommit,
 )
-from effects.durable._store_postgres import PostgresStore, parse_postgres_url
+from effects.durable._store.postgres import PostgresStore, parse_postgres_url
 from tests.durable.support import START_MS, execute, rows
 from tests.postgres_server import PASSWORD, PASSWORD_USER, PostgresServer
 
@@ -441,11 +441,11 @@ async def test_worker_and_turn_engines_each_hear_only_their_kind(postgres_url: s
     class Asking(PostgresStore):
         name = ""
 
-        def wake_hint(
+        async def wake_hint(
             self, callback: Any, *, runs: bool = True, tasks: bool = True, due: Any = None
         ) -> None:
             asked[self.name] = (runs, tasks)
-            super().wake_hint(callback, runs=runs, tasks=tasks, due=due)
+            await super().wake_hint(callback, runs=runs, tasks=tasks, due=due)
 
     turns, workers, both = Asking(postgres_url), Asking(postgres_url), Asking(postgres_url)
     turns.name, workers.name, both.name = "turns", "workers", "both"
@@ -530,6 +530,26 @@ async def test_a_call_cut_off_inside_a_transaction_leaves_nothing_open(postgres_
     assert psycopg.pq.TransactionStatus.IDLE == after
     assert [] == runs
     assert [] == rows(postgres_url, "SELECT key FROM durable_meta WHERE key = 'leak'")
+
+
+async def test_closing_the_store_under_a_cancelled_call_raises_nothing_else(
+    postgres_url: str,
+) -> None:
+    """A call cancelled mid-query while the store closes ends with its CancelledError alone."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    started = asyncio.Event()
+
+    async def slow(conn: psycopg.AsyncConnection[Any], _: Any) -> None:
+        started.set()
+        await conn.execute("SELECT pg_sleep(30)")
+
+    call = asyncio.get_running_loop().create_task(store._call(slow))
+    await asyncio.wait_for(started.wait(), 30)
+    call.cancel()
+    await store.close()  # before the cancelled call has finished unwinding
+    with pytest.raises(asyncio.CancelledError):
+        await call
 
 
 async def test_names_with_quotes_backslashes_and_commas_are_claimed(postgres_url: str) -> None:

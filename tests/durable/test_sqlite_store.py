@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from effects.durable import Engine, SqliteStore, StoreError, WorkflowContext, step, workflow
-from effects.durable._store_sqlite import _MIGRATIONS, SCHEMA_VERSION, parse_sqlite_url
+from effects.durable._store.sqlite import _MIGRATIONS, SCHEMA_VERSION, parse_sqlite_url
 
 pytestmark = pytest.mark.anyio
 

@@ -15,10 +15,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-import effects.durable._store_postgres as pg
-import effects.durable._store_sqlite as lite
+import effects.durable._store.postgres as pg
+import effects.durable._store.sqlite as lite
 from effects.durable import Engine, StepFailedError, WorkflowContext, step, workflow
-from effects.durable._store_postgres import parse_postgres_url
+from effects.durable._store.postgres import parse_postgres_url
 from tests.durable.support import rows
 
 pytestmark = pytest.mark.anyio

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,8 @@ async def test_a_running_attempt_given_up_on_has_its_result_discarded(
             await asyncio.wait_for(_until_discarded(orchestrator, run_id), PATIENCE)
         finally:
             working.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await working
         (checkpoint, _) = await orchestrator.checkpoints(run_id)
         withdrawn = await events_named(orchestrator, run_id, "step.withdrawn")
         discarded = await events_named(orchestrator, run_id, "step.result_discarded")
@@ -213,8 +216,12 @@ async def test_a_leftover_attempt_after_requeue_cannot_complete_the_reset_step(
                 run = await orchestrator.wait(run_id, timeout=PATIENCE)
             finally:
                 orchestrating.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await orchestrating
         finally:
             working.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await working
         discarded = await events_named(orchestrator, run_id, "step.result_discarded")
     assert ("completed", "fresh") == (run.status, run.output)
     assert [1, 2] == calls
@@ -272,6 +279,8 @@ async def test_a_worker_process_started_later_never_runs_a_withdrawn_attempt(
                 done = await prober.wait(probe, timeout=PATIENCE)
             finally:
                 working.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await working
         assert ("completed", 1) == (done.status, done.output)
     finally:
         worker.terminate()

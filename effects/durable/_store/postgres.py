@@ -43,6 +43,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import attrs
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
@@ -59,6 +60,19 @@ from effects.durable._store import (
     TaskOutcome,
     TurnCommit,
     discarded,
+)
+from effects.durable._store.rows import (
+    CHECKPOINT_COLUMNS,
+    RUN_COLUMNS,
+    SLOT_HOLDERS,
+    TASK_COLUMNS,
+    checkpoint_of,
+    dumps,
+    error_text,
+    errors_text,
+    loads,
+    run_of,
+    task_of,
 )
 from effects.durable.errors import StepError, StoreError
 
@@ -193,34 +207,22 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
 )
 
-_RUN_COLUMNS: Final = (
-    "run_id, workflow, version, status, input, output, error, recovery_attempts, created_at,"
-    " updated_at, wake_at"
-)
+_RUN_COLUMNS: Final = ", ".join(RUN_COLUMNS)
 # The errors of the checkpoint row *t* as the JSON text of a list, from step_errors, in order.
 _ERRORS_OF: Final = (
     "COALESCE((SELECT '[' || string_agg(e.error, ',' ORDER BY e.n) || ']' FROM step_errors e"
     " WHERE e.run_id = {t}.run_id AND e.seq = {t}.seq), '[]')"
 )
-_CHECKPOINT_COLUMNS: Final = (
-    "run_id, seq, name, kind, step_id, status, attempts, wake_at, output, error, errors, final,"
-    " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
-    " timeout_ms, lease_ms, redispatches, heartbeat_at"
-)
-_RUN_COLUMNS_OF_R: Final = ", ".join(f"r.{c}" for c in _RUN_COLUMNS.split(", "))
+_RUN_COLUMNS_OF_R: Final = ", ".join(f"r.{c}" for c in RUN_COLUMNS)
 _CHECKPOINT_COLUMNS_OF_C: Final = ", ".join(
-    _ERRORS_OF.format(t="c") if c == "errors" else f"c.{c}" for c in _CHECKPOINT_COLUMNS.split(", ")
+    _ERRORS_OF.format(t="c") if c == "errors" else f"c.{c}" for c in CHECKPOINT_COLUMNS
 )
 # The columns read from ``checkpoints`` itself (no alias).
 _CHECKPOINT_READ: Final = ", ".join(
-    _ERRORS_OF.format(t="checkpoints") if c == "errors" else c
-    for c in _CHECKPOINT_COLUMNS.split(", ")
+    _ERRORS_OF.format(t="checkpoints") if c == "errors" else c for c in CHECKPOINT_COLUMNS
 )
-_TASK_COLUMNS: Final = (
-    "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
-)
-# A withdrawn attempt a worker still runs holds its slot until it reports or its claim lapses.
-_SLOT_HOLDERS: Final = "('queued', 'claimed', 'withdrawn')"
+_TASK_COLUMNS: Final = ", ".join(TASK_COLUMNS)
+_SLOT_HOLDERS: Final = SLOT_HOLDERS
 _EVENT_INSERT: Final = (
     "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (%s, %s, %s, %s, %s, %s)"
 )
@@ -393,9 +395,6 @@ def _later(commit: TurnCommit) -> bool:
     )
 
 
-_dumps: Final = json.JSONEncoder(separators=(",", ":")).encode
-
-
 def _masked(url: str) -> str:
     """*url* with its password replaced by ``***``."""
     parts = urlsplit(url)
@@ -409,88 +408,6 @@ def _masked(url: str) -> str:
 def _one_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return "; ".join(lines) or type(error).__name__
-
-
-def _error(text: str | None) -> StepError | None:
-    return None if text is None else StepError.from_json(json.loads(text))
-
-
-def _error_json(error: StepError | None) -> str | None:
-    return None if error is None else _dumps(error.to_json())
-
-
-def _errors_text(errors: Sequence[StepError]) -> str:
-    """*errors* as a JSON list of each one's JSON text (the server never de-escapes within)."""
-    return _dumps([_dumps(e.to_json()) for e in errors])
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def _run(row: Sequence[Any]) -> Run:
-    return Run(
-        run_id=row[0],
-        workflow=row[1],
-        version=row[2],
-        status=row[3],
-        input=_loads(row[4]),
-        output=_loads(row[5]),
-        error=_error(row[6]),
-        recovery_attempts=row[7],
-        created_at=row[8],
-        updated_at=row[9],
-        wake_at=row[10],
-    )
-
-
-def _checkpoint(row: Sequence[Any]) -> Checkpoint:
-    return Checkpoint(
-        run_id=row[0],
-        seq=row[1],
-        name=row[2],
-        kind=row[3],
-        step_id=row[4],
-        status=row[5],
-        attempts=row[6],
-        wake_at=row[7],
-        output=_loads(row[8]),
-        error=_error(row[9]),
-        errors=row[10],
-        final=row[11],
-        created_at=row[12],
-        updated_at=row[13],
-        progress=_loads(row[14]),
-        group=row[15],
-        queue=row[16],
-        retry_state=_loads(row[17]),
-        dispatched_at=row[18],
-        input=_loads(row[19]),
-        rev=row[20],
-        timeout_ms=row[21],
-        lease_ms=row[22],
-        redispatches=row[23],
-        heartbeat_at=row[24],
-    )
-
-
-def _task(row: Sequence[Any]) -> Task:
-    """A task from ``_TASK_COLUMNS`` followed by the checkpoint's progress, timeout and lease."""
-    return Task(
-        task_id=row[0],
-        run_id=row[1],
-        seq=row[2],
-        step_id=row[3],
-        name=row[4],
-        group=row[5],
-        input=_loads(row[6]),
-        attempt=row[7],
-        queue=row[8],
-        redispatched=row[9],
-        last_progress=_loads(row[10]),
-        timeout_ms=row[11],
-        lease_ms=row[12],
-    )
 
 
 @attrs.define
@@ -580,9 +497,38 @@ class PostgresStore:
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r})"
 
+    @property
+    def location(self) -> str:
+        """``in schema 's' of URL`` (the password masked)."""
+        return f"in schema {self._schema!r} of {self.url}"
+
+    async def exists(self) -> bool:
+        """
+        Whether the URL's schema holds a table, read on a connection of its own (nothing is
+        created; a server that does not answer fails within 10 s unless the URL sets
+        ``connect_timeout``).
+
+        Raises:
+            StoreError: If the server cannot be reached or refuses the connection.
+        """
+        kwargs = self._connect_kwargs()
+        if "connect_timeout" not in conninfo_to_dict(self._conninfo):
+            kwargs["connect_timeout"] = 10
+        try:
+            async with await psycopg.AsyncConnection.connect(self._conninfo, **kwargs) as conn:
+                cursor = await conn.execute(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
+                    (self._schema,),
+                )
+                row = await cursor.fetchone()
+        except psycopg.Error as error:
+            msg = f"cannot connect to store {self.url}: {_one_line(error)}"
+            raise StoreError(msg) from error
+        return row is not None and bool(row[0])
+
     # -- connection and schema ------------------------------------------------------------------
 
-    def wake_hint(
+    async def wake_hint(
         self,
         callback: Callable[[], None],
         *,
@@ -726,7 +672,8 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         held, self._held = self._held, None
         if pool is not None:
-            if held is not None:
+            if held is not None and not self._held_busy:
+                # (One a call still uses is closed by that call: see _on_held.)
                 await pool.putconn(held)
             await pool.close()
 
@@ -940,7 +887,11 @@ class PostgresStore:
             try:
                 return await fn(conn, retry)
             finally:
-                if conn.info.transaction_status != TransactionStatus.IDLE:
+                if self._pool is not pool:
+                    # The store was closed while this call ran (its pool is gone): the
+                    # connection is this call's alone to close.
+                    await conn.close()
+                elif conn.info.transaction_status != TransactionStatus.IDLE:
                     # Broken, or cut off inside a statement or a transaction: the pool checks
                     # it (resets or discards it) and the next call takes another.
                     self._held = None
@@ -978,7 +929,7 @@ class PostgresStore:
         async with conn.cursor() as cursor:
             await cursor.executemany(
                 _EVENT_INSERT,
-                [(run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)) for e in events],
+                [(run_id, e.seq, e.name, e.level, e.at, dumps(e.data)) for e in events],
             )
 
     @staticmethod
@@ -986,7 +937,7 @@ class PostgresStore:
         """*events* as ``_EVENTS_FROM`` reads them: ``[[seq, name, level, at, "data"]]``."""
         # Each event's data as a string of its JSON text: the server then never de-escapes a
         # U+0000 or a lone surrogate in it (which PostgreSQL text cannot hold).
-        return {"events": _dumps([[e.seq, e.name, e.level, e.at, _dumps(e.data)] for e in events])}
+        return {"events": dumps([[e.seq, e.name, e.level, e.at, dumps(e.data)] for e in events])}
 
     def _hint_params(self, kinds: str = "rtd") -> dict[str, Any]:
         """The parameters of a statement's ``pg_notify`` for *kinds* (see ``wakes``)."""
@@ -1041,7 +992,7 @@ class PostgresStore:
                 return _TAKEN
             if leased is None:
                 return None
-            created = Run(run.run_id, run.workflow, run.version, "running", _loads(row[2]),
+            created = Run(run.run_id, run.workflow, run.version, "running", loads(row[2]),
                           None, None, 0, run.now, run.now)  # fmt: skip
             return ClaimedRun(created, leased, ())
 
@@ -1054,8 +1005,8 @@ class PostgresStore:
                 return None
             if leased is not None and row[-1] == leased and row[3] == "running":
                 # A retry after a lost reply: the first try made the run, leased to us.
-                return ClaimedRun(_run(row), leased, ())
-            return _run(row)
+                return ClaimedRun(run_of(row), leased, ())
+            return run_of(row)
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | ClaimedRun | None:
             cursor = await conn.execute(statement, params)
@@ -1080,7 +1031,7 @@ class PostgresStore:
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
             )
             row = await cursor.fetchone()
-            return None if row is None else _run(row)
+            return None if row is None else run_of(row)
 
         return await self._call(go)
 
@@ -1115,7 +1066,7 @@ class PostgresStore:
                 ' ORDER BY created_at DESC, run_id COLLATE "C" LIMIT %s',
                 (*params, limit),
             )
-            return [_run(row) for row in await cursor.fetchall()]
+            return [run_of(row) for row in await cursor.fetchall()]
 
         return await self._call(go)
 
@@ -1133,7 +1084,7 @@ class PostgresStore:
             f"SELECT {_CHECKPOINT_READ} FROM checkpoints WHERE run_id = %s ORDER BY seq",
             (run_id,),
         )
-        return [_checkpoint(row) for row in await cursor.fetchall()]
+        return [checkpoint_of(row) for row in await cursor.fetchall()]
 
     async def events(self, run_id: str) -> list[Event]:
         """The run's events, oldest first."""
@@ -1159,7 +1110,7 @@ class PostgresStore:
                 (run_id, seq),
             )
             row = await cursor.fetchone()
-            return None if row is None else _checkpoint(row)
+            return None if row is None else checkpoint_of(row)
 
         return await self._call(go)
 
@@ -1226,13 +1177,13 @@ class PostgresStore:
                 )
             runs: list[Run] = []
             by_run: dict[str, list[Checkpoint]] = {}
-            width = len(_RUN_COLUMNS.split(", "))
+            width = len(RUN_COLUMNS)
             for row in await cursor.fetchall():
                 if row[0] not in by_run:
-                    runs.append(_run(row[:width]))
+                    runs.append(run_of(row[:width]))
                     by_run[row[0]] = []
                 if row[width] is not None:
-                    by_run[row[0]].append(_checkpoint(row[width:]))
+                    by_run[row[0]].append(checkpoint_of(row[width:]))
             # Oldest first, as they were picked (the RETURNING order is not guaranteed).
             runs.sort(key=lambda r: (r.updated_at, r.run_id))
             return [ClaimedRun(run, token, by_run[run.run_id]) for run in runs]
@@ -1437,9 +1388,9 @@ class PostgresStore:
                         ("attempts", cp.attempts),
                         ("wake_at", cp.wake_at),
                         ("output", write.output),
-                        ("error", _error_json(cp.error)),
+                        ("error", error_text(cp.error)),
                         ("final", cp.final),
-                        ("retry_state", None if cp.retry_state is None else _dumps(cp.retry_state)),
+                        ("retry_state", None if cp.retry_state is None else dumps(cp.retry_state)),
                         ("grp", cp.group),
                         ("queue", cp.queue),
                         ("dispatched_at", cp.dispatched_at),
@@ -1456,7 +1407,7 @@ class PostgresStore:
             if cp.errors:
                 parts.append(_ERRORS_FROM_HELD.replace("%(", f"%(e{n}_"))
                 params.update(
-                    _prefixed(f"e{n}_", (("seq", cp.seq), ("errors", _errors_text(cp.errors))))
+                    _prefixed(f"e{n}_", (("seq", cp.seq), ("errors", errors_text(cp.errors))))
                 )
         for n, task in enumerate(commit.tasks):
             parts.append(_TASK_FROM_HELD.replace("%(", f"%(t{n}_"))
@@ -1495,9 +1446,9 @@ class PostgresStore:
             cp.attempts,
             cp.wake_at,
             write.output,
-            _error_json(cp.error),
+            error_text(cp.error),
             cp.final,
-            None if cp.retry_state is None else _dumps(cp.retry_state),
+            None if cp.retry_state is None else dumps(cp.retry_state),
             cp.group,
             cp.queue,
             cp.dispatched_at,
@@ -1544,7 +1495,7 @@ class PostgresStore:
             await conn.execute(
                 "INSERT INTO step_errors (run_id, seq, n, error) SELECT %s, %s, e.n, e.v"
                 " FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e(v, n)",
-                (run_id, cp.seq, _errors_text(cp.errors)),
+                (run_id, cp.seq, errors_text(cp.errors)),
             )
 
     async def _enqueue(self, conn: AsyncConnection[Any], task: NewTask, now: int) -> bool:
@@ -1588,7 +1539,7 @@ class PostgresStore:
                     "step.queued",
                     "info",
                     now,
-                    _dumps({"attempt": task.attempt, "queue": task.queue}),
+                    dumps({"attempt": task.attempt, "queue": task.queue}),
                 ),
             )
         return status == "queued"
@@ -1626,7 +1577,7 @@ class PostgresStore:
                     "step.admitted",
                     "info",
                     now,
-                    _dumps({"attempt": row[3], "queue": queue}),
+                    dumps({"attempt": row[3], "queue": queue}),
                 ),
             )
             admitted = True
@@ -1732,7 +1683,7 @@ class PostgresStore:
                 " error = %(error)s, wake_at = NULL, lease_token = NULL, lease_until = NULL,"
                 f" updated_at = %(now)s {guard}"
             )
-            params.update(status=adv.status, output=adv.output, error=_error_json(adv.error))
+            params.update(status=adv.status, output=adv.output, error=error_text(adv.error))
         else:
             held = (
                 "UPDATE runs SET status = 'pending', lease_token = NULL, lease_until = NULL,"
@@ -1769,7 +1720,7 @@ class PostgresStore:
                     " WHERE t.claim_nonce = %s AND t.status = 'claimed' ORDER BY t.task_id",
                     (nonce,),
                 )
-                tasks = [_task(row) for row in await cursor.fetchall()]
+                tasks = [task_of(row) for row in await cursor.fetchall()]
             if len(tasks) >= limit:
                 return tasks
             # One statement: the claim, the pickup beat on each checkpoint (which renews a
@@ -1804,7 +1755,7 @@ class PostgresStore:
                     "nonce": nonce,
                 },
             )
-            tasks.extend(_task(row) for row in await cursor.fetchall())
+            tasks.extend(task_of(row) for row in await cursor.fetchall())
             return tasks
 
         return await self._call(go)
@@ -1916,7 +1867,7 @@ class PostgresStore:
                             "step.result_discarded",
                             "warning",
                             now,
-                            _dumps(discarded(task, outcome)),
+                            dumps(discarded(task, outcome)),
                         ),
                     )
                     return False
@@ -1997,15 +1948,15 @@ class PostgresStore:
                 f" AND {_NOT_WITHDRAWN}"
             )
             appended = f" errs AS ({_ERROR_APPEND}),"
-            params["error"] = _dumps(error)
+            params["error"] = dumps(error)
             level = "warning" if outcome.error.retryable else "error"
             event = (
                 "step.failed",
                 level,
                 {"attempt": task.attempt, "kind": "remote", "error": error},
             )
-        params.update(ev_name=event[0], ev_level=event[1], ev_data=_dumps(event[2]))
-        params["discarded"] = _dumps(discarded(task, outcome))
+        params.update(ev_name=event[0], ev_level=event[1], ev_data=dumps(event[2]))
+        params["discarded"] = dumps(discarded(task, outcome))
         statement = (
             "WITH lk AS (SELECT run_id FROM runs WHERE run_id = %(run)s FOR NO KEY UPDATE),"
             " own AS (DELETE FROM tasks WHERE task_id = %(task)s AND claimed_by = %(worker)s"
@@ -2093,10 +2044,10 @@ class PostgresStore:
                 " updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s AND seq = %(seq)s"
                 " AND status IN ('pending', 'running') AND attempts = %(attempt)s"
             )
-            params["error"] = _dumps(error)
+            params["error"] = dumps(error)
             level = "warning" if outcome.error.retryable else "error"
             event = ("step.failed", level, {"attempt": attempt, "kind": "remote", "error": error})
-        params.update(ev_name=event[0], ev_level=event[1], ev_data=_dumps(event[2]))
+        params.update(ev_name=event[0], ev_level=event[1], ev_data=dumps(event[2]))
         applied = await conn.execute(
             f"WITH up AS ({change} RETURNING run_id),{appended}"
             " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
@@ -2162,7 +2113,7 @@ class PostgresStore:
                             cp.step_id,
                             cp.name,
                             cp.group,
-                            _dumps(cp.input),
+                            dumps(cp.input),
                             attempt,
                             now,
                             cp.queue,
@@ -2180,7 +2131,7 @@ class PostgresStore:
                             "step.redispatched",
                             "warning",
                             now,
-                            _dumps({"attempt": attempt, "by": "redispatch_pending"}),
+                            dumps({"attempt": attempt, "by": "redispatch_pending"}),
                         ),
                     )
                     count += 1
@@ -2304,7 +2255,7 @@ class PostgresStore:
                         "run.reconciling",
                         "warning",
                         now,
-                        _dumps({"wake_at": now + reconcile_ms}),
+                        dumps({"wake_at": now + reconcile_ms}),
                     ),
                 )
                 await self._notify(conn)
@@ -2314,7 +2265,7 @@ class PostgresStore:
                 await conn.execute(
                     "UPDATE runs SET status = 'dead', error = %s, lease_token = NULL,"
                     " lease_until = NULL, updated_at = %s WHERE run_id = %s",
-                    (_error_json(error), now, run_id),
+                    (error_text(error), now, run_id),
                 )
                 verdict = "dead"
                 name, level, data = "run.dead", "error", {"recovery_attempts": count}
@@ -2327,7 +2278,7 @@ class PostgresStore:
                 )
                 verdict = "recovered"
                 name, level, data = "run.recovered", "warning", {"recovery_attempts": count + 1}
-            await conn.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
+            await conn.execute(_EVENT_INSERT, (run_id, None, name, level, now, dumps(data)))
             await self._notify(conn)
             return verdict
 
@@ -2433,7 +2384,7 @@ class PostgresStore:
                 if row is None:
                     msg = f"no run with id {run_id!r}"
                     raise LookupError(msg)
-                run = _run(row)
+                run = run_of(row)
                 if run.status not in ("failed", "dead", "cancelled"):
                     msg = (
                         f"run {run_id} is {run.status}; only a failed, dead or cancelled run can"
@@ -2473,11 +2424,11 @@ class PostgresStore:
                         "run.requeued",
                         "info",
                         now,
-                        _dumps({"checkpoints_reset": reset}),
+                        dumps({"checkpoints_reset": reset}),
                     ),
                 )
                 await self._notify(conn)
             assert new is not None
-            return _run(new)
+            return run_of(new)
 
         return await self._call(go)

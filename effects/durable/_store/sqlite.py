@@ -36,7 +36,19 @@ from effects.durable._store import (
     TurnCommit,
     discarded,
 )
-from effects.durable.errors import StepError, StoreError
+from effects.durable._store.rows import (
+    CHECKPOINT_COLUMNS,
+    RUN_COLUMNS,
+    SLOT_HOLDERS,
+    TASK_COLUMNS,
+    checkpoint_of,
+    dumps,
+    error_text,
+    loads,
+    run_of,
+    task_of,
+)
+from effects.durable.errors import StoreError
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "parse_sqlite_url"]
 
@@ -176,27 +188,18 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 
 _SYNCHRONOUS: Final = {"off": "OFF", "normal": "NORMAL", "full": "FULL", "extra": "EXTRA"}
 
-_RUN_COLUMNS: Final = (
-    "run_id, workflow, version, status, input, output, error, recovery_attempts, created_at,"
-    " updated_at, wake_at"
-)
+_RUN_COLUMNS: Final = ", ".join(RUN_COLUMNS)
 # The checkpoint's errors as the JSON text of a list, from its rows in step_errors, in order.
 _ERRORS_OF_CHECKPOINT: Final = (
     "COALESCE((SELECT '[' || group_concat(error, ',') || ']' FROM (SELECT error FROM"
     " step_errors e WHERE e.run_id = checkpoints.run_id AND e.seq = checkpoints.seq"
     " ORDER BY e.n)), '[]')"
 )
-_CHECKPOINT_COLUMNS: Final = (
-    "run_id, seq, name, kind, step_id, status, attempts, wake_at, output, error,"
-    f" {_ERRORS_OF_CHECKPOINT}, final,"
-    " created_at, updated_at, progress, grp, queue, retry_state, dispatched_at, input, rev,"
-    " timeout_ms, lease_ms, redispatches, heartbeat_at"
+_CHECKPOINT_COLUMNS: Final = ", ".join(
+    _ERRORS_OF_CHECKPOINT if c == "errors" else c for c in CHECKPOINT_COLUMNS
 )
-_TASK_COLUMNS: Final = (
-    "task_id, run_id, seq, step_id, name, grp, input, attempt, queue, redispatched"
-)
-# A withdrawn attempt a worker still runs holds its slot until it reports or its claim lapses.
-_SLOT_HOLDERS: Final = "('queued', 'claimed', 'withdrawn')"
+_TASK_COLUMNS: Final = ", ".join(TASK_COLUMNS)
+_SLOT_HOLDERS: Final = SLOT_HOLDERS
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
@@ -236,11 +239,6 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     return path, {"synchronous": _SYNCHRONOUS[sync], "busy_timeout_ms": timeout}
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-_dumps: Final = json.JSONEncoder(separators=(",", ":")).encode
 _EVENT_INSERT: Final = (
     "INSERT INTO events (run_id, id, seq, name, level, at, data) VALUES"
     " (?1, (SELECT COALESCE(MAX(id), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4, ?5, ?6)"
@@ -252,83 +250,6 @@ _ERROR_APPEND: Final = (
     "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?1, ?2, (SELECT COALESCE(MAX(n), 0)"
     " + 1 FROM step_errors WHERE run_id = ?1 AND seq = ?2), ?3)"
 )
-
-
-def _error(text: str | None) -> StepError | None:
-    return None if text is None else StepError.from_json(json.loads(text))
-
-
-def _error_text(error: StepError | None) -> str | None:
-    return None if error is None else _dumps(error.to_json())
-
-
-def _run(row: sqlite3.Row | tuple[Any, ...]) -> Run:
-    return Run(
-        run_id=row[0],
-        workflow=row[1],
-        version=row[2],
-        status=row[3],
-        input=_loads(row[4]),
-        output=_loads(row[5]),
-        error=_error(row[6]),
-        recovery_attempts=row[7],
-        created_at=row[8],
-        updated_at=row[9],
-        wake_at=row[10],
-    )
-
-
-def _checkpoint(row: tuple[Any, ...]) -> Checkpoint:
-    return Checkpoint(
-        run_id=row[0],
-        seq=row[1],
-        name=row[2],
-        kind=row[3],
-        step_id=row[4],
-        status=row[5],
-        attempts=row[6],
-        wake_at=row[7],
-        output=_loads(row[8]),
-        error=_error(row[9]),
-        errors=row[10],
-        final=bool(row[11]),
-        created_at=row[12],
-        updated_at=row[13],
-        progress=_loads(row[14]),
-        group=row[15],
-        queue=row[16],
-        retry_state=_loads(row[17]),
-        dispatched_at=row[18],
-        input=_loads(row[19]),
-        rev=row[20],
-        timeout_ms=row[21],
-        lease_ms=row[22],
-        redispatches=row[23],
-        heartbeat_at=row[24],
-    )
-
-
-def _task(
-    row: tuple[Any, ...],
-    last_progress: Any = None,
-    timeout_ms: int | None = None,
-    lease_ms: int | None = None,
-) -> Task:
-    return Task(
-        task_id=row[0],
-        run_id=row[1],
-        seq=row[2],
-        step_id=row[3],
-        name=row[4],
-        group=row[5],
-        input=_loads(row[6]),
-        attempt=row[7],
-        queue=row[8],
-        redispatched=bool(row[9]),
-        last_progress=last_progress,
-        timeout_ms=timeout_ms,
-        lease_ms=lease_ms,
-    )
 
 
 class SqliteStore:
@@ -357,6 +278,27 @@ class SqliteStore:
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.url!r})"
+
+    @property
+    def location(self) -> str:
+        """``at /absolute/path.db (URL)``."""
+        shown = self._path if self._path == ":memory:" else str(Path(self._path).resolve())
+        return f"at {shown} ({self.url})"
+
+    async def exists(self) -> bool:
+        """Whether the file exists (a private ``:memory:`` database always does)."""
+        return self._path == ":memory:" or Path(self._path).exists()
+
+    async def wake_hint(
+        self,
+        callback: Callable[[], None],
+        *,
+        runs: bool = True,
+        tasks: bool = True,
+        due: Callable[[], None] | None = None,
+    ) -> None:
+        """Nothing: SQLite tells no other process of a write; their work is found by polling."""
+        del callback, runs, tasks, due
 
     # -- connection and schema ------------------------------------------------------------------
 
@@ -626,11 +568,11 @@ class SqliteStore:
     def _insert_events(db: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         if len(events) == 1:
             e = events[0]
-            db.execute(_EVENT_INSERT, (run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)))
+            db.execute(_EVENT_INSERT, (run_id, e.seq, e.name, e.level, e.at, dumps(e.data)))
         elif events:
             db.executemany(
                 _EVENT_INSERT,
-                [(run_id, e.seq, e.name, e.level, e.at, _dumps(e.data)) for e in events],
+                [(run_id, e.seq, e.name, e.level, e.at, dumps(e.data)) for e in events],
             )
 
     # -- runs -------------------------------------------------------------------------------------
@@ -662,11 +604,11 @@ class SqliteStore:
             row = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run.run_id,)
             ).fetchone()
-            return _run(row)
+            return run_of(row)
         self._insert_events(db, run.run_id, events)
         if run.lease_token is None:
             return None
-        created = Run(run.run_id, run.workflow, run.version, "running", _loads(run.input),
+        created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
                       None, None, 0, run.now, run.now)  # fmt: skip
         return ClaimedRun(created, run.lease_token, ())
 
@@ -676,7 +618,7 @@ class SqliteStore:
             row = self._conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-            return None if row is None else _run(row)
+            return None if row is None else run_of(row)
 
     async def list_runs(
         self,
@@ -708,7 +650,7 @@ class SqliteStore:
                 " ORDER BY created_at DESC, run_id LIMIT ?",
                 (*params, limit),
             ).fetchall()
-            return [_run(row) for row in rows]
+            return [run_of(row) for row in rows]
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints by sequence number."""
@@ -721,7 +663,7 @@ class SqliteStore:
             f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY seq",
             (run_id,),
         ).fetchall()
-        return [_checkpoint(row) for row in rows]
+        return [checkpoint_of(row) for row in rows]
 
     async def events(self, run_id: str) -> list[Event]:
         """The run's events, oldest first."""
@@ -776,7 +718,7 @@ class SqliteStore:
                         " woken = 0 WHERE run_id = ?",
                         (token, lease_until, row[0]),
                     )
-                    run = attrs.evolve(_run(row), status="running")
+                    run = attrs.evolve(run_of(row), status="running")
                     claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
                 return claimed
 
@@ -812,9 +754,9 @@ class SqliteStore:
                 cp.attempts,
                 cp.wake_at,
                 write.output,
-                _error_text(cp.error),
+                error_text(cp.error),
                 int(cp.final),
-                None if cp.retry_state is None else _dumps(cp.retry_state),
+                None if cp.retry_state is None else dumps(cp.retry_state),
                 cp.group,
                 cp.queue,
                 cp.dispatched_at,
@@ -863,7 +805,7 @@ class SqliteStore:
                     db.executemany(
                         "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?, ?, ?, ?)",
                         [
-                            (commit.run_id, cp.seq, n, _dumps(e.to_json()))
+                            (commit.run_id, cp.seq, n, dumps(e.to_json()))
                             for n, e in enumerate(cp.errors, 1)
                         ],
                     )
@@ -923,7 +865,7 @@ class SqliteStore:
                     "step.queued",
                     "info",
                     now,
-                    _dumps({"attempt": task.attempt, "queue": task.queue}),
+                    dumps({"attempt": task.attempt, "queue": task.queue}),
                 ),
             )
 
@@ -957,7 +899,7 @@ class SqliteStore:
                     "step.admitted",
                     "info",
                     now,
-                    _dumps({"attempt": row[3], "queue": queue}),
+                    dumps({"attempt": row[3], "queue": queue}),
                 ),
             )
 
@@ -996,7 +938,7 @@ class SqliteStore:
                         "step.withdrawn",
                         "info",
                         now,
-                        _dumps({"attempt": attempt, "claimed": held}),
+                        dumps({"attempt": attempt, "claimed": held}),
                     ),
                 )
 
@@ -1057,7 +999,7 @@ class SqliteStore:
                 "UPDATE runs SET status = ?, output = ?, error = ?, wake_at = NULL,"
                 " lease_token = NULL, lease_until = NULL, updated_at = ?"
                 " WHERE run_id = ? AND lease_token = ? AND status = 'running'",
-                (adv.status, adv.output, _error_text(adv.error), commit.now, *guard),
+                (adv.status, adv.output, error_text(adv.error), commit.now, *guard),
             )
         else:
             cursor = db.execute(
@@ -1107,17 +1049,12 @@ class SqliteStore:
                         " AND attempts = ?4 RETURNING progress, timeout_ms, lease_ms",
                         (now, row[1], row[2], row[7]),
                     ).fetchone()
-                    if current is None:
-                        task = _task(row)
-                    else:
-                        task = _task(row, _loads(current[0]), current[1], current[2])
+                    task = task_of((*row, *(current or (None, None, None))))
                     tasks.append(task)
                     data = {"attempt": task.attempt, "kind": "remote", "worker": worker}
                     if task.redispatched:
                         data["redispatched"] = True
-                    events.append(
-                        (task.run_id, task.seq, "step.started", "info", now, _dumps(data))
-                    )
+                    events.append((task.run_id, task.seq, "step.started", "info", now, dumps(data)))
                 if events:
                     db.executemany(_EVENT_INSERT, events)
                 return tasks
@@ -1162,7 +1099,7 @@ class SqliteStore:
                 f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?",
                 (run_id, seq),
             ).fetchone()
-            return None if row is None else _checkpoint(row)
+            return None if row is None else checkpoint_of(row)
 
     async def redispatch_pending(self, run_id: str, *, now: int) -> int:
         """Re-enqueue the run's pending dispatched steps with attempt + 1; return how many."""
@@ -1200,7 +1137,7 @@ class SqliteStore:
                         cp.step_id,
                         cp.name,
                         cp.group,
-                        _dumps(cp.input),
+                        dumps(cp.input),
                         attempt,
                         now,
                         cp.queue,
@@ -1218,7 +1155,7 @@ class SqliteStore:
                         "step.redispatched",
                         "warning",
                         now,
-                        _dumps({"attempt": attempt, "by": "redispatch_pending"}),
+                        dumps({"attempt": attempt, "by": "redispatch_pending"}),
                     ),
                 )
                 count += 1
@@ -1262,7 +1199,7 @@ class SqliteStore:
                         "step.result_discarded",
                         "warning",
                         now,
-                        _dumps(discarded(task, outcome)),
+                        dumps(discarded(task, outcome)),
                     ),
                 )
                 return False
@@ -1312,7 +1249,7 @@ class SqliteStore:
         else:
             if status not in ("pending", "running") or attempts != attempt:
                 return False
-            text = _error_text(outcome.error)
+            text = error_text(outcome.error)
             db.execute(
                 "UPDATE checkpoints SET status = 'failed', error = ?, final = 0,"
                 " wake_at = NULL, updated_at = ?, rev = rev + 1 WHERE run_id = ? AND seq = ?",
@@ -1326,7 +1263,7 @@ class SqliteStore:
                 level,
                 {"attempt": attempt, "kind": "remote", "error": outcome.error.to_json()},
             )
-        db.execute(_EVENT_INSERT, (run_id, seq, event[0], event[1], now, _dumps(event[2])))
+        db.execute(_EVENT_INSERT, (run_id, seq, event[0], event[1], now, dumps(event[2])))
         db.execute(
             "UPDATE runs SET woken = 1, wake_at = NULL, updated_at = ?,"
             " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
@@ -1383,7 +1320,7 @@ class SqliteStore:
                                 "run.reconciling",
                                 "warning",
                                 now,
-                                _dumps({"wake_at": now + reconcile_ms}),
+                                dumps({"wake_at": now + reconcile_ms}),
                             ),
                         )
                         recovered.append(run_id)
@@ -1393,7 +1330,7 @@ class SqliteStore:
                         db.execute(
                             "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
                             " lease_until = NULL, updated_at = ? WHERE run_id = ?",
-                            (_error_text(error), now, run_id),
+                            (error_text(error), now, run_id),
                         )
                         dead.append(run_id)
                         name, level, data = "run.dead", "error", {"recovery_attempts": count}
@@ -1410,7 +1347,7 @@ class SqliteStore:
                             "warning",
                             {"recovery_attempts": count + 1},
                         )
-                    db.execute(_EVENT_INSERT, (run_id, None, name, level, now, _dumps(data)))
+                    db.execute(_EVENT_INSERT, (run_id, None, name, level, now, dumps(data)))
                 for task_id, run_id, seq, step_id, attempt in db.execute(
                     "SELECT task_id, run_id, seq, step_id, attempt FROM tasks"
                     " WHERE status = 'claimed' AND claim_until < ?",
@@ -1468,7 +1405,7 @@ class SqliteStore:
             if row is None:
                 msg = f"no run with id {run_id!r}"
                 raise LookupError(msg)
-            run = _run(row)
+            run = run_of(row)
             if run.status not in ("failed", "dead", "cancelled"):
                 msg = (
                     f"run {run_id} is {run.status}; only a failed, dead or cancelled run can be"
@@ -1508,6 +1445,6 @@ class SqliteStore:
             new = db.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-            return _run(new)
+            return run_of(new)
 
         return await self._transact(work)

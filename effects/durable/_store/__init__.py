@@ -28,7 +28,7 @@ Concurrency rules every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -201,6 +201,37 @@ class Store(Protocol):
     """
 
     url: str
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for people: ``at /path/durable.db``, ``in schema 's' of URL``."""
+        ...
+
+    async def exists(self) -> bool:
+        """
+        Whether a store is there already (a file, a schema with tables, a memory store of that
+        name in use), found without creating anything; inspection refuses to make one.
+
+        Raises:
+            StoreError: If the store's server cannot be reached.
+        """
+        ...
+
+    async def wake_hint(
+        self,
+        callback: Callable[[], None],
+        *,
+        runs: bool = True,
+        tasks: bool = True,
+        due: Callable[[], None] | None = None,
+    ) -> None:
+        """
+        Call *callback* whenever another process's write may be work for this engine: new or
+        woken runs if *runs*, queued attempts if *tasks*; first *due* too when the write may
+        bring a time to come. A store that hears no other process (SQLite, memory) never
+        calls them: polling finds their work.
+        """
+        ...
 
     async def open(self) -> None:
         """Connect, and create or upgrade the schema; ``StoreError`` if the store is not ours."""

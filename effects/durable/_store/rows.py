@@ -1,0 +1,183 @@
+"""
+The stores' rows, once for every dialect: the column lists of each table and the codecs between
+a row's values and the engine's records.
+
+Both SQL stores keep the same columns (a test compares their schemas with these lists) and the
+same value types: epoch ms integers, JSON text (ASCII, as ``dumps`` writes it), booleans (SQLite
+gives them as 0 or 1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from effects.durable._records import Checkpoint, Run, Task
+from effects.durable.errors import StepError
+
+__all__ = [
+    "CHECKPOINT_COLUMNS",
+    "RUN_COLUMNS",
+    "SLOT_HOLDERS",
+    "TASK_COLUMNS",
+    "checkpoint_of",
+    "dumps",
+    "error_of",
+    "error_text",
+    "errors_text",
+    "loads",
+    "run_of",
+    "task_of",
+]
+
+#: The columns of a run, in the order ``run_of`` reads them.
+RUN_COLUMNS: Final = (
+    "run_id",
+    "workflow",
+    "version",
+    "status",
+    "input",
+    "output",
+    "error",
+    "recovery_attempts",
+    "created_at",
+    "updated_at",
+    "wake_at",
+)
+#: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
+#: column: each dialect reads it from ``step_errors`` (one row per failed attempt), as JSON text.
+CHECKPOINT_COLUMNS: Final = (
+    "run_id",
+    "seq",
+    "name",
+    "kind",
+    "step_id",
+    "status",
+    "attempts",
+    "wake_at",
+    "output",
+    "error",
+    "errors",
+    "final",
+    "created_at",
+    "updated_at",
+    "progress",
+    "grp",
+    "queue",
+    "retry_state",
+    "dispatched_at",
+    "input",
+    "rev",
+    "timeout_ms",
+    "lease_ms",
+    "redispatches",
+    "heartbeat_at",
+)
+#: The columns of a task ``task_of`` reads, before its checkpoint's progress, timeout and lease.
+TASK_COLUMNS: Final = (
+    "task_id",
+    "run_id",
+    "seq",
+    "step_id",
+    "name",
+    "grp",
+    "input",
+    "attempt",
+    "queue",
+    "redispatched",
+)
+#: The task statuses that hold a slot of a flow-control queue. A withdrawn attempt a worker
+#: still runs holds its slot until it reports or its claim lapses.
+SLOT_HOLDERS: Final = "('queued', 'claimed', 'withdrawn')"
+
+#: JSON text as the stores keep it: compact, ASCII (every other character escaped, so any text
+#: round-trips whatever the store's text type holds).
+dumps: Final = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def loads(text: str | None) -> Any:
+    """The value of stored JSON *text* (``None`` for SQL NULL)."""
+    return None if text is None else json.loads(text)
+
+
+def error_of(text: str | None) -> StepError | None:
+    """The ``StepError`` stored as JSON *text*, or ``None``."""
+    return None if text is None else StepError.from_json(json.loads(text))
+
+
+def error_text(error: StepError | None) -> str | None:
+    """*error* as stored JSON text, or ``None``."""
+    return None if error is None else dumps(error.to_json())
+
+
+def errors_text(errors: Sequence[StepError]) -> str:
+    """*errors* as a JSON list of each one's JSON text (a store inserts one row per item)."""
+    return dumps([dumps(e.to_json()) for e in errors])
+
+
+def run_of(row: Sequence[Any]) -> Run:
+    """A ``Run`` from a row of ``RUN_COLUMNS``."""
+    return Run(
+        run_id=row[0],
+        workflow=row[1],
+        version=row[2],
+        status=row[3],
+        input=loads(row[4]),
+        output=loads(row[5]),
+        error=error_of(row[6]),
+        recovery_attempts=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        wake_at=row[10],
+    )
+
+
+def checkpoint_of(row: Sequence[Any]) -> Checkpoint:
+    """A ``Checkpoint`` from a row of ``CHECKPOINT_COLUMNS`` (its errors decoded when read)."""
+    return Checkpoint(
+        run_id=row[0],
+        seq=row[1],
+        name=row[2],
+        kind=row[3],
+        step_id=row[4],
+        status=row[5],
+        attempts=row[6],
+        wake_at=row[7],
+        output=loads(row[8]),
+        error=error_of(row[9]),
+        errors=row[10],
+        final=bool(row[11]),
+        created_at=row[12],
+        updated_at=row[13],
+        progress=loads(row[14]),
+        group=row[15],
+        queue=row[16],
+        retry_state=loads(row[17]),
+        dispatched_at=row[18],
+        input=loads(row[19]),
+        rev=row[20],
+        timeout_ms=row[21],
+        lease_ms=row[22],
+        redispatches=row[23],
+        heartbeat_at=row[24],
+    )
+
+
+def task_of(row: Sequence[Any]) -> Task:
+    """A ``Task`` from a row of ``TASK_COLUMNS`` then its checkpoint's progress, timeout, lease."""
+    return Task(
+        task_id=row[0],
+        run_id=row[1],
+        seq=row[2],
+        step_id=row[3],
+        name=row[4],
+        group=row[5],
+        input=loads(row[6]),
+        attempt=row[7],
+        queue=row[8],
+        redispatched=bool(row[9]),
+        last_progress=loads(row[10]),
+        timeout_ms=row[11],
+        lease_ms=row[12],
+    )
