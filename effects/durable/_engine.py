@@ -26,6 +26,7 @@ from effects.durable._codec import JSON, dump, from_data
 from effects.durable._context import WorkflowContext, suspended
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._failures import in_thread, is_failure, no_handler, thrown
+from effects.durable._queue import Queue
 from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import (
@@ -38,11 +39,12 @@ from effects.durable._store import (
     TaskOutcome,
 )
 from effects.durable._time import WallClock, epoch_ms
+from effects.durable._trail import merge_events
 from effects.durable._turn import StepWaiter, Turn
 from effects.durable.errors import StepError, StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
-__all__ = ["Engine", "Queue", "merge_events", "open_store"]
+__all__ = ["Engine", "open_store"]
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -60,27 +62,6 @@ _WAITING_HERE_MAX: Final = 10_000
 # The least time between two claims that other processes' NOTIFYs prompt (seconds; at most a
 # fifth of work()'s poll_ms).
 _HINT_CLAIM_GAP_S: Final = 0.010
-
-
-@attrs.frozen
-class Queue:
-    """
-    A flow-control queue: at most *concurrency* attempts of its steps run at once, engine-wide.
-
-    Args:
-        name: The queue's name, as steps name it with ``queue=``.
-        concurrency: Slots; an attempt holds one from admission until its result lands.
-
-    Raises:
-        ValueError: If *name* is empty or *concurrency* < 1.
-    """
-
-    name: str
-    concurrency: int = 1
-
-    def __attrs_post_init__(self) -> None:
-        check_name(self.name, "queue name")
-        checked_count(self.concurrency, f"concurrency of queue {self.name!r}", least=1)
 
 
 def open_store(store: str | Store) -> Store:
@@ -111,42 +92,6 @@ def open_store(store: str | Store) -> Store:
         return PostgresStore(store)
     msg = f"store must be a 'sqlite:///path.db' or 'postgresql://...' URL, got {store!r}"
     raise ValueError(msg)
-
-
-_RUN_FIRST: Final = frozenset({"run.started", "run.requeued"})
-_RUN_LAST: Final = frozenset({"run.completed", "run.failed", "run.dead", "run.cancelled"})
-
-
-def merge_events(stored: list[Event], checkpoints: list[Checkpoint]) -> list[Event]:
-    """
-    The run's trail: the stored events, plus ``step.started`` and ``step.completed`` of every
-    local step that succeeded on its first attempt (its fast path stores no event rows), from
-    its checkpoint. Events sort by time; within one ms, run starts first, then steps in sequence
-    order, then the run's end, each keeping its stored order.
-    """
-    with_rows = {e.seq for e in stored}
-    derived = [
-        event
-        for cp in checkpoints
-        if cp.kind == "local"
-        and cp.status == "completed"
-        and cp.attempts == 1
-        and cp.seq not in with_rows
-        for event in (
-            Event("step.started", "info", cp.created_at, cp.seq, {"attempt": 1, "kind": "local"}),
-            Event("step.completed", "info", cp.updated_at, cp.seq, {"attempt": 1, "kind": "local"}),
-        )
-    ]
-    if not derived:
-        return stored
-
-    def key(item: tuple[int, Event]) -> tuple[int, int, int, int]:
-        index, event = item
-        group = 0 if event.name in _RUN_FIRST else 2 if event.name in _RUN_LAST else 1
-        return (event.at, group, -1 if event.seq is None else event.seq, index)
-
-    ordered = sorted(enumerate([*stored, *derived]), key=key)
-    return [event for _, event in ordered]
 
 
 def _by_name(items: Iterable[Any], kind: type[Any], what: str) -> dict[str, Any]:
