@@ -14,21 +14,22 @@ import os
 import random as _random
 import secrets
 import socket
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Final, TypeVar, overload
 
 import attrs
 
-from effects import Clock, is_async_callable
+from effects import Clock
+from effects.durable._attempt_runner import AttemptRunner
 from effects.durable._bounds import checked_count, checked_ms
-from effects.durable._codec import JSON, dump, from_data
+from effects.durable._codec import dump, from_data
 from effects.durable._context import WorkflowContext, suspended
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
-from effects.durable._failures import in_thread, is_failure, no_handler, thrown
+from effects.durable._failures import is_failure
 from effects.durable._queue import Queue
 from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
-from effects.durable._step_context import StepContext, step_context
+from effects.durable._renewal import Renewal
 from effects.durable._store import (
     ClaimedRun,
     NewEvent,
@@ -36,7 +37,6 @@ from effects.durable._store import (
     RunAdvance,
     StaleTurnError,
     Store,
-    TaskOutcome,
 )
 from effects.durable._time import WallClock, epoch_ms
 from effects.durable._trail import merge_events
@@ -204,7 +204,6 @@ class Engine:
         self._opened = 0
         self._waiters: dict[str, StepWaiter] = {}
         self._parked: dict[int, tuple[int, asyncio.Event]] = {}
-        self._beats: set[asyncio.Task[None]] = set()
         self._poll_ms = 1000
         # While work() runs: its concurrency and context (start() spawns turns within both).
         # wait(): its waiters by run id, and the runs in a turn of this engine now.
@@ -222,6 +221,14 @@ class Engine:
         self.redispatch_ms: int | None = self._redispatch_ms
         self.redispatch_max: int = remote_redispatch_max
         self.reconcile_ms: int = self._reconcile_ms
+        self._attempts = AttemptRunner(
+            store=self._store,
+            clock=self._clock,
+            owner=self._id,
+            lease_ms=self._lease_ms,
+            steps=self._steps,
+            hear=self._hear,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -1039,7 +1046,7 @@ class Engine:
         definition = self._workflows[run.workflow]
         turn = self._make_turn(claimed)
         ctx = WorkflowContext(turn, claimed.checkpoints)
-        renewer = _Renewal(
+        renewer = Renewal(
             self._lease_ms / 3000,
             lambda: self._store.renew_lease(
                 turn.run.run_id, turn.token, turn.now() + self._lease_ms
@@ -1158,188 +1165,6 @@ class Engine:
     # -- a step attempt ---------------------------------------------------------------------------
 
     async def _attempt(self, task: Task, claimed_at: int) -> None:
-        definition = self._steps.get(task.name)
-        if definition is None:
-            outcome = TaskOutcome(error=no_handler(task.name))
-        else:
-            renewer = _Renewal(
-                self._lease_ms / 3000,
-                lambda: self._store.renew_claim(
-                    task.task_id, self._id, self._now() + self._lease_ms
-                ),
-                f"the claim on {task.step_id}",
-            )
-            beats = _Beats(task, claimed_at, store=self._store, now=self._now, hear=self._hear)
-            try:
-                outcome = await self._run_handler(definition, task, beats)
-            except asyncio.CancelledError:
-                try:
-                    await self._store.release_claim(task.task_id, self._id, now=self._now())
-                except Exception:  # noqa: BLE001 - the claim then simply expires
-                    _log.debug("could not release the claim on %s", task.step_id, exc_info=True)
-                raise
-            finally:
-                renewer.cancel()
-        await self._store.record_result(task, self._id, outcome, self._now())
+        await self._attempts.run(task, claimed_at)
         self._hear(task.step_id, task.attempt, finished=True)
         self._attempt_ended()
-
-    async def _run_handler(
-        self, definition: StepDef[Any, Any], task: Task, beats: _Beats
-    ) -> TaskOutcome:
-        context = StepContext(
-            step_id=task.step_id,
-            run_id=task.run_id,
-            seq=task.seq,
-            name=task.name,
-            attempt=task.attempt,
-            redispatched=task.redispatched,
-            last_progress=task.last_progress,
-            beat=beats.beat,
-        )
-        token = step_context.set(context)
-        fn = definition.fn
-        is_async = is_async_callable(fn)
-        try:
-            value = from_data(definition.codec, task.input)
-            if is_async:
-                result = await fn(value)
-            else:
-                result = await in_thread(fn, value)
-            if inspect.isawaitable(result):
-                result = await result
-        except BaseException as raised:
-            # The handler's failure is the attempt's result; the engine stopping is not.
-            error, from_thread = thrown(raised)
-            if not is_failure(error, in_thread=from_thread):
-                raise
-            failure = StepError.from_exception(error)
-            return TaskOutcome(error=failure, progress=await beats.unsaved())
-        finally:
-            step_context.reset(token)
-        progress = await beats.unsaved()
-        try:
-            output = dump(definition.codec, result, f"output of step {task.name!r}")
-        except TypeError as error:
-            # The same output would fail the same way on every attempt.
-            failure = attrs.evolve(StepError.from_exception(error), retryable=False)
-            return TaskOutcome(error=failure, progress=progress)
-        return TaskOutcome(output=output, progress=progress)
-
-
-class _Renewal:
-    """
-    Renews a lease or a claim every *interval* seconds until cancelled or refused. A timer, not a
-    task, until the first renewal is due: most turns and attempts end before that.
-    """
-
-    __slots__ = ("_handle", "_interval", "_renew", "_task", "_what")
-
-    def __init__(
-        self, interval: float, renew: Callable[[], Coroutine[Any, Any, bool]], what: str
-    ) -> None:
-        self._interval, self._renew, self._what = interval, renew, what
-        self._task: asyncio.Task[None] | None = None
-        self._handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
-            interval, self._due
-        )
-
-    def _due(self) -> None:
-        self._handle = None
-        self._task = asyncio.get_running_loop().create_task(self._renew_once())
-
-    async def _renew_once(self) -> None:
-        try:
-            held = await self._renew()
-        except StoreError as error:
-            # Two more tries remain before it lapses; the next one may succeed.
-            _log.warning("could not renew %s: %s", self._what, error)
-            held = True
-        self._task = None
-        if held:
-            self._handle = asyncio.get_running_loop().call_later(self._interval, self._due)
-
-    def cancel(self) -> None:
-        """Stop renewing."""
-        if self._handle is not None:
-            self._handle.cancel()
-        if self._task is not None:
-            self._task.cancel()
-
-
-class _Beats:
-    """An attempt's heartbeats: heard at once in this process, persisted once per half-window."""
-
-    __slots__ = (
-        "_hear",
-        "_interval",
-        "_last_write",
-        "_loop",
-        "_now",
-        "_store",
-        "_task",
-        "_unsaved",
-        "_writing",
-    )
-
-    def __init__(
-        self,
-        task: Task,
-        claimed_at: int,
-        *,
-        store: Store,
-        now: Callable[[], int],
-        hear: Callable[[str, int], None],
-    ) -> None:
-        self._store, self._now, self._hear = store, now, hear
-        self._task = task
-        self._loop = asyncio.get_running_loop()
-        windows = [w for w in (task.timeout_ms, task.lease_ms) if w is not None]
-        # The claim was the first beat; a reader needs one write per half of the tightest window.
-        self._interval = min(windows) // 2 if windows else _PROGRESS_INTERVAL_MS
-        self._last_write = claimed_at
-        self._unsaved: str | None = None
-        self._writing: asyncio.Task[None] | None = None
-
-    def beat(self, progress: Any) -> None:
-        """Called by ``StepContext.heartbeat``, from the handler's task or thread."""
-        text = None if progress is None else dump(JSON, progress, "heartbeat progress")
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            self._heard(text)
-        else:
-            self._loop.call_soon_threadsafe(self._heard, text)
-
-    def _heard(self, text: str | None) -> None:
-        task = self._task
-        self._hear(task.step_id, task.attempt)
-        if text is not None:
-            self._unsaved = text
-        now = self._now()
-        windowed = task.timeout_ms is not None or task.lease_ms is not None
-        due = now - self._last_write >= self._interval
-        if (windowed or self._unsaved is not None) and due and self._writing is None:
-            self._last_write = now
-            self._writing = self._loop.create_task(self._write(now))
-
-    async def _write(self, now: int) -> None:
-        task, text = self._task, self._unsaved
-        self._unsaved = None
-        lease = None if task.lease_ms is None else now + task.lease_ms
-        try:
-            await self._store.heartbeat(task, now=now, progress=text, lease_until=lease)
-        except Exception:  # noqa: BLE001 - a lost beat only shortens the window's slack
-            _log.warning("could not persist a heartbeat of %s", task.step_id, exc_info=True)
-            if self._unsaved is None:
-                self._unsaved = text
-        finally:
-            self._writing = None
-
-    async def unsaved(self) -> str | None:
-        """Finish a write in flight; return progress not yet persisted (saved with the result)."""
-        if self._writing is not None:
-            await asyncio.shield(self._writing)
-        return self._unsaved
