@@ -32,8 +32,9 @@ import contextlib
 from effects.durable._codec import MAX_DEPTH, Codec, JsonCodec
 from effects.durable._context import WorkflowContext
 from effects.durable._definitions import StepDef, WorkflowDef, step, workflow
-from effects.durable._engine import Engine, Queue
+from effects.durable._engine import Engine
 from effects.durable._policy import StepOptions
+from effects.durable._queue import Queue
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._step_context import StepContext, current_step
 from effects.durable._store import StaleTurnError, Store

@@ -50,11 +50,22 @@ class StepWaiter:
 
 
 class TurnHost(Protocol):
-    """The engine services a turn uses beyond its store (the engine implements this)."""
+    """The engine services a turn uses beyond its store (the worker loop implements this)."""
 
-    redispatch_ms: int | None
-    redispatch_max: int
-    reconcile_ms: int
+    @property
+    def redispatch_ms(self) -> int | None:
+        """The lease of a pending dispatched step (lost-dispatch detection) in ms; ``None``: off."""
+        ...
+
+    @property
+    def redispatch_max(self) -> int:
+        """How many times a lost dispatch is re-driven before the step is lost."""
+        ...
+
+    @property
+    def reconcile_ms(self) -> int:
+        """The wake of a run waiting on the liveness path, should its dispatcher die (ms)."""
+        ...
 
     @property
     def poll_ms(self) -> int:

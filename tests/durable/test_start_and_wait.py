@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from effects.durable import Engine, UnknownRunError, WorkflowContext, step, workflow
-from effects.durable import _engine as engine_module
+from effects.durable import _finishes as finishes_module
 from effects.durable._engine import open_store
 from effects.durable._store import ClaimedRun, NewRun, Store
 from effects.durable.errors import StoreError
@@ -274,7 +274,7 @@ async def test_a_start_the_store_refuses_leaves_the_loop_its_slot(durable_store_
         loop = await _working(engine, concurrency=1)
         with pytest.raises(StoreError, match="disk full"):
             await engine.start(counted, 1)
-        assert 0 == engine._starting
+        assert 0 == engine._loop._starting
         # The one slot is free: the next start takes its run and runs it.
         run = await asyncio.wait_for(engine.wait(await engine.start(counted, 2)), PATIENCE)
         await _stopped(engine, loop)
@@ -359,7 +359,7 @@ async def test_many_waiters_of_one_run_all_get_it(durable_store_url: str) -> Non
             asyncio.gather(*(engine.wait(run_id) for _ in range(5))), PATIENCE
         )
         await _stopped(engine, loop)
-        assert not engine._finish_waiters
+        assert not engine._finishes.waiters
     assert 1 == len({(run.status, run.updated_at) for run in runs})
 
 
@@ -386,7 +386,7 @@ async def test_a_cancelled_wait_leaves_nothing_registered(durable_store_url: str
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
-        assert not engine._finish_waiters
+        assert not engine._finishes.waiters
         assert "pending" == (await engine.get_run(run_id)).status
 
 
@@ -435,7 +435,7 @@ async def test_the_runs_wait_need_not_read_first_are_bounded(
     durable_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Suspended runs remembered for wait(): at most the bound, the oldest forgotten."""
-    monkeypatch.setattr(engine_module, "_WAITING_HERE_MAX", 3)
+    monkeypatch.setattr(finishes_module, "_WAITING_HERE_MAX", 3)
     async with Engine(durable_store_url, workflows=ALL) as engine:
         loop = await _working(engine)
         ids: list[str] = []
@@ -443,10 +443,10 @@ async def test_the_runs_wait_need_not_read_first_are_bounded(
             # One after another, each suspended before the next starts: their order is known.
             ids.append(await engine.start(waits_for_one, n))
             for _ in range(int(PATIENCE * 100)):
-                if ids[-1] in engine._waiting_here:
+                if ids[-1] in engine._finishes.waiting_here:
                     break
                 await asyncio.sleep(0.01)
-        remembered = list(engine._waiting_here)
+        remembered = list(engine._finishes.waiting_here)
         await _stopped(engine, loop)
     assert ids[2:] == remembered
 

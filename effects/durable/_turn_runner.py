@@ -1,0 +1,234 @@
+"""The turn runner: one turn of a claimed run, from its replay to the commit that ends it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+from effects import Clock
+from effects.durable._codec import dump, from_data
+from effects.durable._context import WorkflowContext, suspended
+from effects.durable._definitions import StepDef, WorkflowDef
+from effects.durable._failures import is_failure
+from effects.durable._finishes import Finishes
+from effects.durable._renewal import Renewal
+from effects.durable._store import ClaimedRun, NewEvent, RunAdvance, StaleTurnError, Store
+from effects.durable._time import epoch_ms
+from effects.durable._turn import Turn, TurnHost
+from effects.durable.errors import StepError, StoreError
+from schedules import RandomLike
+
+__all__ = ["TurnEnd", "TurnRunner"]
+
+_log: Final = logging.getLogger("effects.durable")
+_SUSPENDED: Final = suspended()
+# A turn abandoned because a write of it failed is replayed no sooner than this (ms).
+_STORE_RETRY_MS: Final = 1000
+
+#: How a turn ended: it finished its run; it suspended the run to wait for results alone (no
+#: timer, no task for later); or anything else (a timer, a task for later, a release, a turn
+#: broken off), which may have left something to claim.
+TurnEnd = Literal["finished", "waits", "more"]
+
+
+class TurnRunner:
+    """
+    Runs turns of claimed runs: replays the run's workflow with its lease renewed, and commits
+    how the turn ended (finished, failed, suspended, or given back). A turn whose write failed
+    is abandoned; one that finds its lease stale gives the run back. Whoever waits for the run
+    in this process (``Finishes``) learns how it ended.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_dispatched",
+        "_finishes",
+        "_host",
+        "_lease_ms",
+        "_random",
+        "_steps",
+        "_store",
+        "_workflows",
+    )
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        clock: Clock,
+        random: RandomLike,
+        lease_ms: int,
+        workflows: Mapping[str, WorkflowDef[Any, Any]],
+        steps: Mapping[str, StepDef[Any, Any]],
+        host: TurnHost,
+        dispatched: Callable[[], None],
+        finishes: Finishes,
+    ) -> None:
+        self._store, self._clock, self._random, self._lease_ms = store, clock, random, lease_ms
+        self._workflows, self._steps = workflows, steps
+        self._host, self._dispatched, self._finishes = host, dispatched, finishes
+
+    def make_turn(self, claimed: ClaimedRun) -> Turn:
+        """The ``Turn`` of a claimed run, its lease counted from now."""
+        return Turn(
+            self._store,
+            self._clock,
+            self._random,
+            self._lease_ms,
+            claimed.run,
+            claimed.token,
+            self._steps,
+            self._dispatched,
+            self._host,
+            lease_until=epoch_ms(self._clock) + self._lease_ms,
+        )
+
+    async def release(self, claimed: ClaimedRun) -> None:
+        """Give back the lease of a run taken at start that no turn will run (work() ended)."""
+        turn = self.make_turn(claimed)
+        try:
+            await turn.commit(RunAdvance("release"))
+        except (StoreError, StaleTurnError):
+            _log.debug("run %s: could not release the lease", claimed.run.run_id, exc_info=True)
+
+    async def run(self, claimed: ClaimedRun) -> TurnEnd:
+        """
+        The turn of *claimed* (spawned after ``Finishes.began``); say how it ended. The run's
+        waiters are answered as it ends, whatever way.
+        """
+        run_id = claimed.run.run_id
+        end: TurnEnd = "more"
+        try:
+            end = await self._turn_of(claimed)
+        finally:
+            self._finishes.ended(run_id, waits=end == "waits")
+        return end
+
+    async def _turn_of(self, claimed: ClaimedRun) -> TurnEnd:
+        run = claimed.run
+        definition = self._workflows[run.workflow]
+        turn = self.make_turn(claimed)
+        ctx = WorkflowContext(turn, claimed.checkpoints)
+        renewer = Renewal(
+            self._lease_ms / 3000,
+            lambda: self._store.renew_lease(
+                turn.run.run_id, turn.token, turn.now() + self._lease_ms
+            ),
+            f"the lease of run {turn.run.run_id}",
+        )
+        try:
+            finished = await self._replay(definition, ctx, turn)
+            if turn.broken is not None:
+                raise turn.broken
+        except StoreError as error:
+            ctx.close()
+            await self._abandon(turn, error)
+            return "more"
+        except StaleTurnError:
+            # Either another turn holds the run now, or a worker's result changed a checkpoint
+            # under this one while its lease still holds: then give the run back, so it replays
+            # at once instead of waiting for the lease to expire and counting a recovery.
+            _log.info("run %s: turn ended, a write of it was stale", run.run_id)
+            ctx.close()
+            with contextlib.suppress(StaleTurnError):
+                await turn.commit(RunAdvance("release"))
+            return "more"
+        except asyncio.CancelledError:
+            ctx.close()
+            try:
+                await turn.commit(RunAdvance("release"))
+            except Exception:  # noqa: BLE001 - the lease then simply expires
+                _log.debug("run %s: could not release the lease", run.run_id, exc_info=True)
+            raise
+        finally:
+            ctx.close()
+            renewer.cancel()
+        if finished:
+            return "finished"
+        return "waits" if turn.waits_only else "more"
+
+    async def _replay(
+        self, definition: WorkflowDef[Any, Any], ctx: WorkflowContext, turn: Turn
+    ) -> bool:
+        """Replay the workflow; whether the turn finished the run (completed or failed)."""
+        run = turn.run
+        try:
+            value = await definition.fn(ctx, from_data(definition.codec, run.input))
+        except _SUSPENDED:
+            return False
+        except (StaleTurnError, StoreError):
+            raise
+        except BaseException as error:
+            if not is_failure(error, in_thread=False):
+                raise  # the engine stops: the turn gives the run back
+            if turn.broken is not None:
+                # Whatever the workflow made of a failed write, the run is not failed by it.
+                raise turn.broken from error
+            if ctx.fatal is None and ctx.is_suspended:
+                return False
+            await self._finish_failed(turn, ctx.fatal or error)
+            return True
+        if turn.broken is not None:
+            return False  # the workflow swallowed a failed write: finish nothing
+        if ctx.fatal is not None:
+            await self._finish_failed(turn, ctx.fatal)
+            return True
+        if ctx.is_suspended:
+            return False
+        try:
+            text = dump(definition.codec, value, f"output of workflow {definition.name!r}")
+        except TypeError as error:
+            await self._finish_failed(turn, error)
+            return True
+        now = turn.now()
+        await turn.commit(
+            RunAdvance("finish", status="completed", output=text),
+            events=(NewEvent("run.completed", now),),
+            now=now,
+        )
+        if self._finishes.waiters:
+            self._finishes.finished(
+                attrs.evolve(
+                    run, status="completed", output=json.loads(text), updated_at=now, wake_at=None
+                )
+            )
+        return True
+
+    async def _abandon(self, turn: Turn, error: StoreError) -> None:
+        """
+        End a turn whose write failed (a full disk, a lost connection): the run is neither
+        finished nor failed by it, but suspended to be replayed after ``_STORE_RETRY_MS``
+        (uncounted); if even that write fails, its lease expires and recovery replays it.
+        """
+        run_id = turn.run.run_id
+        _log.error(
+            "run %s: a write of its turn failed, the turn is abandoned (replayed in %d ms): %s",
+            run_id,
+            _STORE_RETRY_MS,
+            error,
+        )
+        try:
+            await turn.commit(RunAdvance("suspend", wake_at=turn.now() + _STORE_RETRY_MS))
+        except (StoreError, StaleTurnError):
+            _log.debug("run %s: could not suspend the abandoned turn", run_id, exc_info=True)
+
+    async def _finish_failed(self, turn: Turn, error: BaseException) -> None:
+        now = turn.now()
+        step_error = StepError.from_exception(error)
+        await turn.commit(
+            RunAdvance("finish", status="failed", error=step_error),
+            events=(NewEvent("run.failed", now, None, {"error": step_error.to_json()}, "error"),),
+            now=now,
+        )
+        if self._finishes.waiters:
+            self._finishes.finished(
+                attrs.evolve(
+                    turn.run, status="failed", error=step_error, updated_at=now, wake_at=None
+                )
+            )
