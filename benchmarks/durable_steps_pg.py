@@ -82,7 +82,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
-from durable_steps import dbos_app, dbos_launched  # noqa: E402
+from _durable_dbos import dbos_app, dbos_launched  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from effects.durable import Engine, Run, WorkflowContext, current_step, step, workflow  # noqa: E402
