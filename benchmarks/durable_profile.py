@@ -4,11 +4,12 @@ Where the time of a durable step goes: store statements, JSON, values, the event
 Run: ``.venv/bin/python benchmarks/durable_profile.py [--path local|local-sync|dispatch|retry]
 [--runs N] [--full] [--top N]``
 
-One engine in this process runs the workflows of ``benchmarks/durable_steps.py`` one after
-another (``start`` + ``run_until_idle``): ``local`` is the 10-step workflow of ``async def`` local
-steps (the unit is a step), ``local-sync`` the same with ``def`` steps, ``dispatch`` a workflow
-dispatching one step that the same engine serves (the unit is a round trip, no polling), ``retry``
-that step failing once. Three passes, each on a fresh SQLite file:
+One engine in this process runs the workflows of ``benchmarks/durable_steps.py`` (from
+``_durable_ours.py``) one after another (``start`` + ``run_until_idle``): ``local`` is the 10-step
+workflow of ``async def`` local steps (the unit is a step), ``local-sync`` the same with ``def``
+steps, ``dispatch`` a workflow dispatching one step that the same engine serves (the unit is a
+round trip, no polling), ``retry`` that step failing once. Three passes, each on a fresh SQLite
+file:
 
 1. **timing**: nothing instrumented; microseconds per unit.
 2. **counting**: the store's connection is a ``sqlite3.Connection`` subclass (this script sets
@@ -34,17 +35,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from _durable_harness import STEPS_PER_RUN
+from _durable_ours import bump, flaky, one_flaky_step, one_step, ten_async, ten_sync
 from _sqlite_counting import Tally, counted
-from durable_steps import (
-    STEPS_PER_RUN,
-    bump,
-    flaky,
-    one_flaky_step,
-    one_step,
-    store_url,
-    ten_async,
-    ten_sync,
-)
+from durable_steps import store_url
 
 from effects.durable import Engine, WorkflowDef
 
