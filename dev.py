@@ -55,7 +55,7 @@ def test() -> int:
         if p.is_dir() and not p.name.startswith(("_", "."))
     ]
     steps: list[list[str | Path]] = [
-        [PY, "-m", "pytest", "-q"],
+        [PY, "-m", "pytest", "-q", "-n", "2", "--dist", "worksteal"],
         [env_bin / "ruff", "check", "."],
         [env_bin / "ruff", "format", "--check", "."],
         [PY, "-m", "mypy", *PACKAGES, "tests/typing", "benchmarks", "dev.py"],

@@ -23,6 +23,25 @@ settings.register_profile(
 settings.load_profile("suite")
 
 
+def _utf8(text: str) -> str:
+    """*text* with lone surrogates escaped, so that it encodes as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """
+    Under pytest-xdist, a worker sends each report to the controller as UTF-8: the hostile-value
+    tests log lone surrogates, which would kill the worker. Their captured output is escaped there.
+    """
+    report: pytest.TestReport = yield
+    if hasattr(item.config, "workerinput"):
+        report.sections = [(name, _utf8(content)) for name, content in report.sections]
+        if report.failed and report.longrepr is not None:
+            report.longrepr = _utf8(str(report.longrepr))
+    return report
+
+
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run every ``@pytest.mark.anyio`` test once under asyncio and once under trio."""

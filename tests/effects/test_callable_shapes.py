@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 from unittest import mock
@@ -79,7 +80,8 @@ async def async_numbers() -> AsyncIterator[int]:
         (Flaky, "sync"),
         (mock.MagicMock(), "sync"),
     ],
-    ids=repr,
+    # Without addresses, so that every process (pytest-xdist's workers) names them alike.
+    ids=lambda value: re.sub(r" at 0x[0-9a-f]+| id='[0-9]+'", "", repr(value)),
 )
 def test_one_helper_tells_the_kind_of_a_callable(target: object, kind: str) -> None:
     """callable_kind sees through partials, methods and __call__, without calling anything."""

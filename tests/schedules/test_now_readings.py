@@ -41,6 +41,10 @@ TOOK = st.lists(st.floats(0.0, 1e6), max_size=12)
 class _Counting:
     """A hand-written step contract that never reads ``now``."""
 
+    def __repr__(self) -> str:
+        # Test ids name it alike in every process (pytest-xdist compares them).
+        return "_Counting()"
+
     def initial(self) -> int:
         return 0
 

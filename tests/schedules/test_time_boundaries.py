@@ -13,6 +13,8 @@ from schedules import Schedule, forever, from_delays, simulate, spaced
 
 # Clock readings a driver may hand over: 0, and values like time.monotonic() after long uptimes.
 STARTS = [0.0, 12_345.678, 1_000_000.123, 987_654_321.5, time.monotonic()]
+#: Their test ids: the process's own monotonic reading differs by process (pytest-xdist's workers).
+START_IDS = ["0", "12345.678", "1000000.123", "987654321.5", "monotonic-now"]
 
 
 def waits(schedule: Schedule[object, object], start: float, n: int = 12) -> list[float | None]:
@@ -20,19 +22,19 @@ def waits(schedule: Schedule[object, object], start: float, n: int = 12) -> list
     return [step.delay for step in simulate(schedule, [None] * n, start=start)]
 
 
-@pytest.mark.parametrize("start", STARTS)
+@pytest.mark.parametrize("start", STARTS, ids=START_IDS)
 def test_a_wait_ending_exactly_at_the_limit_is_allowed(start: float) -> None:
     """spaced(0.1).within(0.3) waits three times, though 0.1 + 0.1 + 0.1 > 0.3 in floats."""
     assert [0.1, 0.1, 0.1, None] == waits(spaced(0.1).within(0.3), start)
 
 
-@pytest.mark.parametrize("start", STARTS)
+@pytest.mark.parametrize("start", STARTS, ids=START_IDS)
 def test_a_wait_ending_a_millisecond_late_is_refused(start: float) -> None:
     """A wait ending 1 ms past the limit is never started."""
     assert [0.1, 0.1, None] == waits(spaced(0.1).within(0.299), start)
 
 
-@pytest.mark.parametrize("start", STARTS)
+@pytest.mark.parametrize("start", STARTS, ids=START_IDS)
 def test_reset_after_resets_exactly_at_its_duration(start: float) -> None:
     """Eight steps of spaced(0.1) reach reset_after(0.8): the ninth step starts a new run."""
     schedule = (forever() & spaced(0.1)).reset_after(0.8)
@@ -40,7 +42,7 @@ def test_reset_after_resets_exactly_at_its_duration(start: float) -> None:
     assert [(n, n) for n in range(8)] + [(0, 0), (1, 1), (2, 2)] == outputs
 
 
-@pytest.mark.parametrize("start", STARTS)
+@pytest.mark.parametrize("start", STARTS, ids=START_IDS)
 def test_attempt_time_counts_toward_the_limit_exactly(start: float) -> None:
     """Attempts of 0.1 s and waits of 0.1 s fill within(0.5) to the millisecond."""
     steps = simulate(spaced(0.1).within(0.5), [None] * 6, start=start, attempt_time=0.1)
