@@ -36,10 +36,12 @@ O = TypeVar("O")  # noqa: E741
 
 def open_store(store: str | Store) -> Store:
     """
-    The store a URL names: ``sqlite:///path.db`` or ``postgresql://...``; a ``Store`` as it is.
+    The store a URL names: ``sqlite:///path.db``, ``postgresql://...`` or ``memory://NAME``; a
+    ``Store`` as it is.
 
     Raises:
-        ValueError: If the URL's scheme is not one of those, or the URL is malformed.
+        ValueError: If the URL's scheme is not one of those, or the URL is malformed (a
+            ``memory://`` URL without a name).
         StoreError: For a PostgreSQL URL when the ``postgres`` extra is not installed.
     """
     if not isinstance(store, str):
@@ -60,7 +62,14 @@ def open_store(store: str | Store) -> Store:
             raise StoreError(msg) from error
 
         return PostgresStore(store)
-    msg = f"store must be a 'sqlite:///path.db' or 'postgresql://...' URL, got {store!r}"
+    if scheme == "memory":
+        from effects.durable._store.memory import MemoryStore  # noqa: PLC0415
+
+        return MemoryStore(store)
+    msg = (
+        "store must be a 'sqlite:///path.db', 'postgresql://...' or 'memory://NAME' URL,"
+        f" got {store!r}"
+    )
     raise ValueError(msg)
 
 

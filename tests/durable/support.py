@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -11,6 +12,7 @@ import psycopg
 from psycopg import sql as sql_
 
 from effects.durable import Engine, Event
+from effects.durable._store.memory import MemoryStore, parse_memory_url
 from effects.durable._store.postgres import parse_postgres_url
 
 #: The fixture clock's start, in epoch ms.
@@ -46,8 +48,12 @@ def rows(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]
     """
     Rows of a read query on the store at *url*, SQLite or PostgreSQL, on a connection of its own.
     The query is written for SQLite (``?`` placeholders); on PostgreSQL, JSON columns read back
-    as JSON text and booleans as 0 or 1, as SQLite gives them.
+    as JSON text and booleans as 0 or 1, as SQLite gives them; a memory store's rows are copied
+    into a private SQLite database with its columns and read there.
     """
+    if url.startswith("memory:"):
+        with contextlib.closing(memory_rows_in_sqlite(url)) as db:
+            return db.execute(sql, params).fetchall()
     if url.startswith("sqlite:"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
             return db.execute(sql, params).fetchall()
@@ -64,6 +70,16 @@ def rows(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]
 
 
 _JSONB_OID = 3802
+
+
+def memory_rows_in_sqlite(url: str) -> sqlite3.Connection:
+    """A private SQLite database holding a copy of the rows of the memory store at *url*."""
+    db = sqlite3.connect(":memory:")
+    for table, (columns, found) in MemoryStore.dump(parse_memory_url(url)).items():
+        db.execute(f"CREATE TABLE {table} ({', '.join(columns)})")
+        marks = ", ".join("?" for _ in columns)
+        db.executemany(f"INSERT INTO {table} VALUES ({marks})", found)
+    return db
 
 
 def execute(url: str, sql: str, params: Sequence[Any] = ()) -> int:

@@ -11,6 +11,8 @@ from effects.durable import Engine
 from tests.durable.crash_support.app import one
 from tests.durable.crash_support.harness import Nodes, read_execs, wait_until, wait_until_async
 
+pytestmark = pytest.mark.not_on_memory("engine processes share the store")
+
 TASKS = 300
 WORKERS = 4
 

@@ -12,6 +12,8 @@ import pytest
 
 from tests.durable.cli_support import App, assert_one_line_error, digest, make_app, run_async
 
+pytestmark = pytest.mark.not_on_memory("the command line runs in processes of its own")
+
 COMMANDS = [("runs",), ("show", "r-1"), ("retry", "r-1"), ("runs", "--json")]
 
 

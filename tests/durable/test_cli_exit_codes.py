@@ -20,6 +20,8 @@ from tests.durable.cli_support import App, assert_one_line_error, digest, make_a
 from tests.durable.support import execute, rows
 from tests.postgres_server import PostgresServer
 
+pytestmark = pytest.mark.not_on_memory("the command line runs in processes of its own")
+
 APP = ("--app", "app:engine")
 COMMANDS: dict[str, tuple[str, ...]] = {
     "work": ("work",),

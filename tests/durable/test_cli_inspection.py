@@ -17,6 +17,8 @@ from tests.durable.cli_support import (
     run_async,
 )
 
+pytestmark = pytest.mark.not_on_memory("the command line runs in processes of its own")
+
 #: 2026-01-01T00:00:00Z in epoch seconds.
 T0 = 1_767_225_600.0
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.durable.cli_support import App, assert_one_line_error, run_async
 from tests.durable.support import rows
+
+pytestmark = pytest.mark.not_on_memory("the command line runs in processes of its own")
 
 
 def pending_run(app: App) -> App:

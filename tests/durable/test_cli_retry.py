@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.durable.cli_support import App, assert_one_line_error, run_async
+
+pytestmark = pytest.mark.not_on_memory("the command line runs in processes of its own")
 
 
 def failed_run(app: App) -> App:

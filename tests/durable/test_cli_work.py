@@ -12,6 +12,8 @@ import pytest
 
 from tests.durable.cli_support import App, read_until, run_async, statuses, work_process
 
+pytestmark = pytest.mark.not_on_memory("the command line runs in processes of its own")
+
 
 def start_runs(app: App, *starts: tuple[str, Any, str]) -> None:
     """Start runs (workflow, input, run id) without running them."""

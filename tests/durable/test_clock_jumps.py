@@ -11,6 +11,8 @@ from effects.durable import Engine
 from tests.durable.crash_support.app import hold
 from tests.durable.crash_support.harness import Nodes, trail_problems, wait_until_async
 
+pytestmark = pytest.mark.not_on_memory("engine processes share the store")
+
 LEASE_MS = 30_000
 
 

@@ -39,7 +39,7 @@ from effects.durable._store import NewRun
 from tests.durable.crash_support.harness import FINISHED, trail_problems, wait_until_async
 from tests.durable.support import relative
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.not_on_memory("a store file on a disk that fills up")]
 
 # The engine's leases: a turn that could not write (nor release its lease) is recovered after it.
 LEASE_MS = 500

@@ -80,6 +80,7 @@ def _shape(cp: Checkpoint) -> tuple[str, bool, list[str | None]]:
 
 
 @pytest.mark.anyio
+@pytest.mark.not_on_memory("a stalled worker process")
 async def test_late_success_after_the_step_failed_for_good_does_not_rewrite_it(
     tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:
@@ -105,6 +106,7 @@ async def test_late_success_after_the_step_failed_for_good_does_not_rewrite_it(
 
 
 @pytest.mark.anyio
+@pytest.mark.not_on_memory("a stalled worker process")
 async def test_late_success_while_the_retry_waits_completes_the_step(
     tmp_path: Path, nodes: Nodes, durable_store_url: str
 ) -> None:

@@ -44,6 +44,7 @@ async def lose_tasks(engine: Engine) -> int:
     return execute(engine.store.url, "DELETE FROM tasks")
 
 
+@pytest.mark.not_on_memory("loses tasks with an SQL write, as a transport would")
 async def test_a_lapsed_lease_redispatches_the_same_step(
     durable_engine: DurableEngineFactory,
 ) -> None:
@@ -174,6 +175,7 @@ async def test_without_redispatch_a_pending_step_is_never_redispatched(
     assert 1 == len(dispatched)
 
 
+@pytest.mark.not_on_memory("loses tasks with an SQL write, as a transport would")
 async def test_redispatch_pending_re_enqueues_by_hand(durable_engine: DurableEngineFactory) -> None:
     """redispatch_pending re-enqueues a stranded step with attempt + 1 and returns the count."""
     async with durable_engine(workflows=[exports]) as engine:

@@ -14,6 +14,8 @@ from effects.durable import Engine
 from tests.durable.crash_support.app import hold, one, record
 from tests.durable.crash_support.harness import Node, Nodes, trail_problems, wait_until
 
+pytestmark = pytest.mark.not_on_memory("engine processes share the store")
+
 RUNS = 60
 LEASE_MS = 300
 

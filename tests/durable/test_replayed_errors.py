@@ -143,6 +143,7 @@ async def test_a_remote_failure_is_a_remote_step_error_on_replay(
     assert seen[0].endswith("[refused] 1")
 
 
+@pytest.mark.not_on_memory("an engine process without the error's class")
 async def test_a_failure_of_a_class_not_loaded_is_step_failed_error_on_every_turn(
     durable_engine: DurableEngineFactory,
 ) -> None:

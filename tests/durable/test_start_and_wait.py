@@ -451,6 +451,7 @@ async def test_the_runs_wait_need_not_read_first_are_bounded(
     assert ids[2:] == remembered
 
 
+@pytest.mark.not_on_memory("a process killed mid-turn")
 def test_a_process_killed_during_a_turn_it_took_at_start_loses_nothing(
     tmp_path: Path, durable_store_url: str
 ) -> None:

@@ -23,6 +23,8 @@ from tests.durable.crash_support.harness import (
     wait_until_async,
 )
 
+pytestmark = pytest.mark.not_on_memory("a worker process is stopped by a signal")
+
 LEASE_MS = 30_000
 
 

@@ -21,7 +21,7 @@ from effects.durable import Engine, StepFailedError, WorkflowContext, step, work
 from effects.durable._store.postgres import parse_postgres_url
 from tests.durable.support import rows
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.not_on_memory("stores of older versions")]
 
 
 class Payload:

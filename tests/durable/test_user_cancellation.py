@@ -247,6 +247,7 @@ engine = Engine(URL, workflows=[exiting], steps=[exits, after])
 """
 
 
+@pytest.mark.not_on_memory("a work process")
 async def test_a_work_process_survives_a_def_handler_calling_sys_exit(
     durable_store_url: str, tmp_path: Path
 ) -> None:

@@ -257,6 +257,7 @@ engine = Engine(URL, steps=[charge, probe])
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.not_on_memory("a worker process")
 async def test_a_worker_process_started_later_never_runs_a_withdrawn_attempt(
     durable_engine: DurableEngineFactory, tmp_path: Path
 ) -> None:

@@ -48,7 +48,7 @@ async def doubled(ctx: WorkflowContext, n: int) -> int:
 
 def _quiet(url: str) -> str:
     """*url*, on PostgreSQL without NOTIFY (the listener's hints come at moments of their own)."""
-    return url if url.startswith("sqlite:") else f"{url}&listen=false"
+    return f"{url}&listen=false" if url.startswith("postgresql:") else url
 
 
 async def _dispatched(url: str, count: int) -> list[str]:

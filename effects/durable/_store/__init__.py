@@ -3,7 +3,8 @@ The ``Store`` protocol: everything the engine asks of its storage, in a few tran
 
 A store keeps runs, checkpoints, tasks and events. The engine never builds SQL: it hands the store
 whole records and small write descriptions (``TurnCommit``, ``TaskOutcome``), and each method is one
-transaction. Two implementations meet this contract: SQLite (embedded, the default) and PostgreSQL.
+transaction. Three implementations meet this contract: SQLite (embedded, the default), PostgreSQL,
+and memory (in this process, for tests; SQLite's semantics).
 Payloads (inputs, outputs, progress, details) are JSON *text* on the way in (already encoded and
 checked by the engine) and JSON *data* on the way out. Times are epoch milliseconds (``int``).
 
@@ -196,8 +197,8 @@ class Store(Protocol):
     """
     The storage of an ``Engine``; see the module docstring for the rules every method keeps.
 
-    Implementations: ``SqliteStore`` (``"sqlite:///path.db"``) and the PostgreSQL store
-    (``"postgresql://..."``, the ``postgres`` extra).
+    Implementations: ``SqliteStore`` (``"sqlite:///path.db"``), the PostgreSQL store
+    (``"postgresql://..."``, the ``postgres`` extra) and ``MemoryStore`` (``"memory://NAME"``).
     """
 
     url: str

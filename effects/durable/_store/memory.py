@@ -1,0 +1,1308 @@
+"""
+The memory store: the whole ``Store`` contract in this process, no file and no server.
+
+``memory://NAME`` names a store that lives as long as the process: engines that open the same
+name share it (as engines share a SQLite file), so closing an engine and opening another on the
+name is a restart. It keeps SQLite's semantics rule for rule, on rows with SQLite's columns:
+payloads are kept as the JSON text the engine wrote (never the caller's objects), times as epoch
+ms, a task's id is never reused. Each method is one transaction under the store's lock and never
+awaits inside it, so it is safe under asyncio, trio and threads, and it never suspends: no method
+has anything to wait for. A transaction that raises writes nothing (its journal is undone).
+
+Engines of this process that share a store hear each other's writes (``wake_hint``), as
+PostgreSQL's NOTIFY tells engines of other processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import secrets
+import threading
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any, Final, Literal
+
+import attrs
+
+from effects.durable._failures import dead_run, lost_worker
+from effects.durable._names import EventName
+from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._store import (
+    CheckpointWrite,
+    ClaimedRun,
+    NewEvent,
+    NewRun,
+    NewTask,
+    RecoveryReport,
+    StaleTurnError,
+    TaskOutcome,
+    TurnCommit,
+    discarded,
+)
+from effects.durable._store.rows import (
+    CHECKPOINT_COLUMNS,
+    RUN_COLUMNS,
+    TASK_COLUMNS,
+    checkpoint_of,
+    dumps,
+    error_text,
+    loads,
+    run_of,
+    task_of,
+)
+
+__all__ = ["MemoryStore", "parse_memory_url"]
+
+_SCHEME: Final = "memory://"
+#: Task statuses that hold a slot of a flow-control queue (``rows.SLOT_HOLDERS``).
+_SLOT_HOLDERS: Final = frozenset({"queued", "claimed", "withdrawn"})
+#: Checkpoint statuses of a step whose attempt is still awaited.
+_AWAITED: Final = frozenset({"pending", "running"})
+
+
+def parse_memory_url(url: str) -> str:
+    """
+    The store name of ``memory://NAME``.
+
+    Raises:
+        ValueError: If *url* is not a ``memory://`` URL or names no store.
+    """
+    if not url.lower().startswith(_SCHEME):
+        msg = f"a memory store URL looks like 'memory://NAME', got {url!r}"
+        raise ValueError(msg)
+    name = url[len(_SCHEME) :]
+    if not name:
+        msg = f"the memory store URL {url!r} names no store: use 'memory://NAME'"
+        raise ValueError(msg)
+    return name
+
+
+# -- rows: one frozen value per row, with SQLite's columns ---------------------------------------
+
+
+@attrs.frozen
+class _RunRow:
+    run_id: str
+    workflow: str
+    version: str
+    status: str
+    input: str
+    output: str | None
+    error: str | None
+    created_at: int
+    updated_at: int
+    wake_at: int | None = None
+    woken: bool = False
+    lease_token: str | None = None
+    lease_until: int | None = None
+    recovery_attempts: int = 0
+
+
+@attrs.frozen
+class _CheckpointRow:
+    run_id: str
+    seq: int
+    name: str
+    kind: str
+    step_id: str
+    status: str
+    attempts: int
+    wake_at: int | None
+    input: str | None
+    output: str | None
+    error: str | None
+    final: bool
+    retry_state: str | None
+    grp: str
+    queue: str | None
+    dispatched_at: int | None
+    created_at: int
+    updated_at: int
+    rev: int = 1
+    progress: str | None = None
+    heartbeat_at: int | None = None
+    timeout_ms: int | None = None
+    lease_ms: int | None = None
+    redispatches: int = 0
+
+
+@attrs.frozen
+class _TaskRow:
+    task_id: int
+    run_id: str
+    seq: int
+    step_id: str
+    name: str
+    grp: str
+    queue: str | None
+    input: str
+    attempt: int
+    status: str
+    available_at: int
+    claimed_by: str | None
+    claim_until: int | None
+    redispatched: bool
+    created_at: int
+    queue_limit: int | None
+
+
+@attrs.frozen
+class _EventRow:
+    run_id: str
+    id: int
+    seq: int | None
+    name: str
+    level: str
+    at: int
+    data: str
+
+
+#: The columns of each table, as ``MemoryStore.dump`` shows them (SQLite's, in its order).
+_COLUMNS: Final = {
+    "runs": tuple(f.name for f in attrs.fields(_RunRow)),
+    "checkpoints": tuple(f.name for f in attrs.fields(_CheckpointRow)),
+    "tasks": tuple(f.name for f in attrs.fields(_TaskRow)),
+    "events": tuple(f.name for f in attrs.fields(_EventRow)),
+    "step_errors": ("run_id", "seq", "n", "error"),
+}
+
+_MISSING: Final = object()
+
+
+@attrs.define(eq=False)
+class _Hint:
+    """An engine's ``wake_hint`` subscription: told only in the thread that subscribed."""
+
+    store: MemoryStore
+    callback: Callable[[], None]
+    runs: bool
+    tasks: bool
+    due: Callable[[], None] | None
+    thread: int
+
+
+@attrs.define(eq=False)
+class _Tables:
+    """
+    One named store's rows, and the lock every transaction on them holds. A write goes through
+    ``put``, which journals the value it replaces, so a transaction that raises is undone.
+    """
+
+    runs: dict[str, _RunRow] = attrs.field(factory=dict[str, _RunRow])
+    # By run, then by seq: a run's checkpoints are read together, on every claim.
+    checkpoints: dict[str, dict[int, _CheckpointRow]] = attrs.field(
+        factory=dict[str, dict[int, _CheckpointRow]]
+    )
+    # Each failed attempt's error (JSON text), oldest first: the ``step_errors`` rows.
+    step_errors: dict[tuple[str, int], tuple[str, ...]] = attrs.field(
+        factory=dict[tuple[str, int], tuple[str, ...]]
+    )
+    tasks: dict[int, _TaskRow] = attrs.field(factory=dict[int, _TaskRow])
+    events: dict[str, tuple[_EventRow, ...]] = attrs.field(factory=dict[str, tuple[_EventRow, ...]])
+    last_task_id: int = 0
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+    hints: list[_Hint] = attrs.field(factory=list[_Hint])
+    journal: list[tuple[dict[Any, Any], Any, Any]] | None = None
+
+    def put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        """Set ``table[key]`` to *value* (``None``: delete it), journaled."""
+        if self.journal is not None:
+            self.journal.append((table, key, table.get(key, _MISSING)))
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+
+    def undo(self, journal: list[tuple[dict[Any, Any], Any, Any]]) -> None:
+        for table, key, old in reversed(journal):
+            if old is _MISSING:
+                table.pop(key, None)
+            else:
+                table[key] = old
+
+    def checkpoints_of(self, run_id: str) -> dict[int, _CheckpointRow]:
+        return self.checkpoints.setdefault(run_id, {})
+
+    def tasks_in_order(self) -> list[_TaskRow]:
+        """Every task by id (an undone delete puts a task back at the end of the dict)."""
+        return sorted(self.tasks.values(), key=lambda t: t.task_id)
+
+
+# The named stores of this process. Module state, and necessarily: ``memory://NAME`` must reach
+# the same rows from every engine of the process that names it (as a path reaches one file),
+# and engines share nothing else. Guarded by ``_STORES_LOCK``, since engines may live in threads.
+_STORES: dict[str, _Tables] = {}
+_STORES_LOCK: Final = threading.Lock()
+
+
+# -- reading rows as records ----------------------------------------------------------------------
+
+
+def _run(row: _RunRow) -> Run:
+    return run_of([getattr(row, c) for c in RUN_COLUMNS])
+
+
+def _errors_text(tables: _Tables, run_id: str, seq: int) -> str:
+    """The checkpoint's errors as the JSON text of a list, as SQLite's ``group_concat`` builds."""
+    return "[" + ",".join(tables.step_errors.get((run_id, seq), ())) + "]"
+
+
+def _checkpoint(tables: _Tables, row: _CheckpointRow) -> Checkpoint:
+    return checkpoint_of(
+        [
+            _errors_text(tables, row.run_id, row.seq) if c == "errors" else getattr(row, c)
+            for c in CHECKPOINT_COLUMNS
+        ]
+    )
+
+
+def _task(row: _TaskRow, beat: _CheckpointRow | None) -> Task:
+    """The task as claimed: its row, then its checkpoint's progress, timeout and lease."""
+    after = (None, None, None) if beat is None else (beat.progress, beat.timeout_ms, beat.lease_ms)
+    return task_of([*(getattr(row, c) for c in TASK_COLUMNS), *after])
+
+
+def _unclaimed_of(run_id: str, seq: int) -> Callable[[_TaskRow], bool]:
+    """Picks the attempts of checkpoint ``(run_id, seq)`` that no worker has claimed."""
+    return lambda t: t.run_id == run_id and t.seq == seq and t.status in ("queued", "waiting")
+
+
+def _settled_failure(row: _CheckpointRow) -> bool:
+    return row.status == "failed" and row.final
+
+
+# -- the store ------------------------------------------------------------------------------------
+
+
+class MemoryStore:
+    """
+    The engine's store in this process's memory (see the module docstring for what it promises).
+
+    Args:
+        url: ``"memory://NAME"``; every store of this process opened with *NAME* shares its rows.
+
+    Raises:
+        ValueError: If *url* is not a memory store URL or names no store.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.name = parse_memory_url(url)
+        self._tables: _Tables | None = None
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({self.url!r})"
+
+    @classmethod
+    def drop(cls, name: str) -> bool:
+        """
+        Forget the store named *name* and free its rows; whether there was one. Engines that
+        have it open keep the rows they hold; the next ``open`` of the name starts empty.
+        """
+        with _STORES_LOCK:
+            return _STORES.pop(name, None) is not None
+
+    @classmethod
+    def dump(cls, name: str) -> dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]]:
+        """
+        The rows of the store named *name*, for tests and tools that inspect them: each table of
+        SQLite's schema as its column names and its rows (sorted by key), values as SQLite keeps
+        them (JSON text, epoch ms, booleans as 0 or 1).
+
+        Raises:
+            LookupError: If no store of that name is in use.
+        """
+        with _STORES_LOCK:
+            tables = _STORES.get(name)
+        if tables is None:
+            msg = f"no memory store named {name!r} in this process"
+            raise LookupError(msg)
+        with tables.lock:
+            found: dict[str, list[tuple[Any, ...]]] = {
+                "runs": [attrs.astuple(tables.runs[k]) for k in sorted(tables.runs)],
+                "checkpoints": [
+                    attrs.astuple(row)
+                    for run_id in sorted(tables.checkpoints)
+                    for _, row in sorted(tables.checkpoints[run_id].items())
+                ],
+                "tasks": [attrs.astuple(t) for t in tables.tasks_in_order()],
+                "events": [
+                    attrs.astuple(e)
+                    for run_id in sorted(tables.events)
+                    for e in tables.events[run_id]
+                ],
+                "step_errors": [
+                    (run_id, seq, n, error)
+                    for (run_id, seq), texts in sorted(tables.step_errors.items())
+                    for n, error in enumerate(texts, 1)
+                ],
+            }
+        return {
+            table: (_COLUMNS[table], [_sqlite_values(row) for row in rows])
+            for table, rows in found.items()
+        }
+
+    @property
+    def location(self) -> str:
+        """``in this process's memory as 'NAME' (URL)``."""
+        return f"in this process's memory as {self.name!r} ({self.url})"
+
+    async def exists(self) -> bool:
+        """Whether a store of this name is in use in this process (none is made here)."""
+        with _STORES_LOCK:
+            return self.name in _STORES
+
+    async def wake_hint(
+        self,
+        callback: Callable[[], None],
+        *,
+        runs: bool = True,
+        tasks: bool = True,
+        due: Callable[[], None] | None = None,
+    ) -> None:
+        """
+        Call *callback* (and first *due*, for a write that brings a time to come) when another
+        engine of this thread writes runs (if *runs*) or tasks (if *tasks*) to this store.
+        Engines in other threads are not told (their event loops are not this one's): polling
+        finds their work.
+        """
+        tables = self._open_tables
+        with tables.lock:
+            tables.hints[:] = [h for h in tables.hints if h.store is not self]
+            hint = _Hint(self, callback, runs, tasks, due, threading.get_ident())
+            tables.hints.append(hint)
+
+    async def open(self) -> None:
+        """Take the rows of the store of this name, making it empty if it is not in use."""
+        if self._tables is not None:
+            return
+        with _STORES_LOCK:
+            self._tables = _STORES.setdefault(self.name, _Tables())
+
+    async def close(self) -> None:
+        """Let go of the rows (idempotent); they stay in the process for the next engine."""
+        tables, self._tables = self._tables, None
+        if tables is not None:
+            with tables.lock:
+                tables.hints[:] = [h for h in tables.hints if h.store is not self]
+
+    # -- transactions -----------------------------------------------------------------------------
+
+    @property
+    def _open_tables(self) -> _Tables:
+        if self._tables is None:
+            msg = f"store {self.url} is not open (use the engine as `async with engine:`)"
+            raise RuntimeError(msg)
+        return self._tables
+
+    @contextlib.contextmanager
+    def _read(self) -> Generator[_Tables]:
+        tables = self._open_tables
+        with tables.lock:
+            yield tables
+
+    @contextlib.contextmanager
+    def _write(self) -> Generator[_Tables]:
+        """One transaction: every write of the block lands, or (it raised) none does."""
+        tables = self._open_tables
+        with tables.lock:
+            journal: list[tuple[dict[Any, Any], Any, Any]] = []
+            tables.journal, last_task_id = journal, tables.last_task_id
+            try:
+                yield tables
+            except BaseException:
+                tables.undo(journal)
+                tables.last_task_id = last_task_id
+                raise
+            finally:
+                tables.journal = None
+
+    def _tell(self, *, runs: bool = False, tasks: bool = False, due: bool = False) -> None:
+        """Wake the other engines of this thread that listen for what a write brought."""
+        tables = self._tables
+        if tables is None or not (runs or tasks):
+            return
+        thread = threading.get_ident()
+        with tables.lock:
+            told = [
+                h
+                for h in tables.hints
+                if h.store is not self
+                and h.thread == thread
+                and ((runs and h.runs) or (tasks and h.tasks))
+            ]
+        for hint in told:
+            if due and hint.due is not None:
+                hint.due()
+            hint.callback()
+
+    # -- rules shared by the writes ---------------------------------------------------------------
+
+    @staticmethod
+    def _append_event(tables: _Tables, run_id: str, event: NewEvent) -> None:
+        """Events rule: a run's events are numbered 1, 2, ... in commit order."""
+        trail = tables.events.get(run_id, ())
+        e = event
+        row = _EventRow(run_id, len(trail) + 1, e.seq, e.name, e.level, e.at, dumps(e.data))
+        tables.put(tables.events, run_id, (*trail, row))
+
+    def _insert_events(self, tables: _Tables, run_id: str, events: Sequence[NewEvent]) -> None:
+        for e in events:
+            self._append_event(tables, run_id, e)
+
+    @staticmethod
+    def _slots_held(tables: _Tables, queue: str) -> int:
+        """Admission rule: queued, claimed and withdrawn attempts hold a slot of their queue."""
+        return sum(
+            1 for t in tables.tasks.values() if t.queue == queue and t.status in _SLOT_HOLDERS
+        )
+
+    def _enqueue(self, tables: _Tables, task: NewTask, now: int) -> None:
+        """
+        Admission rule: insert *task* queued, or waiting (with ``step.queued``) when its
+        flow-control queue has no free slot.
+        """
+        status = "queued"
+        limited = task.queue is not None and task.queue_limit is not None
+        if limited and self._slots_held(tables, task.queue or "") >= (task.queue_limit or 0):
+            status = "waiting"
+        tables.last_task_id += 1
+        row = _TaskRow(
+            task_id=tables.last_task_id,
+            run_id=task.run_id,
+            seq=task.seq,
+            step_id=task.step_id,
+            name=task.name,
+            grp=task.group,
+            queue=task.queue,
+            input=task.input,
+            attempt=task.attempt,
+            status=status,
+            available_at=task.available_at,
+            claimed_by=None,
+            claim_until=None,
+            redispatched=task.redispatched,
+            created_at=now,
+            queue_limit=task.queue_limit,
+        )
+        tables.put(tables.tasks, row.task_id, row)
+        if status == "waiting":
+            data = {"attempt": task.attempt, "queue": task.queue}
+            self._append_event(
+                tables, task.run_id, NewEvent("step.queued", now, task.seq, data, "info")
+            )
+
+    def _admit_waiting(self, tables: _Tables, queue: str, now: int) -> None:
+        """Admission rule: the oldest waiting attempts of *queue* take the slots that are free."""
+        while True:
+            waiting = next(
+                (t for t in tables.tasks_in_order() if t.queue == queue and t.status == "waiting"),
+                None,
+            )
+            if waiting is None or self._slots_held(tables, queue) >= (waiting.queue_limit or 1):
+                return
+            admitted = attrs.evolve(
+                waiting, status="queued", available_at=max(waiting.available_at, now)
+            )
+            tables.put(tables.tasks, waiting.task_id, admitted)
+            data = {"attempt": waiting.attempt, "queue": queue}
+            self._append_event(
+                tables, waiting.run_id, NewEvent("step.admitted", now, waiting.seq, data, "info")
+            )
+
+    def _release_slots(self, tables: _Tables, gone: Iterable[_TaskRow], now: int) -> None:
+        """Admission rule: a deleted task frees its queue's slot for the oldest waiting one."""
+        for queue in dict.fromkeys(t.queue for t in gone if t.queue is not None):
+            self._admit_waiting(tables, queue, now)
+
+    @staticmethod
+    def _delete_tasks(tables: _Tables, which: Callable[[_TaskRow], bool]) -> list[_TaskRow]:
+        """Delete the tasks *which* picks; return them, by id."""
+        gone = [t for t in tables.tasks_in_order() if which(t)]
+        for t in gone:
+            tables.put(tables.tasks, t.task_id, None)
+        return gone
+
+    def _withdraw(self, tables: _Tables, run_id: str, seqs: Sequence[int], now: int) -> None:
+        """
+        Withdrawal rule: the attempts of the run's checkpoints at *seqs* never run. Queued or
+        waiting ones are deleted; a claimed one is marked ``withdrawn`` (its result will be
+        discarded). Each is a ``step.withdrawn`` event.
+        """
+        if not seqs:
+            return
+        wanted = set(seqs)
+        deleted = self._delete_tasks(
+            tables,
+            lambda t: t.run_id == run_id and t.seq in wanted and t.status in ("queued", "waiting"),
+        )
+        claimed = [
+            t
+            for t in tables.tasks_in_order()
+            if t.run_id == run_id and t.seq in wanted and t.status == "claimed"
+        ]
+        for t in claimed:
+            tables.put(tables.tasks, t.task_id, attrs.evolve(t, status="withdrawn"))
+        self._release_slots(tables, deleted, now)
+        for rows, held in ((deleted, False), (claimed, True)):
+            for t in rows:
+                data = {"attempt": t.attempt, "claimed": held}
+                self._append_event(
+                    tables, run_id, NewEvent("step.withdrawn", now, t.seq, data, "info")
+                )
+
+    def _apply_outcome(
+        self,
+        tables: _Tables,
+        *,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        outcome: TaskOutcome,
+        now: int,
+    ) -> bool:
+        """
+        Result rule: complete or fail the checkpoint and wake its run; ``False`` when the result
+        no longer matters. A success completes a step that has not completed, unless its
+        failure is settled (replay raised it; a late success must not rewrite that history); a
+        failure counts only for the attempt the checkpoint awaits.
+        """
+        cps = tables.checkpoints_of(run_id)
+        row = cps.get(seq)
+        if row is None or row.status == "completed" or _settled_failure(row):
+            return False
+        if outcome.progress is not None:
+            row = attrs.evolve(row, progress=outcome.progress)
+            tables.put(cps, seq, row)
+        if outcome.error is None:
+            done = attrs.evolve(
+                row,
+                status="completed",
+                output=outcome.output,
+                error=None,
+                wake_at=None,
+                final=False,
+                updated_at=now,
+                rev=row.rev + 1,
+            )
+            tables.put(cps, seq, done)
+            # Other attempts of a step that has completed are moot.
+            moot = self._delete_tasks(tables, lambda t: t.run_id == run_id and t.seq == seq)
+            self._release_slots(tables, moot, now)
+            name: EventName = "step.completed"
+            level = "info"
+            data: dict[str, Any] = {"attempt": attempt, "kind": "remote"}
+        else:
+            if row.status not in _AWAITED or row.attempts != attempt:
+                return False
+            text = error_text(outcome.error)
+            failed = attrs.evolve(
+                row,
+                status="failed",
+                error=text,
+                final=False,
+                wake_at=None,
+                updated_at=now,
+                rev=row.rev + 1,
+            )
+            tables.put(cps, seq, failed)
+            assert text is not None
+            errors = tables.step_errors.get((run_id, seq), ())
+            tables.put(tables.step_errors, (run_id, seq), (*errors, text))
+            name = "step.failed"
+            level = "warning" if outcome.error.retryable else "error"
+            data = {"attempt": attempt, "kind": "remote", "error": outcome.error.to_json()}
+        self._append_event(tables, run_id, NewEvent(name, now, seq, data, level))
+        self._wake_run(tables, run_id, now)
+        return True
+
+    @staticmethod
+    def _wake_run(tables: _Tables, run_id: str, now: int) -> None:
+        """
+        Wake rule: a result marks its unfinished run woken (a running turn's suspension then
+        makes it pending) and makes a suspended one pending.
+        """
+        run = tables.runs.get(run_id)
+        if run is None or run.status not in ("pending", "running", "suspended"):
+            return
+        status = "pending" if run.status == "suspended" else run.status
+        woken = attrs.evolve(run, woken=True, wake_at=None, updated_at=now, status=status)
+        tables.put(tables.runs, run_id, woken)
+
+    @staticmethod
+    def _lease_holds(tables: _Tables, run_id: str, token: str) -> _RunRow | None:
+        """Lease rule: the run, if *token* still holds it (it is running on that lease)."""
+        run = tables.runs.get(run_id)
+        if run is None or run.lease_token != token or run.status != "running":
+            return None
+        return run
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | ClaimedRun | None:
+        """Insert *run* (pending, or leased); return the existing run if the id is taken."""
+        with self._write() as tables:
+            taken = tables.runs.get(run.run_id)
+            if taken is not None:
+                return _run(taken)
+            leased = run.lease_token is not None
+            row = _RunRow(
+                run_id=run.run_id,
+                workflow=run.workflow,
+                version=run.version,
+                status="running" if leased else "pending",
+                input=run.input,
+                output=None,
+                error=None,
+                created_at=run.now,
+                updated_at=run.now,
+                lease_token=run.lease_token,
+                lease_until=run.lease_until if leased else None,
+            )
+            tables.put(tables.runs, run.run_id, row)
+            self._insert_events(tables, run.run_id, events)
+        if run.lease_token is None:
+            self._tell(runs=True)
+            return None
+        created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
+                      None, None, 0, run.now, run.now)  # fmt: skip
+        return ClaimedRun(created, run.lease_token, ())
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or ``None``."""
+        with self._read() as tables:
+            row = tables.runs.get(run_id)
+            return None if row is None else _run(row)
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        stale_before: int | None = None,
+    ) -> list[Run]:
+        """Runs newest first, filtered (see ``Store.list_runs``)."""
+        with self._read() as tables:
+
+            def stale(run: _RunRow) -> bool:
+                assert stale_before is not None
+                return run.status == "suspended" and any(
+                    cp.kind == "remote"
+                    and cp.status in _AWAITED
+                    and cp.dispatched_at is not None
+                    and cp.dispatched_at < stale_before
+                    for cp in tables.checkpoints.get(run.run_id, {}).values()
+                )
+
+            found = [
+                run
+                for run in tables.runs.values()
+                if (status is None or run.status == status)
+                and (workflow is None or run.workflow == workflow)
+                and (stale_before is None or stale(run))
+            ]
+            found.sort(key=lambda r: r.run_id)
+            found.sort(key=lambda r: r.created_at, reverse=True)
+            # As SQL's LIMIT: a negative one is no limit.
+            return [_run(r) for r in (found if limit < 0 else found[:limit])]
+
+    async def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The run's checkpoints by sequence number."""
+        with self._read() as tables:
+            return self._checkpoints(tables, run_id)
+
+    @staticmethod
+    def _checkpoints(tables: _Tables, run_id: str) -> list[Checkpoint]:
+        cps = tables.checkpoints.get(run_id, {})
+        return [_checkpoint(tables, cps[seq]) for seq in sorted(cps)]
+
+    async def events(self, run_id: str) -> list[Event]:
+        """The run's events, oldest first."""
+        with self._read() as tables:
+            trail = tables.events.get(run_id, ())
+            return [Event(e.name, e.level, e.at, e.seq, json.loads(e.data)) for e in trail]
+
+    async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
+        """One checkpoint, read afresh."""
+        with self._read() as tables:
+            row = tables.checkpoints.get(run_id, {}).get(seq)
+            return None if row is None else _checkpoint(tables, row)
+
+    # -- turns ------------------------------------------------------------------------------------
+
+    async def claim_runs(
+        self,
+        *,
+        workflows: Sequence[tuple[str, str]],
+        now: int,
+        lease_until: int,
+        owner: str,
+        limit: int,
+    ) -> list[ClaimedRun]:
+        """
+        Claim rule: take up to *limit* runs of *workflows* that are pending, or suspended with a
+        wake time due, oldest change first, each with a fresh lease token.
+        """
+        if not workflows or limit <= 0:
+            return []
+        wanted = set(workflows)
+        with self._write() as tables:
+            runnable = [
+                run
+                for run in tables.runs.values()
+                if (run.workflow, run.version) in wanted
+                and (
+                    run.status == "pending"
+                    or (
+                        run.status == "suspended" and run.wake_at is not None and run.wake_at <= now
+                    )
+                )
+            ]
+            runnable.sort(key=lambda r: (r.updated_at, r.run_id))
+            claimed: list[ClaimedRun] = []
+            for row in runnable[:limit]:
+                token = f"{owner}:{secrets.token_hex(6)}"
+                leased = attrs.evolve(
+                    row, status="running", lease_token=token, lease_until=lease_until, woken=False
+                )
+                tables.put(tables.runs, row.run_id, leased)
+                run = attrs.evolve(_run(row), status="running")
+                claimed.append(ClaimedRun(run, token, self._checkpoints(tables, row.run_id)))
+            return claimed
+
+    async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
+        """Extend the lease *token* holds; ``False`` if it no longer holds the run."""
+        with self._write() as tables:
+            run = self._lease_holds(tables, run_id, token)
+            if run is None:
+                return False
+            tables.put(tables.runs, run_id, attrs.evolve(run, lease_until=lease_until))
+            return True
+
+    async def commit_turn(self, commit: TurnCommit) -> None:
+        """
+        Turn rule: apply *commit* if its lease still holds the run and every checkpoint it
+        updates is at the revision it read; else raise ``StaleTurnError`` and write nothing.
+        """
+        with self._write() as tables:
+            self._commit_turn(tables, commit)
+        adv = commit.advance
+        self._tell(
+            runs=adv.action == "release" or (adv.action == "suspend" and adv.wake_at is not None),
+            tasks=bool(commit.tasks),
+            due=adv.wake_at is not None or any(t.available_at > commit.now for t in commit.tasks),
+        )
+
+    def _commit_turn(self, tables: _Tables, commit: TurnCommit) -> None:
+        run = self._lease_holds(tables, commit.run_id, commit.token)
+        if run is None:
+            raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+        self._advance(tables, run, commit)
+        cps = tables.checkpoints_of(commit.run_id)
+        for write in commit.checkpoints:
+            self._write_checkpoint(tables, cps, commit, write)
+        self._insert_events(tables, commit.run_id, commit.events)
+        for task in commit.tasks:
+            # Withdraw older attempts nobody claimed: only the newest may run.
+            withdrawn = self._delete_tasks(tables, _unclaimed_of(task.run_id, task.seq))
+            self._enqueue(tables, task, commit.now)
+            self._release_slots(tables, withdrawn, commit.now)
+
+    def _write_checkpoint(
+        self,
+        tables: _Tables,
+        cps: dict[int, _CheckpointRow],
+        commit: TurnCommit,
+        write: CheckpointWrite,
+    ) -> None:
+        """Checkpoint rule: insert a new row, or update one at the revision the turn read."""
+        cp = write.checkpoint
+        old = cps.get(cp.seq)
+        if write.expected_rev is None and old is not None:
+            msg = f"run {commit.run_id}: checkpoint {cp.seq} was written meanwhile"
+            raise StaleTurnError(msg)
+        if write.expected_rev is not None and (old is None or old.rev != write.expected_rev):
+            msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
+            raise StaleTurnError(msg)
+        row = _CheckpointRow(
+            run_id=commit.run_id,
+            seq=cp.seq,
+            name=cp.name,
+            kind=cp.kind,
+            step_id=cp.step_id,
+            status=cp.status,
+            attempts=cp.attempts,
+            wake_at=cp.wake_at,
+            input=write.input,
+            output=write.output,
+            error=error_text(cp.error),
+            final=cp.final,
+            retry_state=None if cp.retry_state is None else dumps(cp.retry_state),
+            grp=cp.group,
+            queue=cp.queue,
+            dispatched_at=cp.dispatched_at,
+            created_at=cp.created_at if old is None else old.created_at,
+            updated_at=commit.now,
+            rev=1 if old is None else old.rev + 1,
+            # A turn never writes a worker's progress: an update keeps it.
+            progress=None if old is None else old.progress,
+            heartbeat_at=cp.heartbeat_at,
+            timeout_ms=cp.timeout_ms,
+            lease_ms=cp.lease_ms,
+            redispatches=cp.redispatches,
+        )
+        tables.put(cps, cp.seq, row)
+        if cp.stored_errors() is None:
+            # Given as values: written again whole.
+            texts = tuple(dumps(e.to_json()) for e in cp.errors)
+            tables.put(tables.step_errors, (commit.run_id, cp.seq), texts or None)
+        if cp.kind == "remote" and cp.status == "failed" and cp.final:
+            # The engine gave up on the step: no attempt of it may run any more.
+            self._withdraw(tables, commit.run_id, (cp.seq,), commit.now)
+
+    @staticmethod
+    def _advance(tables: _Tables, run: _RunRow, commit: TurnCommit) -> None:
+        """
+        Advance rule: what the turn does to its run (the lease was checked). ``continue``
+        renews the lease (or, without a new one, writes nothing); ``suspend`` makes the run
+        suspended, or pending if a result woke it meanwhile; ``finish`` ends it; ``release``
+        gives it back.
+        """
+        adv = commit.advance
+        if adv.action == "continue":
+            if adv.lease_until is None:
+                return
+            new = attrs.evolve(run, lease_until=adv.lease_until, updated_at=commit.now)
+        elif adv.action == "suspend":
+            new = attrs.evolve(
+                run,
+                status="pending" if run.woken else "suspended",
+                wake_at=adv.wake_at,
+                lease_token=None,
+                lease_until=None,
+                updated_at=commit.now,
+            )
+        elif adv.action == "finish":
+            assert adv.status is not None
+            new = attrs.evolve(
+                run,
+                status=adv.status,
+                output=adv.output,
+                error=error_text(adv.error),
+                wake_at=None,
+                lease_token=None,
+                lease_until=None,
+                updated_at=commit.now,
+            )
+        else:
+            new = attrs.evolve(
+                run, status="pending", lease_token=None, lease_until=None, updated_at=commit.now
+            )
+        tables.put(tables.runs, run.run_id, new)
+
+    async def record_local_step(
+        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
+    ) -> None:
+        """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
+        with self._write() as tables:
+            if self._lease_holds(tables, run_id, token) is None:
+                raise StaleTurnError(f"run {run_id}: the lease was taken over")
+            cps = tables.checkpoints_of(run_id)
+            if seq in cps:
+                msg = f"run {run_id}: checkpoint {seq} was written meanwhile"
+                raise StaleTurnError(msg)
+            row = _CheckpointRow(
+                run_id=run_id,
+                seq=seq,
+                name=name,
+                kind="local",
+                step_id=f"{run_id}:{seq}",
+                status="completed",
+                attempts=1,
+                wake_at=None,
+                input=None,
+                output=output,
+                error=None,
+                final=False,
+                retry_state=None,
+                grp="default",
+                queue=None,
+                dispatched_at=None,
+                created_at=started,
+                updated_at=now,
+            )
+            tables.put(cps, seq, row)
+
+    # -- workers ----------------------------------------------------------------------------------
+
+    async def claim_tasks(
+        self, *, groups: Sequence[str], now: int, claim_until: int, worker: str, limit: int
+    ) -> list[Task]:
+        """
+        Claim rule: take up to *limit* queued tasks of *groups* available at *now*, by id. The
+        claim is the worker's pickup beat on the checkpoint of the attempt it awaits (and
+        renews its lost-dispatch lease), with ``step.started``.
+        """
+        if not groups or limit <= 0:
+            return []
+        wanted = set(groups)
+        with self._write() as tables:
+            ready = [
+                t
+                for t in tables.tasks_in_order()
+                if t.status == "queued" and t.grp in wanted and t.available_at <= now
+            ][:limit]
+            claimed: list[Task] = []
+            for row in ready:
+                tables.put(
+                    tables.tasks,
+                    row.task_id,
+                    attrs.evolve(row, status="claimed", claimed_by=worker, claim_until=claim_until),
+                )
+                cps = tables.checkpoints_of(row.run_id)
+                cp = cps.get(row.seq)
+                beat = None
+                if cp is not None and cp.status in _AWAITED and cp.attempts == row.attempt:
+                    beat = attrs.evolve(
+                        cp,
+                        status="running",
+                        heartbeat_at=now,
+                        wake_at=cp.wake_at if cp.lease_ms is None else now + cp.lease_ms,
+                        updated_at=now,
+                        rev=cp.rev + 1,
+                    )
+                    tables.put(cps, row.seq, beat)
+                claimed.append(_task(row, beat))
+            for task in claimed:
+                data: dict[str, Any] = {"attempt": task.attempt, "kind": "remote", "worker": worker}
+                if task.redispatched:
+                    data["redispatched"] = True
+                self._append_event(
+                    tables, task.run_id, NewEvent("step.started", now, task.seq, data, "info")
+                )
+            return claimed
+
+    async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
+        """Extend a claim *worker* holds; ``False`` if it no longer holds it."""
+        with self._write() as tables:
+            row = tables.tasks.get(task_id)
+            if row is None or row.claimed_by != worker or row.status != "claimed":
+                return False
+            tables.put(tables.tasks, task_id, attrs.evolve(row, claim_until=claim_until))
+            return True
+
+    async def heartbeat(
+        self, task: Task, *, now: int, progress: str | None, lease_until: int | None
+    ) -> bool:
+        """Persist a worker's beat (see ``Store.heartbeat``)."""
+        with self._write() as tables:
+            cps = tables.checkpoints_of(task.run_id)
+            cp = cps.get(task.seq)
+            if cp is None or cp.attempts != task.attempt or cp.status not in _AWAITED:
+                return False
+            renews = cp.lease_ms is not None and lease_until is not None
+            beat = attrs.evolve(
+                cp,
+                heartbeat_at=now,
+                progress=cp.progress if progress is None else progress,
+                wake_at=lease_until if renews else cp.wake_at,
+                updated_at=now,
+                rev=cp.rev + 1,
+            )
+            tables.put(cps, task.seq, beat)
+            return True
+
+    async def release_claim(self, task_id: int, worker: str, *, now: int) -> None:
+        """Put a claimed task back in the queue (a withdrawn one goes, freeing its slot)."""
+        with self._write() as tables:
+            row = tables.tasks.get(task_id)
+            if row is None or row.claimed_by != worker:
+                return
+            if row.status == "claimed":
+                back = attrs.evolve(row, status="queued", claimed_by=None, claim_until=None)
+                tables.put(tables.tasks, task_id, back)
+            elif row.status == "withdrawn":
+                tables.put(tables.tasks, task_id, None)
+                self._release_slots(tables, [row], now)
+        self._tell(tasks=True)
+
+    async def record_result(self, task: Task, worker: str, outcome: TaskOutcome, now: int) -> bool:
+        """
+        Result rule (see ``Store.record_result``): the worker's task row goes, freeing its slot;
+        a withdrawn attempt's result is discarded with ``step.result_discarded``.
+        """
+        with self._write() as tables:
+            row = tables.tasks.get(task.task_id)
+            own = row is not None and row.claimed_by == worker
+            if own:
+                assert row is not None
+                tables.put(tables.tasks, row.task_id, None)
+                self._release_slots(tables, [row], now)
+                if row.status == "withdrawn":
+                    self._append_event(
+                        tables,
+                        task.run_id,
+                        NewEvent(
+                            "step.result_discarded",
+                            now,
+                            task.seq,
+                            discarded(task, outcome),
+                            "warning",
+                        ),
+                    )
+                    return False
+            landed = self._apply_outcome(
+                tables,
+                run_id=task.run_id,
+                seq=task.seq,
+                attempt=task.attempt,
+                outcome=outcome,
+                now=now,
+            )
+        self._tell(runs=landed)
+        return landed
+
+    async def redispatch_pending(self, run_id: str, *, now: int) -> int:
+        """
+        Redispatch rule: enqueue every pending dispatched step of the run again with attempt
+        + 1 (its queued older attempts withdrawn, its queue's limit kept); return how many.
+        """
+        with self._write() as tables:
+            count = 0
+            cps = tables.checkpoints_of(run_id)
+            for seq in sorted(cps):
+                cp = cps[seq]
+                if cp.kind != "remote" or cp.status not in _AWAITED:
+                    continue
+                attempt = cp.attempts + 1
+                again = attrs.evolve(
+                    cp,
+                    status="pending",
+                    attempts=attempt,
+                    dispatched_at=now,
+                    redispatches=cp.redispatches + 1,
+                    wake_at=cp.wake_at if cp.lease_ms is None else now + cp.lease_ms,
+                    updated_at=now,
+                    rev=cp.rev + 1,
+                )
+                tables.put(cps, seq, again)
+                withdrawn = self._delete_tasks(tables, _unclaimed_of(run_id, seq))
+                limit = next((t.queue_limit for t in withdrawn if t.queue_limit is not None), None)
+                if limit is None:
+                    held = next(
+                        (t for t in tables.tasks_in_order() if t.run_id == run_id and t.seq == seq),
+                        None,
+                    )
+                    limit = None if held is None else held.queue_limit
+                step = _checkpoint(tables, again)
+                self._enqueue(
+                    tables,
+                    NewTask(
+                        run_id,
+                        seq,
+                        step.step_id,
+                        step.name,
+                        step.group,
+                        dumps(step.input),
+                        attempt,
+                        now,
+                        step.queue,
+                        redispatched=True,
+                        queue_limit=limit,
+                    ),
+                    now,
+                )
+                self._release_slots(tables, withdrawn, now)
+                data = {"attempt": attempt, "by": "redispatch_pending"}
+                self._append_event(
+                    tables, run_id, NewEvent("step.redispatched", now, seq, data, "warning")
+                )
+                count += 1
+        self._tell(tasks=count > 0)
+        return count
+
+    # -- maintenance ------------------------------------------------------------------------------
+
+    async def recover(
+        self, *, now: int, max_recovery_attempts: int | None, reconcile_ms: int
+    ) -> RecoveryReport:
+        """Recover expired run leases and expired task claims (see ``Store.recover``)."""
+        with self._write() as tables:
+            recovered: list[str] = []
+            dead: list[str] = []
+            lost: list[str] = []
+            expired = [
+                r
+                for r in tables.runs.values()
+                if r.status == "running" and r.lease_until is not None and r.lease_until < now
+            ]
+            for run in expired:
+                verdict = self._recover_run(tables, run, now, max_recovery_attempts, reconcile_ms)
+                (dead if verdict == "dead" else recovered).append(run.run_id)
+            for task in tables.tasks_in_order():
+                if task.status != "claimed" or task.claim_until is None or task.claim_until >= now:
+                    continue
+                tables.put(tables.tasks, task.task_id, None)
+                self._release_slots(tables, [task], now)
+                self._apply_outcome(
+                    tables,
+                    run_id=task.run_id,
+                    seq=task.seq,
+                    attempt=task.attempt,
+                    outcome=TaskOutcome(error=lost_worker()),
+                    now=now,
+                )
+                lost.append(task.step_id)
+            # A withdrawn attempt whose worker went silent: its slot is free, nothing else.
+            gone = self._delete_tasks(
+                tables,
+                lambda t: (
+                    t.status == "withdrawn" and t.claim_until is not None and t.claim_until < now
+                ),
+            )
+            self._release_slots(tables, gone, now)
+        self._tell(runs=bool(recovered or lost), due=bool(recovered))
+        return RecoveryReport(recovered, dead, lost)
+
+    def _recover_run(
+        self,
+        tables: _Tables,
+        run: _RunRow,
+        now: int,
+        max_recovery_attempts: int | None,
+        reconcile_ms: int,
+    ) -> Literal["reconciling", "dead", "recovered"]:
+        """
+        Recovery rule for a run whose lease expired: parked on the reconcile wake if it awaited
+        a liveness step (not counted), dead past *max_recovery_attempts*, else pending again
+        with one more recovery counted.
+        """
+        count = run.recovery_attempts
+        cleared = attrs.evolve(run, lease_token=None, lease_until=None, updated_at=now)
+        awaiting = any(
+            cp.kind == "remote" and cp.timeout_ms is not None and cp.status in _AWAITED
+            for cp in tables.checkpoints.get(run.run_id, {}).values()
+        )
+        if awaiting:
+            # Its dispatcher died awaiting a liveness step: a worker may still report.
+            wake_at = now + reconcile_ms
+            tables.put(
+                tables.runs, run.run_id, attrs.evolve(cleared, status="suspended", wake_at=wake_at)
+            )
+            self._append_event(
+                tables,
+                run.run_id,
+                NewEvent("run.reconciling", now, None, {"wake_at": wake_at}, "warning"),
+            )
+            return "reconciling"
+        if max_recovery_attempts is not None and count >= max_recovery_attempts:
+            error = error_text(dead_run(count, max_recovery_attempts))
+            tables.put(tables.runs, run.run_id, attrs.evolve(cleared, status="dead", error=error))
+            data = {"recovery_attempts": count}
+            self._append_event(tables, run.run_id, NewEvent("run.dead", now, None, data, "error"))
+            return "dead"
+        pending = attrs.evolve(cleared, status="pending", recovery_attempts=count + 1)
+        tables.put(tables.runs, run.run_id, pending)
+        data = {"recovery_attempts": count + 1}
+        self._append_event(
+            tables, run.run_id, NewEvent("run.recovered", now, None, data, "warning")
+        )
+        return "recovered"
+
+    async def next_due(self, now: int) -> int | None:
+        """
+        The earliest epoch ms after *now* at which a timer, lease or claim comes due. A lease or
+        claim held until T expires at T + 1 (recovery takes ``until < now``).
+        """
+        with self._read() as tables:
+            times = itertools.chain(
+                (
+                    r.wake_at
+                    for r in tables.runs.values()
+                    if r.status == "suspended" and r.wake_at is not None and r.wake_at > now
+                ),
+                (
+                    r.lease_until + 1
+                    for r in tables.runs.values()
+                    if r.status == "running" and r.lease_until is not None and r.lease_until >= now
+                ),
+                (
+                    t.available_at
+                    for t in tables.tasks.values()
+                    if t.status == "queued" and t.available_at > now
+                ),
+                (
+                    t.claim_until + 1
+                    for t in tables.tasks.values()
+                    if t.status in ("claimed", "withdrawn")
+                    and t.claim_until is not None
+                    and t.claim_until >= now
+                ),
+            )
+            return min(times, default=None)
+
+    async def requeue(self, run_id: str, now: int) -> Run:
+        """
+        Requeue rule: reset the run's failed checkpoints to a fresh first attempt (a remote one
+        due now, its attempts withdrawn) and make the run pending.
+
+        Raises:
+            LookupError: If there is no such run.
+            ValueError: If the run is not failed, dead or cancelled.
+        """
+        with self._write() as tables:
+            run = tables.runs.get(run_id)
+            if run is None:
+                msg = f"no run with id {run_id!r}"
+                raise LookupError(msg)
+            if run.status not in ("failed", "dead", "cancelled"):
+                msg = (
+                    f"run {run_id} is {run.status}; only a failed, dead or cancelled run can be"
+                    " retried"
+                )
+                raise ValueError(msg)
+            cps = tables.checkpoints_of(run_id)
+            failed = [seq for seq in sorted(cps) if cps[seq].status == "failed"]
+            # Attempts still queued or running for the steps reset here must not complete
+            # their fresh first attempt: they are withdrawn.
+            self._withdraw(tables, run_id, [s for s in failed if cps[s].kind == "remote"], now)
+            for seq in failed:
+                cp = cps[seq]
+                local = cp.kind == "local"
+                reset = attrs.evolve(
+                    cp,
+                    status="pending" if local else "failed",
+                    attempts=0,
+                    final=False,
+                    error=None,
+                    retry_state=None,
+                    wake_at=None if local else now,
+                    updated_at=now,
+                    rev=cp.rev + 1,
+                )
+                tables.put(cps, seq, reset)
+                tables.put(tables.step_errors, (run_id, seq), None)
+            fresh = attrs.evolve(
+                run,
+                status="pending",
+                output=None,
+                error=None,
+                wake_at=None,
+                woken=False,
+                lease_token=None,
+                lease_until=None,
+                recovery_attempts=0,
+                updated_at=now,
+            )
+            tables.put(tables.runs, run_id, fresh)
+            data = {"checkpoints_reset": len(failed)}
+            self._append_event(tables, run_id, NewEvent("run.requeued", now, None, data, "info"))
+        self._tell(runs=True)
+        return _run(fresh)
+
+
+def _sqlite_values(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Booleans as SQLite gives them (0 or 1)."""
+    return tuple(int(v) if isinstance(v, bool) else v for v in values)

@@ -1,0 +1,693 @@
+"""
+The ``Store`` contract, driven directly, with the same cases and the same expected rows on the
+memory, SQLite and PostgreSQL stores; each PostgreSQL fast path against its general path; and the
+two SQL dialects' schemas against each other and the column lists of ``rows.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final
+
+import attrs
+import psycopg
+import pytest
+
+from effects.durable._engine import open_store
+from effects.durable._records import Checkpoint
+from effects.durable._store import (
+    CheckpointWrite,
+    NewEvent,
+    NewRun,
+    NewTask,
+    RunAdvance,
+    StaleTurnError,
+    Store,
+    TaskOutcome,
+    TurnCommit,
+)
+from effects.durable._store.memory import MemoryStore
+from effects.durable._store.postgres import PostgresStore, parse_postgres_url
+from effects.durable._store.rows import CHECKPOINT_COLUMNS, RUN_COLUMNS, TASK_COLUMNS
+from effects.durable._store.sqlite import SqliteStore
+from effects.durable.errors import StepError
+from tests.durable.support import START_MS, rows
+from tests.durable.test_postgres_group_commit import CountingGroups, held_two, locked_run
+
+pytestmark = pytest.mark.anyio
+
+NOW = START_MS
+WF = ("wf", "1")
+LEASE = 30_000
+#: How long a test waits for writes that must land (a bound on a hang, not a timing claim).
+PATIENCE = 60.0
+
+
+@pytest.fixture
+async def store(durable_store_url: str) -> AsyncIterator[Store]:
+    """The store of the case, opened: memory, SQLite or PostgreSQL."""
+    opened = open_store(durable_store_url)
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+def remote(seq: int, *, status: str = "pending", attempts: int = 1, **fields: Any) -> Checkpoint:
+    """A dispatched step's checkpoint of run ``r1``, as a turn writes it."""
+    values: dict[str, Any] = {
+        "run_id": "r1",
+        "seq": seq,
+        "name": "charge",
+        "kind": "remote",
+        "step_id": f"r1:{seq}",
+        "status": status,
+        "attempts": attempts,
+        "wake_at": None,
+        "output": None,
+        "error": None,
+        "errors": (),
+        "final": False,
+        "created_at": NOW,
+        "updated_at": NOW,
+        "dispatched_at": NOW,
+        "input": {"n": seq},
+    }
+    values.update(fields)
+    return Checkpoint(**values)
+
+
+def task(seq: int, attempt: int = 1, **fields: Any) -> NewTask:
+    """An attempt of checkpoint *seq* of run ``r1``."""
+    return NewTask("r1", seq, f"r1:{seq}", "charge", "default", '{"n":1}', attempt, NOW, **fields)
+
+
+async def claimed(store: Store, now: int = NOW, lease_ms: int = LEASE) -> str:
+    """Run ``r1`` (made here) claimed by ``e1``: its lease token."""
+    await store.create_run(NewRun("r1", *WF, '{"a":1}', NOW), [NewEvent("run.started", NOW)])
+    (run,) = await store.claim_runs(
+        workflows=[WF], now=now, lease_until=now + lease_ms, owner="e1", limit=5
+    )
+    return run.token
+
+
+async def dispatched(store: Store, seq: int = 1, **task_fields: Any) -> str:
+    """Run ``r1`` suspended on dispatched step *seq* (queued): the turn's lease token."""
+    token = await claimed(store)
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("suspend"),
+            checkpoints=[CheckpointWrite(remote(seq), None, input='{"n":1}')],
+            tasks=[task(seq, **task_fields)],
+            events=[NewEvent("step.dispatched", NOW, seq, {"attempt": 1})],
+        )
+    )
+    return token
+
+
+async def trail(store: Store, run_id: str = "r1") -> list[tuple[str, int | None, dict[str, Any]]]:
+    """The run's events as ``(name, seq, data)``, oldest first."""
+    return [(e.name, e.seq, e.data) for e in await store.events(run_id)]
+
+
+def table(url: str, query: str) -> list[tuple[Any, ...]]:
+    """Rows of *query* on the store (a memory store's read from a copy in SQLite)."""
+    return rows(url, query)
+
+
+async def test_a_run_is_created_claimed_turned_and_completed(
+    store: Store, durable_store_url: str
+) -> None:
+    """A run goes pending, running (leased), completed, with its checkpoint and events."""
+    assert None is await store.create_run(NewRun("r1", *WF, '{"a":1}', NOW), [])
+    again = await store.create_run(NewRun("r1", *WF, '{"b":2}', NOW + 5), [])
+    assert again is not None
+    assert not hasattr(again, "token")
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW, lease_until=NOW + LEASE, owner="e1", limit=5
+    )
+    assert ("r1", "running", {"a": 1}, ()) == (
+        turn.run.run_id, turn.run.status, turn.run.input, tuple(turn.checkpoints)
+    )  # fmt: skip
+    await store.record_local_step(
+        "r1", turn.token, seq=1, name="quote", output='{"total":7}', started=NOW, now=NOW + 1
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            turn.token,
+            NOW + 2,
+            RunAdvance("finish", status="completed", output='"done"'),
+            events=[NewEvent("run.completed", NOW + 2)],
+        )
+    )
+    run = await store.get_run("r1")
+    assert run is not None
+    assert ("completed", "done", None, NOW + 2) == (
+        run.status,
+        run.output,
+        run.error,
+        run.updated_at,
+    )
+    (cp,) = await store.checkpoints("r1")
+    assert ("quote", "local", "r1:1", "completed", 1, {"total": 7}, 1) == (
+        cp.name, cp.kind, cp.step_id, cp.status, cp.attempts, cp.output, cp.rev
+    )  # fmt: skip
+    assert [("run.completed", None, {})] == await trail(store)
+    assert [("r1", "completed", None, None, 0)] == table(
+        durable_store_url,
+        "SELECT run_id, status, lease_token, lease_until, woken FROM runs",
+    )
+
+
+async def test_a_live_lease_refuses_another_claim_and_a_stranger_token(store: Store) -> None:
+    """A leased run is not claimed again, and a token that does not hold it renews nothing."""
+    token = await claimed(store)
+    assert [] == await store.claim_runs(
+        workflows=[WF], now=NOW + 1, lease_until=NOW + LEASE, owner="e2", limit=5
+    )
+    assert not await store.renew_lease("r1", "e2:stranger", NOW + 2 * LEASE)
+    assert await store.renew_lease("r1", token, NOW + 2 * LEASE)
+
+
+async def test_a_stale_turn_writes_nothing(store: Store, durable_store_url: str) -> None:
+    """A commit on a lost lease, an insert at a taken seq, or an update at an old rev: refused."""
+    token = await dispatched(store)
+    (run,) = await store.claim_runs(
+        workflows=[WF], now=NOW + 1, lease_until=NOW + LEASE, owner="e1", limit=5
+    ) or [None]
+    assert run is None  # suspended without a wake time: not runnable
+    before = (await store.checkpoints("r1"), await store.events("r1"), await store.get_run("r1"))
+    stale = [
+        TurnCommit("r1", token, NOW + 3, RunAdvance("release")),
+        TurnCommit("r1", "e9:nobody", NOW + 3, RunAdvance("continue")),
+    ]
+    for commit in stale:
+        with pytest.raises(StaleTurnError):
+            await store.commit_turn(commit)
+    with pytest.raises(StaleTurnError):
+        await store.record_local_step(
+            "r1", token, seq=9, name="x", output="1", started=NOW, now=NOW
+        )
+    # A fresh turn, then writes that race a checkpoint another writer moved.
+    await store.create_run(NewRun("r2", *WF, "null", NOW), [])
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW, lease_until=NOW + LEASE, owner="e1", limit=5
+    )
+    first = CheckpointWrite(attrs.evolve(remote(1), run_id="r2", step_id="r2:1"), None)
+    await store.commit_turn(TurnCommit("r2", turn.token, NOW, RunAdvance("continue"), [first]))
+    for write in (first, CheckpointWrite(first.checkpoint, expected_rev=7)):
+        with pytest.raises(StaleTurnError):
+            await store.commit_turn(
+                TurnCommit(
+                    "r2",
+                    turn.token,
+                    NOW + 4,
+                    RunAdvance("finish", status="completed", output="1"),
+                    [write],
+                    events=[NewEvent("run.completed", NOW + 4)],
+                )
+            )
+    assert before == (
+        await store.checkpoints("r1"), await store.events("r1"), await store.get_run("r1")
+    )  # fmt: skip
+    assert [("r2", "running")] == table(
+        durable_store_url, "SELECT run_id, status FROM runs WHERE run_id = 'r2'"
+    )
+    assert [] == await store.events("r2")
+
+
+async def test_a_result_moves_the_checkpoint_and_wakes_the_run(
+    store: Store, durable_store_url: str
+) -> None:
+    """Claim makes the step running (with ``step.started``); a failure fails it, waking the run."""
+    await dispatched(store)
+    (claim,) = await store.claim_tasks(
+        groups=["default"], now=NOW + 1, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    assert ("r1:1", 1, {"n": 1}) == (claim.step_id, claim.attempt, claim.input)
+    cp = await store.get_checkpoint("r1", 1)
+    assert cp is not None
+    assert ("running", NOW + 1, 2) == (cp.status, cp.heartbeat_at, cp.rev)
+    error = StepError("declined", "card", {"why": 1}, "FatalError", retryable=False)
+    assert await store.record_result(claim, "w1", TaskOutcome(error=error), NOW + 2)
+    cp = await store.get_checkpoint("r1", 1)
+    assert cp is not None
+    assert ("failed", error, (error,), False, 3) == (
+        cp.status, cp.error, cp.errors, cp.final, cp.rev
+    )  # fmt: skip
+    assert [("pending", None, 1)] == table(
+        durable_store_url, "SELECT status, wake_at, woken FROM runs"
+    )
+    assert [] == table(durable_store_url, "SELECT * FROM tasks")
+    assert [
+        ("step.dispatched", 1, {"attempt": 1}),
+        ("step.started", 1, {"attempt": 1, "kind": "remote", "worker": "w1"}),
+        ("step.failed", 1, {"attempt": 1, "kind": "remote", "error": error.to_json()}),
+    ] == (await trail(store))[1:]
+
+
+async def test_a_late_success_completes_an_unsettled_failure_never_a_settled_one(
+    store: Store,
+) -> None:
+    """A success after a retryable failure completes the step; after a settled one it is moot."""
+    await dispatched(store)
+    (claim,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    lost = TaskOutcome(error=StepError("lost", "worker_lost", None, "WorkerLost"))
+    assert await store.record_result(claim, "w1", lost, NOW + 1)
+    assert await store.record_result(claim, "w1", TaskOutcome(output='"late"'), NOW + 2)
+    cp = await store.get_checkpoint("r1", 1)
+    assert cp is not None
+    assert ("completed", "late", None) == (cp.status, cp.output, cp.error)
+    # Settled: a turn gave up on step 2; a success of its attempt changes nothing.
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW + 3, lease_until=NOW + LEASE, owner="e1", limit=5
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            turn.token,
+            NOW + 3,
+            RunAdvance("continue"),
+            [CheckpointWrite(remote(2), None, input='{"n":2}')],
+            [task(2)],
+        )
+    )
+    (second,) = await store.claim_tasks(
+        groups=["default"], now=NOW + 3, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    assert await store.record_result(second, "w1", lost, NOW + 4)
+    (_, failed) = await store.checkpoints("r1")
+    settled = attrs.evolve(failed, final=True)
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            turn.token,
+            NOW + 5,
+            RunAdvance("finish", status="failed", error=lost.error),
+            [CheckpointWrite(settled, failed.rev)],
+        )
+    )
+    assert not await store.record_result(second, "w1", TaskOutcome(output='"late"'), NOW + 6)
+    after = await store.get_checkpoint("r1", 2)
+    assert after is not None
+    assert ("failed", True, None) == (after.status, after.final, after.output)
+
+
+async def test_a_settled_failure_withdraws_queued_and_claimed_attempts(
+    store: Store, durable_store_url: str
+) -> None:
+    """The queued attempt is deleted, the claimed one withdrawn; its result is discarded."""
+    await dispatched(store)
+    (claim,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    error = StepError("no", "x", None, "ValueError")
+    assert await store.record_result(claim, "w9", TaskOutcome(error=error), NOW + 1)
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW + 2, lease_until=NOW + LEASE, owner="e1", limit=5
+    )
+    (failed,) = turn.checkpoints
+    # Attempt 2 goes out and is queued; then the turn gives up while attempt 1 still runs.
+    retry = CheckpointWrite(
+        attrs.evolve(failed, status="pending", attempts=2, error=None), failed.rev
+    )
+    await store.commit_turn(
+        TurnCommit("r1", turn.token, NOW + 2, RunAdvance("continue"), [retry], [task(1, 2)])
+    )
+    (pending,) = await store.checkpoints("r1")
+    given_up = attrs.evolve(pending, status="failed", final=True, error=error)
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            turn.token,
+            NOW + 3,
+            RunAdvance("finish", status="failed", error=error),
+            [CheckpointWrite(given_up, pending.rev)],
+        )
+    )
+    assert [("withdrawn", 1)] == table(durable_store_url, "SELECT status, attempt FROM tasks")
+    assert not await store.record_result(claim, "w1", TaskOutcome(output="1"), NOW + 4)
+    assert [] == table(durable_store_url, "SELECT * FROM tasks")
+    assert [
+        ("step.withdrawn", 1, {"attempt": 2, "claimed": False}),
+        ("step.withdrawn", 1, {"attempt": 1, "claimed": True}),
+        ("step.result_discarded", 1, {"attempt": 1, "outcome": "completed", "reason": (
+            "withdrawn: the engine had given up on the step, or reset it")}),
+    ] == sorted(  # one commit's withdrawals come in an order of each dialect's own
+        (e for e in await trail(store) if e[0].startswith(("step.withdrawn", "step.result"))),
+        key=lambda e: (e[0] != "step.withdrawn", -e[2]["attempt"]),
+    )  # fmt: skip
+
+
+async def test_a_queue_admits_attempts_up_to_its_limit(store: Store) -> None:
+    """Beyond the queue's limit an attempt waits; a result frees its slot for the oldest one."""
+    token = await claimed(store)
+    checkpoints = [CheckpointWrite(attrs.evolve(remote(s), queue="q"), None) for s in (1, 2)]
+    tasks = [task(s, queue="q", queue_limit=1) for s in (1, 2)]
+    await store.commit_turn(TurnCommit("r1", token, NOW, RunAdvance("suspend"), checkpoints, tasks))
+    (first,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    assert 1 == first.seq
+    assert [] == await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    assert await store.record_result(first, "w1", TaskOutcome(output="1"), NOW + 1)
+    (second,) = await store.claim_tasks(
+        groups=["default"], now=NOW + 1, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    assert 2 == second.seq
+    queue_events = [e for e in await trail(store) if e[0] in ("step.queued", "step.admitted")]
+    assert [
+        ("step.queued", 2, {"attempt": 1, "queue": "q"}),
+        ("step.admitted", 2, {"attempt": 1, "queue": "q"}),
+    ] == queue_events
+
+
+async def test_recovery_of_expired_leases_and_claims(store: Store, durable_store_url: str) -> None:
+    """An expired lease makes the run pending (counted), then dead; an expired claim is lost."""
+    await dispatched(store)
+    (claim,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    assert NOW + 101 == await store.next_due(NOW)
+    report = await store.recover(now=NOW + 101, max_recovery_attempts=None, reconcile_ms=1000)
+    assert ((), (), ("r1:1",)) == tuple(map(tuple, (report.recovered_runs, report.dead_runs,
+                                                    report.lost_tasks)))  # fmt: skip
+    cp = await store.get_checkpoint("r1", 1)
+    assert cp is not None
+    assert cp.error is not None
+    assert ("failed", "worker_lost", True) == (cp.status, cp.error.code, cp.error.retryable)
+    assert not await store.renew_claim(claim.task_id, "w1", NOW + 500)
+    for n, verdict in ((1, "recovered"), (2, "dead")):
+        turns = await store.claim_runs(
+            workflows=[WF], now=NOW + 200 * n, lease_until=NOW + 200 * n + 10, owner="e1", limit=5
+        )
+        assert 1 == len(turns)
+        report = await store.recover(
+            now=NOW + 200 * n + 11, max_recovery_attempts=1, reconcile_ms=1000
+        )
+        assert ["r1"] == list(report.recovered_runs if verdict == "recovered" else report.dead_runs)
+    assert [("dead", 1)] == table(durable_store_url, "SELECT status, recovery_attempts FROM runs")
+    assert [("run.recovered", None, {"recovery_attempts": 1}),
+            ("run.dead", None, {"recovery_attempts": 1})] == [
+        e for e in await trail(store) if e[0].startswith("run.")][1:]  # fmt: skip
+
+
+async def test_requeue_resets_failed_steps_and_makes_the_run_pending(store: Store) -> None:
+    """Requeue: failed steps get attempt 0 due now, the run pending; other statuses refuse."""
+    with pytest.raises(LookupError):
+        await store.requeue("nope", NOW)
+    token = await dispatched(store)
+    (claim,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    error = StepError("no", "x", None, "ValueError", retryable=False)
+    await store.record_result(claim, "w1", TaskOutcome(error=error), NOW + 1)
+    with pytest.raises(ValueError, match="pending"):
+        await store.requeue("r1", NOW + 2)
+    del token
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW + 2, lease_until=NOW + LEASE, owner="e1", limit=5
+    )
+    (failed,) = turn.checkpoints
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            turn.token,
+            NOW + 3,
+            RunAdvance("finish", status="failed", error=error),
+            [CheckpointWrite(attrs.evolve(failed, final=True), failed.rev)],
+        )
+    )
+    run = await store.requeue("r1", NOW + 4)
+    assert ("pending", None, 0) == (run.status, run.error, run.recovery_attempts)
+    (cp,) = await store.checkpoints("r1")
+    assert ("failed", 0, NOW + 4, False, None, ()) == (
+        cp.status, cp.attempts, cp.wake_at, cp.final, cp.error, cp.errors
+    )  # fmt: skip
+    assert ("run.requeued", None, {"checkpoints_reset": 1}) == (await trail(store))[-1]
+
+
+async def test_runs_are_listed_newest_first_and_filtered(store: Store) -> None:
+    """``list_runs`` by status, workflow, limit and stale dispatch, newest first."""
+    await dispatched(store)
+    for n, workflow in ((2, "wf"), (3, "other"), (4, "wf")):
+        await store.create_run(NewRun(f"r{n}", workflow, "1", "null", NOW + n), [])
+
+    async def ids(**filters: Any) -> list[str]:
+        return [r.run_id for r in await store.list_runs(**filters)]
+
+    assert ["r4", "r3", "r2", "r1"] == await ids()
+    assert ["r4", "r2"] == await ids(status="pending", workflow="wf")
+    assert ["r4"] == await ids(limit=1)
+    assert ["r1"] == await ids(status="suspended")
+    assert ["r1"] == await ids(stale_before=NOW + 1)
+    assert [] == await ids(stale_before=NOW)
+
+
+async def test_heartbeats_and_a_claim_handed_back(store: Store) -> None:
+    """A beat keeps its progress; a released claim is queued again for the next worker."""
+    await dispatched(store, 1)
+    (claim,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    assert await store.heartbeat(claim, now=NOW + 5, progress='{"p":1}', lease_until=None)
+    assert await store.heartbeat(claim, now=NOW + 6, progress=None, lease_until=None)
+    cp = await store.get_checkpoint("r1", 1)
+    assert cp is not None
+    assert ({"p": 1}, NOW + 6) == (cp.progress, cp.heartbeat_at)
+    await store.release_claim(claim.task_id, "w1", now=NOW + 7)
+    (again,) = await store.claim_tasks(
+        groups=["default"], now=NOW + 8, claim_until=NOW + 100, worker="w2", limit=5
+    )
+    assert (claim.task_id, {"p": 1}) == (again.task_id, again.last_progress)
+
+
+async def test_a_memory_store_is_shared_by_name_and_dropped() -> None:
+    """Two stores of one name see the same rows; a dropped name starts empty; no name is refused."""
+    durable_store_url = "memory://shared-by-name"
+    first, second = open_store(durable_store_url), open_store(durable_store_url)
+    assert not await first.exists()
+    await first.open()
+    await second.open()
+    await first.create_run(NewRun("r1", *WF, "null", NOW), [])
+    assert await second.exists()
+    assert await second.get_run("r1") is not None
+    await first.close()
+    await second.close()
+    assert MemoryStore.drop(durable_store_url.removeprefix("memory://"))
+    assert not await first.exists()
+    with pytest.raises(ValueError, match="memory://"):
+        open_store("memory://")
+
+
+# -- PostgreSQL's fast paths against their general paths -------------------------------------------
+
+
+async def scripted_writes(store: PostgresStore) -> None:
+    """
+    Writes that take each one-statement path: a start, a local step, turns, results. One task
+    per commit: the one-statement commit numbers the tasks of one commit in an order of its own.
+    """
+    await store.open()
+    try:
+        token = await claimed(store)
+        await store.record_local_step(
+            "r1", token, seq=1, name="q", output="7", started=NOW, now=NOW
+        )
+        await store.commit_turn(
+            TurnCommit("r1", token, NOW + 1, RunAdvance("continue", lease_until=NOW + 50_000))
+        )
+        error = StepError("no", "x", None, "ValueError")
+        for seq, outcome in ((2, TaskOutcome(output='"ok"')), (3, TaskOutcome(error=error))):
+            now = NOW + 10 * seq
+            if seq > 2:
+                (turn,) = await store.claim_runs(
+                    workflows=[WF], now=now, lease_until=now + LEASE, owner="e1", limit=5
+                )
+                token = turn.token
+            await store.commit_turn(
+                TurnCommit(
+                    "r1",
+                    token,
+                    now,
+                    RunAdvance("suspend"),
+                    [CheckpointWrite(remote(seq), None, input='{"n":1}')],
+                    [task(seq)],
+                    [NewEvent("step.dispatched", now, seq, {"attempt": 1})],
+                )
+            )
+            (claim,) = await store.claim_tasks(
+                groups=["default"], now=now + 1, claim_until=now + 100, worker="w1", limit=5
+            )
+            assert await store.record_result(claim, "w1", outcome, now + 2)
+    finally:
+        await store.close()
+
+
+def everything(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table but the lease tokens (random by design)."""
+    ignored = {"lease_token", "claimed_by"}
+    found: dict[str, list[tuple[Any, ...]]] = {}
+    for name in ("runs", "checkpoints", "step_errors", "tasks", "events"):
+        columns = [c for c in sorted(dialect_columns(url)[name]) if c not in ignored]
+        # Sorted whole: the ordering columns of a table need not be a key of it.
+        found[name] = sorted(rows(url, f"SELECT {', '.join(columns)} FROM {name}"), key=repr)
+    return found
+
+
+async def test_one_statement_paths_write_what_the_general_transactions_write(
+    postgres_server: Any,
+) -> None:
+    """Turn commits and results on their one-statement paths, and alone: the same rows."""
+    fast_url, general_url = postgres_server.url(), postgres_server.url()
+    general = PostgresStore(general_url)
+    general._one_statement_paths = False  # pyright: ignore[reportPrivateUsage]
+    await scripted_writes(PostgresStore(fast_url))
+    await scripted_writes(general)
+    assert everything(fast_url) == everything(general_url)
+
+
+async def test_group_commit_writes_what_the_writes_alone_write(postgres_server: Any) -> None:
+    """Local steps of many runs in one pipelined group commit, or each alone: the same rows."""
+    grouped_url, alone_url = postgres_server.url(), postgres_server.url()
+    count = 8
+    for url in (grouped_url, alone_url):
+        store = CountingGroups(url)
+        await store.open()
+        try:
+            for n in range(count + 1):
+                await store.create_run(NewRun(f"r{n}", *WF, "null", NOW), [])
+            turns = await store.claim_runs(
+                workflows=[WF], now=NOW, lease_until=NOW + LEASE, owner="e", limit=count + 1
+            )
+            tokens = {t.run.run_id: t.token for t in turns}
+
+            def step(run_id: str, seq: int, tokens: dict[str, str] = tokens, s: Any = store) -> Any:
+                # As held_two writes them.
+                return s.record_local_step(
+                    run_id,
+                    tokens[run_id],
+                    seq=seq,
+                    name=f"s{seq}",
+                    output="1",
+                    started=NOW,
+                    now=NOW,
+                )
+
+            if url == grouped_url:
+                with locked_run(url, "r0") as lock:
+                    held = await held_two(store, tokens)
+                    queued = [asyncio.ensure_future(step(f"r{n}", 1)) for n in range(1, count + 1)]
+                    await asyncio.sleep(0.05)
+                    lock.commit()
+                await asyncio.wait_for(asyncio.gather(*held, *queued), PATIENCE)
+                assert [count] == store.groups
+            else:
+                for seq in (1, 2):
+                    await step("r0", seq)
+                for n in range(1, count + 1):
+                    await step(f"r{n}", 1)
+                assert [] == store.groups
+        finally:
+            await store.close()
+    assert everything(grouped_url) == everything(alone_url)
+
+
+# -- the schema, the same in both dialects ---------------------------------------------------------
+
+
+def dialect_columns(url: str) -> dict[str, set[str]]:
+    """The columns of each table of the live store at *url* (SQLite, PostgreSQL or memory)."""
+    if url.startswith("memory:"):
+        dumped = MemoryStore.dump(url.removeprefix("memory://"))
+        return {name: set(columns) for name, (columns, _) in dumped.items()}
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            return {
+                name: {r[1] for r in db.execute(f"PRAGMA table_info({name})")}
+                for name in names
+                if not name.startswith("sqlite_")
+            }
+    libpq, options = parse_postgres_url(url)
+    with psycopg.connect(libpq, autocommit=True) as db:
+        found = db.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = %s",
+            (options.schema,),
+        ).fetchall()
+    tables: dict[str, set[str]] = {}
+    for name, column in found:
+        tables.setdefault(name, set()).add(column)
+    return tables
+
+
+#: The columns only one dialect has, each for a reason of that dialect alone. Any other column
+#: that one dialect has and the other lacks fails the schema check.
+DIALECT_ONLY: Final = {
+    # A claim whose commit was cut off with its connection is taken up again by its nonce.
+    ("postgresql", "tasks", "claim_nonce"),
+}
+
+
+def expected_columns() -> dict[str, Sequence[str]]:
+    """What ``rows.py`` reads of each table (``errors`` is read from ``step_errors``)."""
+    return {
+        "runs": RUN_COLUMNS,
+        "checkpoints": [c for c in CHECKPOINT_COLUMNS if c != "errors"],
+        "tasks": TASK_COLUMNS,
+    }
+
+
+async def test_the_dialects_keep_the_same_columns_as_rows_py(
+    tmp_path: Any, postgres_url: str
+) -> None:
+    """Each table has the same columns in SQLite, PostgreSQL and memory, and those rows.py reads."""
+    sqlite_url, memory_url = f"sqlite:///{tmp_path / 'durable.db'}", "memory://schema-check"
+    for url, kind in (
+        (sqlite_url, SqliteStore),
+        (postgres_url, PostgresStore),
+        (memory_url, MemoryStore),
+    ):
+        opened = kind(url)
+        await opened.open()
+        await opened.close()
+    try:
+        sqlite_tables, postgres_tables = dialect_columns(sqlite_url), dialect_columns(postgres_url)
+        memory_tables = dialect_columns(memory_url)
+    finally:
+        MemoryStore.drop("schema-check")
+    for dialect, table_name, column in DIALECT_ONLY:
+        (postgres_tables if dialect == "postgresql" else sqlite_tables)[table_name].discard(column)
+    assert sqlite_tables == postgres_tables
+    assert {k: v for k, v in sqlite_tables.items() if k != "durable_meta"} == memory_tables
+    for name, columns in expected_columns().items():
+        assert set(columns) <= sqlite_tables[name], name
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_the_memory_store_runs_under_trio() -> None:
+    """The memory store needs no asyncio: a run is created, claimed and finished under trio."""
+    name = "trio-contract"
+    store = MemoryStore(f"memory://{name}")
+    await store.open()
+    try:
+        token = await claimed(store)
+        await store.commit_turn(
+            TurnCommit("r1", token, NOW, RunAdvance("finish", status="completed", output="1"))
+        )
+        run = await store.get_run("r1")
+        assert run is not None
+        assert "completed" == run.status
+    finally:
+        await store.close()
+        MemoryStore.drop(name)
