@@ -28,6 +28,7 @@ Example:
 """
 
 import contextlib
+from typing import TYPE_CHECKING, Any
 
 from effects.durable._codec import MAX_DEPTH, Codec, JsonCodec
 from effects.durable._context import WorkflowContext
@@ -54,6 +55,9 @@ from effects.durable.errors import (
     WorkerLost,
 )
 
+if TYPE_CHECKING:
+    from effects.durable._store.memory import MemoryStore
+
 __all__ = [
     "Checkpoint",
     "Codec",
@@ -62,6 +66,7 @@ __all__ = [
     "Event",
     "JsonCodec",
     "MAX_DEPTH",
+    "MemoryStore",
     "NoHandler",
     "NonDeterminismError",
     "Queue",
@@ -90,9 +95,23 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    # The memory store is for tests: a service that never names it never pays for its import.
+    if name == "MemoryStore":
+        from effects.durable._store.memory import MemoryStore  # noqa: PLC0415
+
+        MemoryStore.__module__ = __name__
+        globals()[name] = MemoryStore
+        return MemoryStore
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
+
+
 def _publish(names: list[str]) -> None:
     """Public names in reprs and tracebacks: effects.durable.Engine, not ..._engine.Engine."""
     for name in names:
+        if name == "MemoryStore":
+            continue
         value = globals()[name]
         if str(getattr(value, "__module__", "")).startswith("effects.durable._"):
             with contextlib.suppress(AttributeError, TypeError):
