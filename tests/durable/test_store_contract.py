@@ -7,6 +7,7 @@ two SQL dialects' schemas against each other and the column lists of ``rows.py``
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
@@ -487,6 +488,26 @@ async def test_a_memory_store_is_shared_by_name_and_dropped() -> None:
     assert not await first.exists()
     with pytest.raises(ValueError, match="memory://"):
         open_store("memory://")
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("memory://", "names no store"),
+        ("memory://  ", "names no store"),
+        ("memory://a?x=1", "takes no options"),
+        ("memory://a#b", "takes no options"),
+        ("memory://a\x00b", "control character"),
+        ("memory://a\nb", "control character"),
+        ("memory://\ud800", "lone surrogate"),
+        ("memory:a", "looks like 'memory://NAME'"),
+    ],
+)
+def test_a_memory_url_that_names_no_clear_store_is_refused_saying_why(url: str, said: str) -> None:
+    """Blank names, options and unprintable names are refused, not taken as another store's name."""
+    with pytest.raises(ValueError, match=re.escape(said)) as refused:
+        open_store(url)
+    assert repr(url) in str(refused.value)
 
 
 # -- PostgreSQL's fast paths against their general paths -------------------------------------------

@@ -66,14 +66,22 @@ def parse_memory_url(url: str) -> str:
     The store name of ``memory://NAME``.
 
     Raises:
-        ValueError: If *url* is not a ``memory://`` URL or names no store.
+        ValueError: If *url* is not a ``memory://`` URL, names no store (a blank name), has
+            options (``?`` or ``#``), or its name has a control character or a lone surrogate.
     """
     if not url.lower().startswith(_SCHEME):
         msg = f"a memory store URL looks like 'memory://NAME', got {url!r}"
         raise ValueError(msg)
     name = url[len(_SCHEME) :]
-    if not name:
+    if not name.strip():
         msg = f"the memory store URL {url!r} names no store: use 'memory://NAME'"
+        raise ValueError(msg)
+    if "?" in name or "#" in name:
+        # Options would silently become part of the name and open a different, empty store.
+        msg = f"the memory store URL {url!r} takes no options: use 'memory://NAME'"
+        raise ValueError(msg)
+    if not name.isprintable():
+        msg = f"the memory store name in {url!r} has a control character or a lone surrogate"
         raise ValueError(msg)
     return name
 
