@@ -64,12 +64,12 @@ from effects.durable._store.trail import (
     admitted,
     event_rows,
     outcome_event,
-    queued,
     recovery_event,
     redispatched,
     requeued,
     result_discarded,
     started_data,
+    waiting,
     withdrawn,
 )
 from effects.durable.errors import StoreError
@@ -621,7 +621,7 @@ class SqliteStore:
         db.execute(sq.TASK_INSERT, task_values(task, status, now))
         if status == "waiting":
             db.execute(
-                sq.EVENT_INSERT, queued(task.run_id, task.seq, task.attempt, task.queue, now)
+                sq.EVENT_INSERT, waiting(task.run_id, task.seq, task.attempt, task.queue, now)
             )
 
     @staticmethod

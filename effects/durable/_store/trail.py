@@ -18,12 +18,12 @@ __all__ = [
     "admitted",
     "event_rows",
     "outcome_event",
-    "queued",
     "recovery_event",
     "redispatched",
     "requeued",
     "result_discarded",
     "started_data",
+    "waiting",
     "withdrawn",
 ]
 
@@ -72,7 +72,7 @@ def started_data(attempt: int, worker: str, *, redispatched: bool) -> dict[str, 
     return data
 
 
-def queued(run_id: str, seq: int, attempt: int, queue: str | None, now: int) -> EventRow:
+def waiting(run_id: str, seq: int, attempt: int, queue: str | None, now: int) -> EventRow:
     """``step.queued``: the attempt waits for a slot of its flow-control queue."""
     return run_id, seq, "step.queued", "info", now, dumps({"attempt": attempt, "queue": queue})
 
