@@ -59,9 +59,10 @@ from effects.durable._store import (
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
+    listing,
 )
 from effects.durable._store import postgres_sql as pq
-from effects.durable._store.postgres_sql import DEFAULT_SCHEMA, SCHEMA_NAME, SCHEMA_VERSION
+from effects.durable._store.postgres_sql import DEFAULT_SCHEMA, SCHEMA_VERSION
 from effects.durable._store.postgres_sql import MIGRATIONS as _MIGRATIONS
 from effects.durable._store.rows import (
     CHECKPOINT_WRITE_COLUMNS,
@@ -88,6 +89,7 @@ from effects.durable._store.rules import (
     redispatch,
     redispatchable,
 )
+from effects.durable._store.schema import SCHEMA_NAME, check_tables, schema_version
 from effects.durable._store.trail import (
     EventRow,
     admitted,
@@ -452,23 +454,10 @@ class PostgresStore:
         if not tables:
             return 0
         where = f"store {self.url} (schema {self._schema!r})"
-        if "durable_meta" not in tables:
-            shown = ", ".join(tables[:5])
-            msg = f"{where} is not an effects.durable store (it holds tables {shown})"
-            raise StoreError(msg)
+        check_tables(where, tables)
         cursor = await conn.execute(pq.META)
         meta: dict[str, str] = dict(await cursor.fetchall())
-        if meta.get("schema") != SCHEMA_NAME or not str(meta.get("version", "")).isdigit():
-            msg = f"{where} is not an effects.durable store (schema {meta.get('schema')!r})"
-            raise StoreError(msg)
-        version = int(meta["version"])
-        if version > SCHEMA_VERSION:
-            msg = (
-                f"{where} has schema version {version}, newer than this version of "
-                f"effects.durable understands ({SCHEMA_VERSION}); upgrade effect-schedules"
-            )
-            raise StoreError(msg)
-        return version
+        return schema_version(where, meta, SCHEMA_VERSION)
 
     async def close(self) -> None:
         """Stop listening and close the pool (idempotent)."""
@@ -824,21 +813,11 @@ class PostgresStore:
         stale_before: int | None = None,
     ) -> list[Run]:
         """Runs newest first, filtered (see ``Store.list_runs``)."""
-        filters = [
-            (where, value)
-            for where, value in (
-                (pq.RUNS_OF_STATUS, status),
-                (pq.RUNS_OF_WORKFLOW, workflow),
-                (pq.RUNS_STALE, stale_before),
-            )
-            if value is not None
-        ]
-        clause = " WHERE " + " AND ".join(w for w, _ in filters) if filters else ""
+        clause, values = listing.where(pq.RUNS_FILTERS, (status, workflow, stale_before))
         statement = pq.RUNS + clause + pq.RUNS_ORDER
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> list[Run]:
-            values = (*(v for _, v in filters), limit)
-            cursor = await conn.execute(statement, values)  # pyright: ignore[reportArgumentType]
+            cursor = await conn.execute(statement, (*values, limit))  # pyright: ignore[reportArgumentType]
             return [run_of(row) for row in await cursor.fetchall()]
 
         return await self._call(go)

@@ -12,16 +12,8 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
-from effects.durable._store.rows import (
-    CHECKPOINT_COLUMNS,
-    CHECKPOINT_WRITE_COLUMNS,
-    RUN_COLUMNS,
-    SLOT_HOLDERS,
-    TASK_COLUMNS,
-    TASK_INSERT_COLUMNS,
-)
+from effects.durable._store import listing, rows
 
-SCHEMA_NAME: Final = "effects.durable"
 SCHEMA_VERSION: Final = 2
 DEFAULT_SCHEMA: Final = "effects_durable"
 
@@ -184,8 +176,8 @@ NOT_WITHDRAWN: Final = "NOT EXISTS (SELECT 1 FROM own WHERE status = 'withdrawn'
 #: that way leaves its run or task claimable again, and the claimer's next durable write is
 #: refused by the compare-and-set; any later durable commit flushes it anyway.
 NO_FLUSH: Final = "(SELECT set_config('synchronous_commit', 'off', true)) AS no_flush"
-_RUN_COLUMNS: Final = ", ".join(RUN_COLUMNS)
-_RUN_COLUMNS_OF_R: Final = ", ".join(f"r.{c}" for c in RUN_COLUMNS)
+_RUN_COLUMNS: Final = ", ".join(rows.RUN_COLUMNS)
+_RUN_COLUMNS_OF_R: Final = ", ".join(f"r.{c}" for c in rows.RUN_COLUMNS)
 # The errors of the checkpoint row of alias ``c`` (or of ``checkpoints``) as the JSON text of a
 # list, from step_errors, in order.
 _ERRORS_OF_C: Final = (
@@ -197,14 +189,14 @@ _ERRORS_OF_CHECKPOINTS: Final = (
     " WHERE e.run_id = checkpoints.run_id AND e.seq = checkpoints.seq), '[]')"
 )
 _CHECKPOINT_COLUMNS_OF_C: Final = ", ".join(
-    _ERRORS_OF_C if c == "errors" else f"c.{c}" for c in CHECKPOINT_COLUMNS
+    _ERRORS_OF_C if c == "errors" else f"c.{c}" for c in rows.CHECKPOINT_COLUMNS
 )
 _CHECKPOINT_COLUMNS: Final = ", ".join(
-    _ERRORS_OF_CHECKPOINTS if c == "errors" else c for c in CHECKPOINT_COLUMNS
+    _ERRORS_OF_CHECKPOINTS if c == "errors" else c for c in rows.CHECKPOINT_COLUMNS
 )
-_TASK_COLUMNS_OF_T: Final = ", ".join(f"t.{c}" for c in TASK_COLUMNS)
+_TASK_COLUMNS_OF_T: Final = ", ".join(f"t.{c}" for c in rows.TASK_COLUMNS)
 #: How many attempts of the queue ``%s`` hold a slot (``rules.admission``, ``rules.admits``).
-SLOTS_HELD: Final = f"SELECT COUNT(*) FROM tasks WHERE queue = %s AND status IN {SLOT_HOLDERS}"
+SLOTS_HELD: Final = f"SELECT COUNT(*) FROM tasks WHERE queue = %s AND status IN {rows.SLOT_HOLDERS}"
 # The notification of a statement's ``hint`` CTE, sent once per row of its *source*.
 _HINT_OF_HELD: Final = (
     " hint AS (SELECT pg_notify(c, %(sender)s) FROM held,"
@@ -268,12 +260,8 @@ RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s"
 RUN_AND_LEASE: Final = f"SELECT {_RUN_COLUMNS}, lease_token FROM runs WHERE run_id = %s"
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
-RUNS_OF_STATUS: Final = "status = %s"
-RUNS_OF_WORKFLOW: Final = "workflow = %s"
-RUNS_STALE: Final = (
-    "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE"
-    " kind = 'remote' AND status IN ('pending', 'running') AND dispatched_at < %s)"
-)
+#: The filters of ``list_runs``, in the order ``listing.where`` takes their values.
+RUNS_FILTERS: Final = listing.filters("%s")
 RUNS_ORDER: Final = ' ORDER BY created_at DESC, run_id COLLATE "C" LIMIT %s'
 CHECKPOINTS: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s ORDER BY seq"
 CHECKPOINT: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s AND seq = %s"
@@ -403,13 +391,13 @@ def task_from_held(n: int) -> str:
 
 
 CHECKPOINT_INSERT: Final = (
-    f"INSERT INTO checkpoints ({', '.join(CHECKPOINT_WRITE_COLUMNS)}, run_id, seq, created_at)"
-    f" VALUES ({', '.join('%s' for _ in CHECKPOINT_WRITE_COLUMNS)}, %s, %s, %s)"
+    f"INSERT INTO checkpoints ({', '.join(rows.CHECKPOINT_WRITE_COLUMNS)}, run_id, seq, created_at)"
+    f" VALUES ({', '.join('%s' for _ in rows.CHECKPOINT_WRITE_COLUMNS)}, %s, %s, %s)"
     " ON CONFLICT (run_id, seq) DO NOTHING"
 )
 #: A turn's update of a checkpoint, a compare-and-set on its revision.
 CHECKPOINT_UPDATE: Final = (
-    f"UPDATE checkpoints SET {', '.join(f'{c} = %s' for c in CHECKPOINT_WRITE_COLUMNS)},"
+    f"UPDATE checkpoints SET {', '.join(f'{c} = %s' for c in rows.CHECKPOINT_WRITE_COLUMNS)},"
     " rev = rev + 1 WHERE run_id = %s AND seq = %s AND rev = %s"
 )
 # ``record_local_step``: the completed checkpoint, inserted only if the lease holds. The share
@@ -447,8 +435,8 @@ WITHDRAW: Final = (
     " SELECT queue FROM gone"
 )
 TASK_INSERT: Final = (
-    f"INSERT INTO tasks ({', '.join(TASK_INSERT_COLUMNS)})"
-    f" VALUES ({', '.join('%s' for _ in TASK_INSERT_COLUMNS)})"
+    f"INSERT INTO tasks ({', '.join(rows.TASK_INSERT_COLUMNS)})"
+    f" VALUES ({', '.join('%s' for _ in rows.TASK_INSERT_COLUMNS)})"
 )
 OLDEST_WAITING: Final = (
     "SELECT task_id, run_id, seq, attempt, queue_limit FROM tasks"

@@ -33,6 +33,7 @@ from effects.durable._store import (
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
+    listing,
 )
 from effects.durable._store import sqlite_sql as sq
 from effects.durable._store.rows import (
@@ -57,8 +58,9 @@ from effects.durable._store.rules import (
     redispatchable,
     settled,
 )
+from effects.durable._store.schema import SCHEMA_NAME, check_tables, schema_version
 from effects.durable._store.sqlite_sql import MIGRATIONS as _MIGRATIONS
-from effects.durable._store.sqlite_sql import SCHEMA_NAME, SCHEMA_VERSION
+from effects.durable._store.sqlite_sql import SCHEMA_VERSION
 from effects.durable._store.trail import (
     EventRow,
     admitted,
@@ -242,24 +244,9 @@ class SqliteStore:
     def _check_ours(self, db: sqlite3.Connection, tables: set[str]) -> int:
         if not tables:
             return 0
-        if "durable_meta" not in tables:
-            shown = ", ".join(sorted(tables)[:5])
-            msg = f"store {self.url} is not an effects.durable store (it holds tables {shown})"
-            raise StoreError(msg)
-        meta = dict(db.execute(sq.META).fetchall())
-        if meta.get("schema") != SCHEMA_NAME or not str(meta.get("version", "")).isdigit():
-            msg = (
-                f"store {self.url} is not an effects.durable store (schema {meta.get('schema')!r})"
-            )
-            raise StoreError(msg)
-        version = int(meta["version"])
-        if version > SCHEMA_VERSION:
-            msg = (
-                f"store {self.url} has schema version {version}, newer than this version of "
-                f"effects.durable understands ({SCHEMA_VERSION}); upgrade effect-schedules"
-            )
-            raise StoreError(msg)
-        return version
+        where = f"store {self.url}"
+        check_tables(where, sorted(tables))
+        return schema_version(where, dict(db.execute(sq.META).fetchall()), SCHEMA_VERSION)
 
     def _upgrade(self, db: sqlite3.Connection) -> None:
         try:
@@ -493,19 +480,8 @@ class SqliteStore:
     ) -> list[Run]:
         """Runs newest first, filtered (see ``Store.list_runs``)."""
         with self._read_errors():
-            filters = [
-                (where, value)
-                for where, value in (
-                    (sq.RUNS_OF_STATUS, status),
-                    (sq.RUNS_OF_WORKFLOW, workflow),
-                    (sq.RUNS_STALE, stale_before),
-                )
-                if value is not None
-            ]
-            clause = " WHERE " + " AND ".join(w for w, _ in filters) if filters else ""
-            rows = self._conn.execute(
-                sq.RUNS + clause + sq.RUNS_ORDER, (*(v for _, v in filters), limit)
-            ).fetchall()
+            clause, values = listing.where(sq.RUNS_FILTERS, (status, workflow, stale_before))
+            rows = self._conn.execute(sq.RUNS + clause + sq.RUNS_ORDER, (*values, limit)).fetchall()
             return [run_of(row) for row in rows]
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
@@ -802,7 +778,7 @@ class SqliteStore:
                 db.execute(sq.EVENT_INSERT, result_discarded(task, outcome, now))
                 return False
             return self._apply_outcome(
-                db, run_id=task.run_id, seq=task.seq, attempt=task.attempt, outcome=outcome, now=now
+                db, outcome, run_id=task.run_id, seq=task.seq, attempt=task.attempt, now=now
             )
 
         return await self._transact(record)
@@ -810,11 +786,11 @@ class SqliteStore:
     def _apply_outcome(
         self,
         db: sqlite3.Connection,
+        outcome: TaskOutcome,
         *,
         run_id: str,
         seq: int,
         attempt: int,
-        outcome: TaskOutcome,
         now: int,
     ) -> bool:
         row = db.execute(sq.CHECKPOINT_STATE, (run_id, seq)).fetchone()
@@ -877,7 +853,7 @@ class SqliteStore:
                     self._release_slot(db, db.execute(sq.TASK_DELETE, (task_id,)).fetchall(), now)
                     lost_one = TaskOutcome(error=lost_worker())
                     self._apply_outcome(
-                        db, run_id=run_id, seq=seq, attempt=attempt, outcome=lost_one, now=now
+                        db, lost_one, run_id=run_id, seq=seq, attempt=attempt, now=now
                     )
                     lost.append(step_id)
                 # A withdrawn attempt whose worker went silent: its slot is free, nothing else.

@@ -9,16 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from effects.durable._store.rows import (
-    CHECKPOINT_COLUMNS,
-    CHECKPOINT_WRITE_COLUMNS,
-    RUN_COLUMNS,
-    SLOT_HOLDERS,
-    TASK_COLUMNS,
-    TASK_INSERT_COLUMNS,
-)
+from effects.durable._store import listing, rows
 
-SCHEMA_NAME: Final = "effects.durable"
 SCHEMA_VERSION: Final = 3
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -152,7 +144,7 @@ LEASE_HELD: Final = "run_id = ? AND lease_token = ? AND status = 'running'"
 ATTEMPT_CURRENT: Final = "attempts = ?6 AND status IN ('pending', 'running')"
 #: A run a turn may claim: pending, or suspended and due at ``?``.
 RUNNABLE: Final = "status IN ('pending', 'suspended') AND (status = 'pending' OR wake_at <= ?)"
-_RUN_COLUMNS: Final = ", ".join(RUN_COLUMNS)
+_RUN_COLUMNS: Final = ", ".join(rows.RUN_COLUMNS)
 # The checkpoint's errors as the JSON text of a list, from its rows in step_errors, in order.
 _ERRORS_OF_CHECKPOINT: Final = (
     "COALESCE((SELECT '[' || group_concat(error, ',') || ']' FROM (SELECT error FROM"
@@ -160,11 +152,11 @@ _ERRORS_OF_CHECKPOINT: Final = (
     " ORDER BY e.n)), '[]')"
 )
 _CHECKPOINT_COLUMNS: Final = ", ".join(
-    _ERRORS_OF_CHECKPOINT if c == "errors" else c for c in CHECKPOINT_COLUMNS
+    _ERRORS_OF_CHECKPOINT if c == "errors" else c for c in rows.CHECKPOINT_COLUMNS
 )
-_TASK_COLUMNS: Final = ", ".join(TASK_COLUMNS)
+_TASK_COLUMNS: Final = ", ".join(rows.TASK_COLUMNS)
 #: How many attempts of the queue ``?`` hold a slot (``rules.admission``, ``rules.admits``).
-SLOTS_HELD: Final = f"SELECT COUNT(*) FROM tasks WHERE queue = ? AND status IN {SLOT_HOLDERS}"
+SLOTS_HELD: Final = f"SELECT COUNT(*) FROM tasks WHERE queue = ? AND status IN {rows.SLOT_HOLDERS}"
 
 # -- events and errors -----------------------------------------------------------------------------
 
@@ -191,12 +183,8 @@ RUN_INSERT: Final = (
 RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
-RUNS_OF_STATUS: Final = "status = ?"
-RUNS_OF_WORKFLOW: Final = "workflow = ?"
-RUNS_STALE: Final = (
-    "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE"
-    " kind = 'remote' AND status IN ('pending', 'running') AND dispatched_at < ?)"
-)
+#: The filters of ``list_runs``, in the order ``listing.where`` takes their values.
+RUNS_FILTERS: Final = listing.filters("?")
 RUNS_ORDER: Final = " ORDER BY created_at DESC, run_id LIMIT ?"
 CHECKPOINTS: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY seq"
 CHECKPOINT: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?"
@@ -235,12 +223,12 @@ ADVANCE_RELEASE: Final = (
     f" updated_at = ? WHERE {LEASE_HELD}"
 )
 CHECKPOINT_INSERT: Final = (
-    f"INSERT INTO checkpoints ({', '.join(CHECKPOINT_WRITE_COLUMNS)}, run_id, seq, created_at)"
-    f" VALUES ({', '.join('?' for _ in CHECKPOINT_WRITE_COLUMNS)}, ?, ?, ?)"
+    f"INSERT INTO checkpoints ({', '.join(rows.CHECKPOINT_WRITE_COLUMNS)}, run_id, seq, created_at)"
+    f" VALUES ({', '.join('?' for _ in rows.CHECKPOINT_WRITE_COLUMNS)}, ?, ?, ?)"
 )
 #: A turn's update of a checkpoint, a compare-and-set on its revision.
 CHECKPOINT_UPDATE: Final = (
-    f"UPDATE checkpoints SET {', '.join(f'{c} = ?' for c in CHECKPOINT_WRITE_COLUMNS)},"
+    f"UPDATE checkpoints SET {', '.join(f'{c} = ?' for c in rows.CHECKPOINT_WRITE_COLUMNS)},"
     " rev = rev + 1 WHERE run_id = ? AND seq = ? AND rev = ?"
 )
 #: ``record_local_step``: the completed checkpoint, inserted only if the lease holds.
@@ -260,8 +248,8 @@ UNCLAIMED_DELETE: Final = (
     " RETURNING queue, queue_limit"
 )
 TASK_INSERT: Final = (
-    f"INSERT INTO tasks ({', '.join(TASK_INSERT_COLUMNS)})"
-    f" VALUES ({', '.join('?' for _ in TASK_INSERT_COLUMNS)})"
+    f"INSERT INTO tasks ({', '.join(rows.TASK_INSERT_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in rows.TASK_INSERT_COLUMNS)})"
 )
 OLDEST_WAITING: Final = (
     "SELECT task_id, run_id, seq, attempt, queue_limit FROM tasks"
