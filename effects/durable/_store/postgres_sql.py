@@ -17,6 +17,9 @@ from effects.durable._store import listing, rows
 SCHEMA_VERSION: Final = 2
 DEFAULT_SCHEMA: Final = "effects_durable"
 
+#: ``rules.settled`` of the checkpoint of alias ``c``.
+SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final))"
+
 # Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
 # lacks, in one transaction, under the schema's advisory lock.
 MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
@@ -134,8 +137,7 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         # Attempts left queued behind a step that had settled (an older version did not
         # withdraw them): nobody may run them now.
         "DELETE FROM tasks t WHERE status IN ('queued', 'waiting') AND EXISTS (SELECT 1 FROM"
-        " checkpoints c WHERE c.run_id = t.run_id AND c.seq = t.seq"
-        " AND (c.status = 'completed' OR (c.status = 'failed' AND c.final)))",
+        f" checkpoints c WHERE c.run_id = t.run_id AND c.seq = t.seq AND {SETTLED})",
     ),
 )
 
@@ -164,8 +166,10 @@ NOTIFY: Final = "SELECT pg_notify(c, %s) FROM unnest(%s::text[]) AS c"
 LEASE_HELD: Final = "run_id = %(run)s AND lease_token = %(token)s AND status = 'running'"
 #: Not ``rules.settled``: a checkpoint row whose attempts are not over.
 NOT_SETTLED: Final = "status <> 'completed' AND NOT (status = 'failed' AND final)"
-#: ``rules.settled`` of the checkpoint of alias ``c``.
-SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final))"
+#: ``rules.runnable`` of a run row at ``%(now)s``.
+RUNNABLE: Final = "(status = 'pending' OR (status = 'suspended' AND wake_at <= %(now)s))"
+#: ``rules.claim_holds`` of the task ``%s`` and the worker ``%s``.
+CLAIM_HELD: Final = "task_id = %s AND claimed_by = %s AND status = 'claimed'"
 #: ``rules.attempt_current`` of a checkpoint row and the attempt ``%(attempt)s``.
 ATTEMPT_CURRENT: Final = "status IN ('pending', 'running') AND attempts = %(attempt)s"
 #: In ``record_result``'s one statement: the attempt reporting was not withdrawn (its ``own``
@@ -272,8 +276,7 @@ RUN_LOCK: Final = "SELECT 1 FROM runs WHERE run_id = %s FOR NO KEY UPDATE"
 # -- turns -----------------------------------------------------------------------------------------
 
 _CLAIM_RUNS_HEAD: Final = (
-    f"WITH picked AS (SELECT run_id FROM runs, {NO_FLUSH}"
-    " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %(now)s))"
+    f"WITH picked AS (SELECT run_id FROM runs, {NO_FLUSH} WHERE {RUNNABLE}"
     " AND (workflow, version) IN"
     " (SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
     ' ORDER BY updated_at, run_id COLLATE "C" '
@@ -342,7 +345,7 @@ ADVANCE_RELEASE: Final = f"WITH held AS ({HELD_RELEASE}),{ADVANCE_TAIL}"
 
 def checkpoint_from_held(n: int) -> str:
     """
-    The CTE ``c<n>`` of a one-statement commit: its *n*-th new checkpoint row, inserted once per
+    The CTE ``c<n>_w`` of a one-statement commit: its *n*-th new checkpoint row, inserted once per
     row of ``held`` (the lease held), its parameters named ``c<n>_<column>``. Every placeholder
     is cast: in an INSERT ... SELECT an untyped NULL would be text.
     """
@@ -364,7 +367,7 @@ def checkpoint_from_held(n: int) -> str:
 
 def errors_from_held(n: int) -> str:
     """
-    The CTE ``e<n>`` of a one-statement commit: the errors of its *n*-th new checkpoint
+    The CTE ``e<n>_w`` of a one-statement commit: the errors of its *n*-th new checkpoint
     (``e<n>_errors``, ``rows.errors_text``; ``e<n>_seq``), once per row of ``held``.
     """
     p = f"e{n}_"
@@ -377,7 +380,7 @@ def errors_from_held(n: int) -> str:
 
 def task_from_held(n: int) -> str:
     """
-    The CTE ``t<n>`` of a one-statement commit: its *n*-th new task, outside any queue and
+    The CTE ``t<n>_w`` of a one-statement commit: its *n*-th new task, outside any queue and
     queued, once per row of ``held``, its parameters named ``t<n>_<column>``.
     """
     p = f"t{n}_"
@@ -476,10 +479,7 @@ CLAIM_TASKS: Final = (
     f" SELECT {_TASK_COLUMNS_OF_T}, b.progress, b.timeout_ms, b.lease_ms FROM claimed t"
     " LEFT JOIN beat b ON b.run_id = t.run_id AND b.seq = t.seq ORDER BY t.task_id"
 )
-CLAIM_RENEW: Final = (
-    f"UPDATE tasks SET claim_until = %s FROM {NO_FLUSH} WHERE task_id = %s"
-    " AND claimed_by = %s AND status = 'claimed'"
-)
+CLAIM_RENEW: Final = f"UPDATE tasks SET claim_until = %s FROM {NO_FLUSH} WHERE {CLAIM_HELD}"
 HEARTBEAT: Final = (
     "UPDATE checkpoints SET heartbeat_at = %(now)s,"
     " progress = COALESCE(%(progress)s::text, progress),"
@@ -488,8 +488,7 @@ HEARTBEAT: Final = (
     f" FROM {NO_FLUSH} WHERE run_id = %(run)s AND seq = %(seq)s AND {ATTEMPT_CURRENT}"
 )
 CLAIM_RELEASE: Final = (
-    "UPDATE tasks SET status = 'queued', claimed_by = NULL, claim_until = NULL"
-    " WHERE task_id = %s AND claimed_by = %s AND status = 'claimed'"
+    f"UPDATE tasks SET status = 'queued', claimed_by = NULL, claim_until = NULL WHERE {CLAIM_HELD}"
 )
 WITHDRAWN_QUEUE: Final = (
     "SELECT COALESCE(queue, '') FROM tasks WHERE task_id = %s"

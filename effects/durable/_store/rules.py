@@ -24,12 +24,14 @@ __all__ = [
     "admits",
     "attempt_current",
     "check_requeue",
+    "claim_holds",
     "gives_up",
     "lease_holds",
     "outcome_applies",
     "recovery_verdict",
     "redispatch",
     "redispatchable",
+    "runnable",
     "settled",
 ]
 
@@ -49,6 +51,26 @@ def lease_holds(status: str, lease_token: str | None, token: str) -> bool:
     ``renew_lease``).
     """
     return status == "running" and lease_token == token
+
+
+def runnable(status: str, wake_at: int | None, now: int) -> bool:
+    """
+    A turn may claim a run that is pending, or suspended and due (``wake_at <= now``; a
+    suspended run without ``wake_at`` waits for a result).
+
+    SQL: ``RUNNABLE`` in both statements modules (``claim_runs``).
+    """
+    return status == "pending" or (status == "suspended" and wake_at is not None and wake_at <= now)
+
+
+def claim_holds(status: str, claimed_by: str | None, worker: str) -> bool:
+    """
+    A worker's claim of a task holds while the task is ``claimed`` by it: a withdrawn or
+    released one is no longer renewed or put back.
+
+    SQL: ``CLAIM_HELD`` in both statements modules (``renew_claim``, ``release_claim``).
+    """
+    return status == "claimed" and claimed_by == worker
 
 
 def settled(status: str, final: bool) -> bool:

@@ -142,7 +142,7 @@ META_WRITE: Final = (
 LEASE_HELD: Final = "run_id = ? AND lease_token = ? AND status = 'running'"
 #: ``rules.attempt_current`` of a checkpoint row and the attempt ``?6``.
 ATTEMPT_CURRENT: Final = "attempts = ?6 AND status IN ('pending', 'running')"
-#: A run a turn may claim: pending, or suspended and due at ``?``.
+#: ``rules.runnable`` of a run row at ``?``.
 RUNNABLE: Final = "status IN ('pending', 'suspended') AND (status = 'pending' OR wake_at <= ?)"
 _RUN_COLUMNS: Final = ", ".join(rows.RUN_COLUMNS)
 # The checkpoint's errors as the JSON text of a list, from its rows in step_errors, in order.
@@ -231,7 +231,8 @@ CHECKPOINT_UPDATE: Final = (
     f"UPDATE checkpoints SET {', '.join(f'{c} = ?' for c in rows.CHECKPOINT_WRITE_COLUMNS)},"
     " rev = rev + 1 WHERE run_id = ? AND seq = ? AND rev = ?"
 )
-#: ``record_local_step``: the completed checkpoint, inserted only if the lease holds.
+#: ``record_local_step``: the completed checkpoint, inserted only if the lease holds
+#: (``rules.lease_holds`` of the run ``?1`` and the token ``?7``).
 LOCAL_STEP_INSERT: Final = (
     "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
     " output, created_at, updated_at)"
@@ -279,7 +280,8 @@ CLAIMABLE: Final = (
 TASK_CLAIM: Final = (
     "UPDATE tasks SET status = 'claimed', claimed_by = ?, claim_until = ? WHERE task_id = ?"
 )
-#: The claim is the worker's pickup beat (and renews a lost-dispatch lease).
+#: The claim is the worker's pickup beat (and renews a lost-dispatch lease), if the attempt
+#: ``?4`` is current (``rules.attempt_current``).
 PICKUP_BEAT: Final = (
     "UPDATE checkpoints SET status = 'running', heartbeat_at = ?1,"
     " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at ELSE ?1 + lease_ms END,"
@@ -287,7 +289,7 @@ PICKUP_BEAT: Final = (
     " WHERE run_id = ?2 AND seq = ?3 AND status IN ('pending', 'running')"
     " AND attempts = ?4 RETURNING progress, timeout_ms, lease_ms"
 )
-#: ``rules``: a claim holds while the task is ``claimed`` by the worker ``?``.
+#: ``rules.claim_holds`` of the task ``?`` and the worker ``?``.
 CLAIM_HELD: Final = "task_id = ? AND claimed_by = ? AND status = 'claimed'"
 CLAIM_RENEW: Final = f"UPDATE tasks SET claim_until = ? WHERE {CLAIM_HELD}"
 CLAIM_RELEASE: Final = (
