@@ -177,15 +177,15 @@ def redispatch(cp: Checkpoint, now: int, queue_limit: int | None) -> NewTask:
     redispatched, in its queue with the limit its earlier attempts had (*queue_limit*).
     """
     return NewTask(
-        cp.run_id,
-        cp.seq,
-        cp.step_id,
-        cp.name,
-        cp.group,
-        dumps(cp.input),
-        cp.attempts + 1,
-        now,
-        cp.queue,
+        run_id=cp.run_id,
+        seq=cp.seq,
+        step_id=cp.step_id,
+        name=cp.name,
+        group=cp.group,
+        input=dumps(cp.input),
+        attempt=cp.attempts + 1,
+        available_at=now,
+        queue=cp.queue,
         redispatched=True,
         queue_limit=queue_limit,
     )
