@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import secrets
@@ -56,23 +55,50 @@ from effects.durable._store import (
     NewRun,
     NewTask,
     RecoveryReport,
+    RunAdvance,
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
-    discarded,
+    listing,
 )
+from effects.durable._store import postgres_sql as pq
+from effects.durable._store.postgres_sql import DEFAULT_SCHEMA, SCHEMA_VERSION
+from effects.durable._store.postgres_sql import MIGRATIONS as _MIGRATIONS
 from effects.durable._store.rows import (
-    CHECKPOINT_COLUMNS,
+    CHECKPOINT_WRITE_COLUMNS,
     RUN_COLUMNS,
-    SLOT_HOLDERS,
-    TASK_COLUMNS,
+    TASK_INSERT_COLUMNS,
     checkpoint_of,
+    checkpoint_values,
     dumps,
     error_text,
     errors_text,
-    loads,
+    events_of,
+    leased_run,
     run_of,
     task_of,
+    task_values,
+)
+from effects.durable._store.rules import (
+    Verdict,
+    admission,
+    admits,
+    check_requeue,
+    gives_up,
+    recovery_verdict,
+    redispatch,
+    redispatchable,
+)
+from effects.durable._store.schema import SCHEMA_NAME, check_tables, schema_version
+from effects.durable._store.trail import (
+    EventRow,
+    admitted,
+    outcome_event,
+    recovery_event,
+    redispatched,
+    requeued,
+    result_discarded,
+    waiting,
 )
 from effects.durable.errors import StepError, StoreError
 
@@ -81,193 +107,6 @@ __all__ = ["SCHEMA_VERSION", "PostgresOptions", "PostgresStore", "parse_postgres
 _log: Final = logging.getLogger("effects.durable")
 T = TypeVar("T")
 
-SCHEMA_NAME: Final = "effects.durable"
-SCHEMA_VERSION: Final = 2
-DEFAULT_SCHEMA: Final = "effects_durable"
-
-# Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
-# lacks, in one transaction, under the schema's advisory lock.
-_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    (
-        "CREATE TABLE durable_meta (key text PRIMARY KEY, value text NOT NULL)",
-        """CREATE TABLE runs (
-            run_id text PRIMARY KEY,
-            workflow text NOT NULL,
-            version text NOT NULL,
-            status text NOT NULL,
-            input jsonb NOT NULL,
-            output jsonb,
-            error jsonb,
-            created_at bigint NOT NULL,
-            updated_at bigint NOT NULL,
-            wake_at bigint,
-            woken boolean NOT NULL DEFAULT false,
-            lease_token text,
-            lease_until bigint,
-            recovery_attempts integer NOT NULL DEFAULT 0
-        )""",
-        "CREATE INDEX runs_runnable ON runs (status, wake_at)",
-        "CREATE INDEX runs_by_created ON runs (created_at)",
-        "CREATE INDEX runs_leased ON runs (lease_until) WHERE status = 'running'",
-        """CREATE TABLE checkpoints (
-            run_id text NOT NULL,
-            seq integer NOT NULL,
-            name text NOT NULL,
-            kind text NOT NULL,
-            step_id text NOT NULL,
-            status text NOT NULL,
-            attempts integer NOT NULL,
-            wake_at bigint,
-            input jsonb,
-            output jsonb,
-            error jsonb,
-            errors jsonb NOT NULL DEFAULT '[]',
-            final boolean NOT NULL DEFAULT false,
-            exception bytea,
-            retry_state jsonb,
-            grp text NOT NULL DEFAULT 'default',
-            queue text,
-            dispatched_at bigint,
-            created_at bigint NOT NULL,
-            updated_at bigint NOT NULL,
-            rev integer NOT NULL DEFAULT 1,
-            progress jsonb,
-            heartbeat_at bigint,
-            timeout_ms bigint,
-            lease_ms bigint,
-            redispatches integer NOT NULL DEFAULT 0,
-            PRIMARY KEY (run_id, seq)
-        )""",
-        "CREATE INDEX checkpoints_dispatched ON checkpoints (dispatched_at)"
-        " WHERE kind = 'remote' AND status IN ('pending', 'running')",
-        """CREATE TABLE tasks (
-            task_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            run_id text NOT NULL,
-            seq integer NOT NULL,
-            step_id text NOT NULL,
-            name text NOT NULL,
-            grp text NOT NULL,
-            queue text,
-            queue_limit integer,
-            input jsonb NOT NULL,
-            attempt integer NOT NULL,
-            status text NOT NULL,
-            available_at bigint NOT NULL,
-            claimed_by text,
-            claim_until bigint,
-            claim_nonce text,
-            redispatched boolean NOT NULL DEFAULT false,
-            created_at bigint NOT NULL
-        )""",
-        "CREATE INDEX tasks_queued ON tasks (grp, available_at, task_id) WHERE status = 'queued'",
-        "CREATE INDEX tasks_claimed ON tasks (claim_until) WHERE status = 'claimed'",
-        "CREATE INDEX tasks_by_step ON tasks (run_id, seq)",
-        "CREATE INDEX tasks_by_queue ON tasks (queue, status, task_id) WHERE queue IS NOT NULL",
-        # One sequence for all runs: ids order a run's trail in insertion order.
-        """CREATE TABLE events (
-            id bigint GENERATED ALWAYS AS IDENTITY,
-            run_id text NOT NULL,
-            seq integer,
-            name text NOT NULL,
-            level text NOT NULL,
-            at bigint NOT NULL,
-            data jsonb NOT NULL,
-            PRIMARY KEY (run_id, id)
-        )""",
-    ),
-    (
-        # Payloads as the JSON text the engine wrote: jsonb refuses U+0000 and unpaired
-        # surrogates (in an error message, say) and rewrites numbers (1e16 as 10000000000000000,
-        # -0.0 as 0), so a replay would see another value than the first run did.
-        "ALTER TABLE runs ALTER COLUMN input TYPE text USING input::text,"
-        " ALTER COLUMN output TYPE text USING output::text,"
-        " ALTER COLUMN error TYPE text USING error::text",
-        "ALTER TABLE checkpoints ALTER COLUMN input TYPE text USING input::text,"
-        " ALTER COLUMN output TYPE text USING output::text,"
-        " ALTER COLUMN error TYPE text USING error::text,"
-        " ALTER COLUMN retry_state TYPE text USING retry_state::text,"
-        " ALTER COLUMN progress TYPE text USING progress::text,"
-        # Failed local steps are rebuilt from their StepError, never unpickled: the pickles go.
-        " DROP COLUMN exception",
-        # Every attempt's error in a row of its own: a failed attempt appends one row, and the
-        # checkpoint's row stays small however many attempts came before.
-        "CREATE TABLE step_errors (run_id text NOT NULL, seq integer NOT NULL,"
-        " n integer NOT NULL, error text NOT NULL, PRIMARY KEY (run_id, seq, n))",
-        "INSERT INTO step_errors (run_id, seq, n, error) SELECT c.run_id, c.seq, e.n, e.v::text"
-        " FROM checkpoints c, jsonb_array_elements(c.errors) WITH ORDINALITY AS e(v, n)",
-        "ALTER TABLE checkpoints DROP COLUMN errors",
-        "ALTER TABLE tasks ALTER COLUMN input TYPE text USING input::text",
-        "ALTER TABLE events ALTER COLUMN data TYPE text USING data::text",
-        "CREATE INDEX tasks_withdrawn ON tasks (claim_until) WHERE status = 'withdrawn'",
-        # Attempts left queued behind a step that had settled (an older version did not
-        # withdraw them): nobody may run them now.
-        "DELETE FROM tasks t WHERE status IN ('queued', 'waiting') AND EXISTS (SELECT 1 FROM"
-        " checkpoints c WHERE c.run_id = t.run_id AND c.seq = t.seq"
-        " AND (c.status = 'completed' OR (c.status = 'failed' AND c.final)))",
-    ),
-)
-
-_RUN_COLUMNS: Final = ", ".join(RUN_COLUMNS)
-# The errors of the checkpoint row *t* as the JSON text of a list, from step_errors, in order.
-_ERRORS_OF: Final = (
-    "COALESCE((SELECT '[' || string_agg(e.error, ',' ORDER BY e.n) || ']' FROM step_errors e"
-    " WHERE e.run_id = {t}.run_id AND e.seq = {t}.seq), '[]')"
-)
-_RUN_COLUMNS_OF_R: Final = ", ".join(f"r.{c}" for c in RUN_COLUMNS)
-_CHECKPOINT_COLUMNS_OF_C: Final = ", ".join(
-    _ERRORS_OF.format(t="c") if c == "errors" else f"c.{c}" for c in CHECKPOINT_COLUMNS
-)
-# The columns read from ``checkpoints`` itself (no alias).
-_CHECKPOINT_READ: Final = ", ".join(
-    _ERRORS_OF.format(t="checkpoints") if c == "errors" else c for c in CHECKPOINT_COLUMNS
-)
-_TASK_COLUMNS: Final = ", ".join(TASK_COLUMNS)
-_SLOT_HOLDERS: Final = SLOT_HOLDERS
-_EVENT_INSERT: Final = (
-    "INSERT INTO events (run_id, seq, name, level, at, data) VALUES (%s, %s, %s, %s, %s, %s)"
-)
-# Events of one run from the JSON text of ``_events_json`` (one parameter: psycopg dumps a str
-# far faster than five arrays), inserted once per row of *source* (a CTE that returns the run's
-# id when the write it guards happened), in their order.
-_EVENTS_FROM: Final = (
-    "INSERT INTO events (run_id, seq, name, level, at, data)"
-    " SELECT {source}.run_id, (e.ev->>0)::integer, e.ev->>1, e.ev->>2, (e.ev->>3)::bigint,"
-    " e.ev->>4 FROM {source}, json_array_elements(%(events)s::json) WITH ORDINALITY"
-    " AS e(ev, n) ORDER BY e.n"
-)
-# A new checkpoint row, inserted once per row of the ``held`` CTE (the lease held); the
-# parameters' names get a per-row prefix. Every placeholder is cast: in an INSERT ... SELECT an
-# untyped NULL would be text.
-_CHECKPOINT_FROM_HELD: Final = (
-    "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts, wake_at,"
-    " output, error, final, retry_state, grp, queue, dispatched_at, input,"
-    " timeout_ms, lease_ms, redispatches, heartbeat_at, created_at, updated_at)"
-    " SELECT held.run_id, %(seq)s::integer, %(name)s::text, %(kind)s::text, %(step_id)s::text,"
-    " %(status)s::text, %(attempts)s::integer, %(wake_at)s::bigint, %(output)s::text,"
-    " %(error)s::text, %(final)s::boolean,"
-    " %(retry_state)s::text, %(grp)s::text, %(queue)s::text, %(dispatched_at)s::bigint,"
-    " %(input)s::text, %(timeout_ms)s::bigint, %(lease_ms)s::bigint,"
-    " %(redispatches)s::integer, %(heartbeat_at)s::bigint, %(created_at)s::bigint,"
-    " %(updated_at)s::bigint FROM held"
-)
-# The errors of a new checkpoint (``%(errors)s``, ``_errors_text``), once per row of
-# ``held`` (prefixed likewise).
-_ERRORS_FROM_HELD: Final = (
-    "INSERT INTO step_errors (run_id, seq, n, error) SELECT held.run_id, %(seq)s::integer, e.n,"
-    " e.v FROM held, json_array_elements_text(%(errors)s::json) WITH ORDINALITY AS e(v, n)"
-)
-# A new task outside any queue, queued, inserted once per row of ``held`` (prefixed likewise).
-_TASK_FROM_HELD: Final = (
-    "INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status, available_at,"
-    " redispatched, created_at) SELECT held.run_id, %(seq)s::integer, %(step_id)s::text,"
-    " %(name)s::text, %(grp)s::text, %(input)s::text, %(attempt)s::integer, 'queued',"
-    " %(available_at)s::bigint, %(redispatched)s::boolean, %(created_at)s::bigint FROM held"
-)
-# Joined into the statements whose loss in a server crash is harmless (claims, lease and claim
-# renewals, heartbeats): their commit does not wait for the WAL to reach the disk. A claim lost
-# that way leaves its run or task claimable again, and the claimer's next durable write is
-# refused by the compare-and-set; any later durable commit flushes it anyway.
-_NO_FLUSH: Final = "(SELECT set_config('synchronous_commit', 'off', true)) AS no_flush"
 _OPTIONS: Final = ("schema", "pool_size", "reconnect_timeout_ms", "listen", "options")
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 _FIRST_BACKOFF: Final = 0.05
@@ -364,27 +203,9 @@ def _text_array(values: Iterable[str]) -> str:
     return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
-def _prefixed(prefix: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """Named parameters from *pairs*, each name with *prefix* (one row of a statement)."""
-    return {prefix + key: value for key, value in pairs}
-
-
-# One more error (``%(error)s``) of the checkpoint ``(%(run)s, %(seq)s)``, after those it has,
-# once per row of ``up``: a row of its own, so an attempt costs the same however many came before.
-_ERROR_APPEND: Final = (
-    "INSERT INTO step_errors (run_id, seq, n, error) SELECT up.run_id, %(seq)s,"
-    " (SELECT COALESCE(MAX(n), 0) + 1 FROM step_errors WHERE run_id = %(run)s"
-    " AND seq = %(seq)s), %(error)s FROM up"
-)
-
-
-# In ``record_result``'s statement: the attempt reporting was not withdrawn (its ``own`` CTE).
-_NOT_WITHDRAWN: Final = "NOT EXISTS (SELECT 1 FROM own WHERE status = 'withdrawn')"
-
-
-def _gives_up(cp: Checkpoint) -> bool:
-    """Whether writing *cp* settles a dispatched step's failure (its attempts are over)."""
-    return cp.kind == "remote" and cp.status == "failed" and cp.final
+def _prefixed(prefix: str, names: Iterable[str]) -> list[str]:
+    """The parameter names of one row of a statement: *names*, each with *prefix*."""
+    return [prefix + name for name in names]
 
 
 def _later(commit: TurnCommit) -> bool:
@@ -393,6 +214,19 @@ def _later(commit: TurnCommit) -> bool:
     return (adv.action == "suspend" and adv.wake_at is not None) or any(
         task.available_at > commit.now for task in commit.tasks
     )
+
+
+def _held(adv: RunAdvance) -> tuple[LiteralString, LiteralString]:
+    """The ``held`` CTE of *adv* (``rules.lease_holds``), and its statement with no rows."""
+    if adv.action == "continue" and adv.lease_until is None:
+        return pq.HELD_READ, pq.ADVANCE_READ
+    if adv.action == "continue":
+        return pq.HELD_CONTINUE, pq.ADVANCE_CONTINUE
+    if adv.action == "suspend":
+        return pq.HELD_SUSPEND, pq.ADVANCE_SUSPEND
+    if adv.action == "finish":
+        return pq.HELD_FINISH, pq.ADVANCE_FINISH
+    return pq.HELD_RELEASE, pq.ADVANCE_RELEASE
 
 
 def _masked(url: str) -> str:
@@ -519,10 +353,7 @@ class PostgresStore:
             kwargs["connect_timeout"] = 10
         try:
             async with await psycopg.AsyncConnection.connect(self._conninfo, **kwargs) as conn:
-                cursor = await conn.execute(
-                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
-                    (self._schema,),
-                )
+                cursor = await conn.execute(pq.TABLE_COUNT, (self._schema,))
                 row = await cursor.fetchone()
         except psycopg.Error as error:
             msg = f"cannot connect to store {self.url}: {_one_line(error)}"
@@ -608,29 +439,16 @@ class PostgresStore:
         try:
             async with conn.transaction():
                 # Engines starting together wait here for the first to create or upgrade.
-                await conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                    (f"{SCHEMA_NAME}:schema:{schema}",),
-                )
-                await conn.execute(
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
-                )
-                cursor = await conn.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
-                    " ORDER BY table_name",
-                    (schema,),
-                )
+                await conn.execute(pq.ADVISORY_LOCK, (f"{SCHEMA_NAME}:schema:{schema}",))
+                await conn.execute(sql.SQL(pq.CREATE_SCHEMA).format(sql.Identifier(schema)))
+                cursor = await conn.execute(pq.TABLES, (schema,))
                 tables = [row[0] for row in await cursor.fetchall()]
                 version = await self._check_ours(conn, tables)
                 for statements in _MIGRATIONS[version:]:
                     for statement in statements:
                         await conn.execute(statement)
                 if version < SCHEMA_VERSION:
-                    await conn.execute(
-                        "INSERT INTO durable_meta (key, value) VALUES ('schema', %s),"
-                        " ('version', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (SCHEMA_NAME, str(SCHEMA_VERSION)),
-                    )
+                    await conn.execute(pq.META_WRITE, (SCHEMA_NAME, str(SCHEMA_VERSION)))
         except psycopg.Error as error:
             msg = f"store {self.url}: cannot prepare schema {schema!r}: {_one_line(error)}"
             raise StoreError(msg) from error
@@ -639,23 +457,10 @@ class PostgresStore:
         if not tables:
             return 0
         where = f"store {self.url} (schema {self._schema!r})"
-        if "durable_meta" not in tables:
-            shown = ", ".join(tables[:5])
-            msg = f"{where} is not an effects.durable store (it holds tables {shown})"
-            raise StoreError(msg)
-        cursor = await conn.execute("SELECT key, value FROM durable_meta")
+        check_tables(where, tables)
+        cursor = await conn.execute(pq.META)
         meta: dict[str, str] = dict(await cursor.fetchall())
-        if meta.get("schema") != SCHEMA_NAME or not str(meta.get("version", "")).isdigit():
-            msg = f"{where} is not an effects.durable store (schema {meta.get('schema')!r})"
-            raise StoreError(msg)
-        version = int(meta["version"])
-        if version > SCHEMA_VERSION:
-            msg = (
-                f"{where} has schema version {version}, newer than this version of "
-                f"effects.durable understands ({SCHEMA_VERSION}); upgrade effect-schedules"
-            )
-            raise StoreError(msg)
-        return version
+        return schema_version(where, meta, SCHEMA_VERSION)
 
     async def close(self) -> None:
         """Stop listening and close the pool (idempotent)."""
@@ -690,7 +495,7 @@ class PostgresStore:
                 try:
                     for kind in self._wanted:
                         channel = sql.Identifier(self._channels[kind])
-                        await conn.execute(sql.SQL("LISTEN {}").format(channel))
+                        await conn.execute(sql.SQL(pq.LISTEN).format(channel))
                     backoff = _FIRST_BACKOFF
                     # Whatever was announced while we were not listening is not lost work:
                     # one extra poll finds it.
@@ -909,35 +714,21 @@ class PostgresStore:
 
     async def _notify(self, conn: AsyncConnection[Any], kinds: str = "rtd") -> None:
         if self._options.listen:
-            await conn.execute(
-                "SELECT pg_notify(c, %s) FROM unnest(%s::text[]) AS c",
-                (f"{self._sender}:{kinds}", self._channels_for(kinds)),
-            )
+            await conn.execute(pq.NOTIFY, (f"{self._sender}:{kinds}", self._channels_for(kinds)))
 
     async def _queue_locks(self, conn: AsyncConnection[Any], queues: Sequence[str | None]) -> None:
         """Take the flow-control locks of *queues*, by name (one order for every transaction)."""
         for queue in sorted({q for q in queues if q is not None}):
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                (f"{SCHEMA_NAME}:queue:{self._schema}:{queue}",),
-            )
+            key = f"{SCHEMA_NAME}:queue:{self._schema}:{queue}"
+            await conn.execute(pq.ADVISORY_LOCK, (key,))
 
     @staticmethod
-    async def _insert_events(
-        conn: AsyncConnection[Any], run_id: str, events: Sequence[NewEvent]
-    ) -> None:
-
-        if not events:
-            return
-        async with conn.cursor() as cursor:
-            await cursor.executemany(
-                _EVENT_INSERT,
-                [(run_id, e.seq, e.name, e.level, e.at, dumps(e.data)) for e in events],
-            )
+    async def _insert_event(conn: AsyncConnection[Any], row: EventRow) -> None:
+        await conn.execute(pq.EVENT_INSERT, row)
 
     @staticmethod
     def _events_json(events: Sequence[NewEvent]) -> dict[str, Any]:
-        """*events* as ``_EVENTS_FROM`` reads them: ``[[seq, name, level, at, "data"]]``."""
+        """*events* as the statements read ``%(events)s``: ``[[seq, name, level, at, "data"]]``."""
         # Each event's data as a string of its JSON text: the server then never de-escapes a
         # U+0000 or a lone surrogate in it (which PostgreSQL text cannot hold).
         return {"events": dumps([[e.seq, e.name, e.level, e.at, dumps(e.data)] for e in events])}
@@ -962,19 +753,6 @@ class PostgresStore:
     async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | ClaimedRun | None:
         """Insert *run* (pending, or leased); return the existing run if the id is taken."""
         leased = run.lease_token
-
-        # One statement: the run, its events and the notification, or nothing at all.
-        statement: LiteralString = (
-            "WITH made AS (INSERT INTO runs (run_id, workflow, version, status, input,"
-            " created_at, updated_at, lease_token, lease_until) VALUES (%(id)s,"
-            " %(workflow)s, %(version)s, %(status)s, %(input)s, %(now)s, %(now)s,"
-            " %(token)s, %(until)s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id, input),"
-            f" trail AS ({_EVENTS_FROM.format(source='made')}),"
-            " hint AS (SELECT pg_notify(c, %(sender)s) FROM made,"
-            " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
-            " SELECT (SELECT COUNT(*) FROM made), (SELECT COUNT(*) FROM hint),"
-            " (SELECT input FROM made)"
-        )
         params = {
             "id": run.run_id,
             "workflow": run.workflow,
@@ -993,16 +771,10 @@ class PostgresStore:
         def made(row: Any, _: int) -> Run | ClaimedRun | _Taken | None:
             if row is None or row[0] != 1:
                 return _TAKEN
-            if leased is None:
-                return None
-            created = Run(run.run_id, run.workflow, run.version, "running", loads(row[2]),
-                          None, None, 0, run.now, run.now)  # fmt: skip
-            return ClaimedRun(created, leased, ())
+            return None if leased is None else leased_run(run, leased)
 
         async def taken(conn: AsyncConnection[Any]) -> Run | ClaimedRun | None:
-            cursor = await conn.execute(
-                f"SELECT {_RUN_COLUMNS}, lease_token FROM runs WHERE run_id = %s", (run.run_id,)
-            )
+            cursor = await conn.execute(pq.RUN_AND_LEASE, (run.run_id,))
             row = await cursor.fetchone()
             if row is None:
                 return None
@@ -1012,7 +784,7 @@ class PostgresStore:
             return run_of(row)
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | ClaimedRun | None:
-            cursor = await conn.execute(statement, params)
+            cursor = await conn.execute(pq.RUN_CREATE, params)
             result = made(await cursor.fetchone(), cursor.rowcount)
             return await taken(conn) if isinstance(result, _Taken) else result
 
@@ -1020,7 +792,7 @@ class PostgresStore:
             return await taken(conn)
 
         try:
-            result = await self._grouped(run.run_id, statement, params, made, go)
+            result = await self._grouped(run.run_id, pq.RUN_CREATE, params, made, go)
         except psycopg.DataError as error:
             raise self._payload_error(error, f"input of run {run.run_id!r}") from error
         # The id was taken (in a group commit, the look at who took it comes after).
@@ -1030,10 +802,7 @@ class PostgresStore:
         """The run, or ``None``."""
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
-            cursor = await conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
-            )
-            row = await cursor.fetchone()
+            row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
             return None if row is None else run_of(row)
 
         return await self._call(go)
@@ -1047,28 +816,11 @@ class PostgresStore:
         stale_before: int | None = None,
     ) -> list[Run]:
         """Runs newest first, filtered (see ``Store.list_runs``)."""
-        where: list[str] = []
-        params: list[object] = []
-        if status is not None:
-            where.append("status = %s")
-            params.append(status)
-        if workflow is not None:
-            where.append("workflow = %s")
-            params.append(workflow)
-        if stale_before is not None:
-            where.append(
-                "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE"
-                " kind = 'remote' AND status IN ('pending', 'running') AND dispatched_at < %s)"
-            )
-            params.append(stale_before)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        clause, values = listing.where(pq.RUNS_FILTERS, (status, workflow, stale_before))
+        statement = pq.RUNS + clause + pq.RUNS_ORDER
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> list[Run]:
-            cursor = await conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs {clause}"  # pyright: ignore[reportArgumentType]
-                ' ORDER BY created_at DESC, run_id COLLATE "C" LIMIT %s',
-                (*params, limit),
-            )
+            cursor = await conn.execute(statement, (*values, limit))  # pyright: ignore[reportArgumentType]
             return [run_of(row) for row in await cursor.fetchall()]
 
         return await self._call(go)
@@ -1083,24 +835,14 @@ class PostgresStore:
 
     @staticmethod
     async def _checkpoints(conn: AsyncConnection[Any], run_id: str) -> list[Checkpoint]:
-        cursor = await conn.execute(
-            f"SELECT {_CHECKPOINT_READ} FROM checkpoints WHERE run_id = %s ORDER BY seq",
-            (run_id,),
-        )
+        cursor = await conn.execute(pq.CHECKPOINTS, (run_id,))
         return [checkpoint_of(row) for row in await cursor.fetchall()]
 
     async def events(self, run_id: str) -> list[Event]:
         """The run's events, oldest first."""
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> list[Event]:
-            cursor = await conn.execute(
-                "SELECT name, level, at, seq, data FROM events WHERE run_id = %s ORDER BY id",
-                (run_id,),
-            )
-            return [
-                Event(name, level, at, seq, json.loads(data))
-                for name, level, at, seq, data in await cursor.fetchall()
-            ]
+            return events_of(await (await conn.execute(pq.EVENTS, (run_id,))).fetchall())
 
         return await self._call(go)
 
@@ -1108,11 +850,7 @@ class PostgresStore:
         """One checkpoint, read afresh."""
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Checkpoint | None:
-            cursor = await conn.execute(
-                f"SELECT {_CHECKPOINT_READ} FROM checkpoints WHERE run_id = %s AND seq = %s",
-                (run_id, seq),
-            )
-            row = await cursor.fetchone()
+            row = await (await conn.execute(pq.CHECKPOINT, (run_id, seq))).fetchone()
             return None if row is None else checkpoint_of(row)
 
         return await self._call(go)
@@ -1131,11 +869,17 @@ class PostgresStore:
         """Take up to *limit* runnable runs of *workflows*, each with a fresh lease token."""
         if not workflows or limit <= 0:
             return []
-        names = _text_array(name for name, _ in workflows)
-        versions = _text_array(version for _, version in workflows)
         # One token for the runs of this call: a (run, token) pair is still unique, and a retry
         # after a lost commit finds what the first try claimed by it.
         token = f"{owner}:{secrets.token_hex(6)}"
+        params = {
+            "now": now,
+            "names": _text_array(name for name, _ in workflows),
+            "versions": _text_array(version for _, version in workflows),
+            "limit": limit,
+            "token": token,
+            "until": lease_until,
+        }
 
         async def go(conn: AsyncConnection[Any], retry: _Retry) -> list[ClaimedRun]:
             # The claim, and pipelined behind it in the same implicit transaction (one round
@@ -1145,39 +889,9 @@ class PostgresStore:
             # read in the same statement would not. On a retry after a lost reply, the runs the
             # first try took are found the same way, and count against the limit (a scan, but
             # only then).
-            taken = (
-                "LIMIT GREATEST(0, %(limit)s - (SELECT COUNT(*) FROM runs"
-                " WHERE lease_token = %(token)s))"
-                if retry.again
-                else "LIMIT %(limit)s"
-            )
-            params = {
-                "now": now,
-                "names": names,
-                "versions": versions,
-                "limit": limit,
-                "token": token,
-                "until": lease_until,
-            }
             async with conn.pipeline():
-                await conn.execute(
-                    f"WITH picked AS (SELECT run_id FROM runs, {_NO_FLUSH}"
-                    " WHERE (status = 'pending' OR (status = 'suspended' AND wake_at <= %(now)s))"
-                    " AND (workflow, version) IN"
-                    " (SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
-                    f' ORDER BY updated_at, run_id COLLATE "C" {taken}'
-                    " FOR UPDATE OF runs SKIP LOCKED)"
-                    " UPDATE runs SET status = 'running', lease_token = %(token)s,"
-                    " lease_until = %(until)s, woken = false FROM picked"
-                    " WHERE runs.run_id = picked.run_id",
-                    params,
-                )
-                cursor = await conn.execute(
-                    f"SELECT {_RUN_COLUMNS_OF_R}, {_CHECKPOINT_COLUMNS_OF_C} FROM runs r"
-                    " LEFT JOIN checkpoints c ON c.run_id = r.run_id WHERE r.status = 'running'"
-                    " AND r.lease_token = %(token)s ORDER BY r.run_id, c.seq",
-                    {"token": token},
-                )
+                await conn.execute(pq.CLAIM_RUNS_AGAIN if retry.again else pq.CLAIM_RUNS, params)
+                cursor = await conn.execute(pq.CLAIMED_RUNS, {"token": token})
             runs: list[Run] = []
             by_run: dict[str, list[Checkpoint]] = {}
             width = len(RUN_COLUMNS)
@@ -1195,14 +909,10 @@ class PostgresStore:
 
     async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
         """Extend the lease *token* holds; ``False`` if it no longer holds the run."""
+        params = {"until": lease_until, "run": run_id, "token": token}
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
-            cursor = await conn.execute(
-                f"UPDATE runs SET lease_until = %s FROM {_NO_FLUSH} WHERE run_id = %s"
-                " AND lease_token = %s AND status = 'running'",
-                (lease_until, run_id, token),
-            )
-            return cursor.rowcount == 1
+            return (await conn.execute(pq.LEASE_RENEW, params)).rowcount == 1
 
         return await self._call(go)
 
@@ -1212,16 +922,11 @@ class PostgresStore:
         was lost with the connection) and the turn cannot tell: if *token* still holds the run,
         make it pending, so the next turn replays from what was recorded.
         """
+        params = {"now": now, "run": run_id, "token": token}
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> None:
             async with conn.transaction():
-                cursor = await conn.execute(
-                    "UPDATE runs SET status = 'pending', lease_token = NULL, lease_until = NULL,"
-                    " updated_at = %s WHERE run_id = %s AND lease_token = %s"
-                    " AND status = 'running'",
-                    (now, run_id, token),
-                )
-                if cursor.rowcount:
+                if (await conn.execute(pq.GIVE_BACK, params)).rowcount:
                     await self._notify(conn, "r")
 
         await self._call(go)
@@ -1255,7 +960,7 @@ class PostgresStore:
             # A checkpoint inserted now has no older attempts to withdraw.
             fresh = {w.checkpoint.seq for w in commit.checkpoints if w.expected_rev is None}
             # The steps this commit gives up on: none of their attempts may run any more.
-            settled = [w.checkpoint for w in commit.checkpoints if _gives_up(w.checkpoint)]
+            settled = [w.checkpoint for w in commit.checkpoints if gives_up(w.checkpoint)]
             async with conn.transaction():
                 await self._queue_locks(
                     conn, [t.queue for t in commit.tasks] + [cp.queue for cp in settled]
@@ -1272,11 +977,7 @@ class PostgresStore:
                 for task in commit.tasks:
                     if task.seq in fresh:
                         continue
-                    cursor = await conn.execute(
-                        "DELETE FROM tasks WHERE run_id = %s AND seq = %s AND status IN"
-                        " ('queued', 'waiting') RETURNING queue",
-                        (task.run_id, task.seq),
-                    )
+                    cursor = await conn.execute(pq.UNCLAIMED_DELETE, (task.run_id, task.seq))
                     withdrawn.extend(row[0] for row in await cursor.fetchall())
                 if settled:
                     withdrawn.extend(
@@ -1339,20 +1040,7 @@ class PostgresStore:
         will be discarded), each with a ``step.withdrawn`` event. Returns the queues of the
         deleted ones, whose slots are free now.
         """
-        cursor = await conn.execute(
-            "WITH gone AS (DELETE FROM tasks WHERE run_id = %(run)s"
-            " AND seq = ANY(%(seqs)s::integer[]) AND status IN ('queued', 'waiting')"
-            " RETURNING queue, seq, attempt, task_id, false AS claimed),"
-            " kept AS (UPDATE tasks SET status = 'withdrawn' WHERE run_id = %(run)s"
-            " AND seq = ANY(%(seqs)s::integer[]) AND status = 'claimed'"
-            " RETURNING NULL::text AS queue, seq, attempt, task_id, true AS claimed),"
-            " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
-            " SELECT %(run)s, w.seq, 'step.withdrawn', 'info', %(now)s,"
-            " json_build_object('attempt', w.attempt, 'claimed', w.claimed)::text"
-            " FROM (SELECT * FROM gone UNION ALL SELECT * FROM kept ORDER BY task_id) w)"
-            " SELECT queue FROM gone",
-            {"run": run_id, "seqs": list(seqs), "now": now},
-        )
+        cursor = await conn.execute(pq.WITHDRAW, {"run": run_id, "seqs": list(seqs), "now": now})
         return [row[0] for row in await cursor.fetchall()]
 
     @staticmethod
@@ -1372,116 +1060,44 @@ class PostgresStore:
     ) -> tuple[LiteralString, dict[str, Any]]:
         """
         A turn commit that ``_one_statement`` accepts, as one statement (its own transaction
-        in autocommit, one round trip): the advance's compare-and-set on the lease, its events,
-        then the checkpoint and task rows, inserted only if the lease held. A checkpoint row
-        that exists already fails the statement (unique violation), so nothing of it lands.
+        in autocommit, one round trip): the advance's compare-and-set on the lease, then the
+        checkpoint and task rows and the events, inserted only if the lease held. A checkpoint
+        row that exists already fails the statement (unique violation), so nothing of it lands.
         """
-        statement, params = self._advance(commit, runs=hint, tasks=bool(commit.tasks))
-        parts: list[str] = []
+        held, params = self._advance_part(commit, runs=hint, tasks=bool(commit.tasks))
+        rows: list[str] = []
         for n, write in enumerate(commit.checkpoints):
-            cp: Checkpoint = write.checkpoint
-            parts.append(_CHECKPOINT_FROM_HELD.replace("%(", f"%(c{n}_"))
-            params.update(
-                _prefixed(
-                    f"c{n}_",
-                    (
-                        ("seq", cp.seq),
-                        ("name", cp.name),
-                        ("kind", cp.kind),
-                        ("step_id", cp.step_id),
-                        ("status", cp.status),
-                        ("attempts", cp.attempts),
-                        ("wake_at", cp.wake_at),
-                        ("output", write.output),
-                        ("error", error_text(cp.error)),
-                        ("final", cp.final),
-                        ("retry_state", None if cp.retry_state is None else dumps(cp.retry_state)),
-                        ("grp", cp.group),
-                        ("queue", cp.queue),
-                        ("dispatched_at", cp.dispatched_at),
-                        ("input", write.input),
-                        ("timeout_ms", cp.timeout_ms),
-                        ("lease_ms", cp.lease_ms),
-                        ("redispatches", cp.redispatches),
-                        ("heartbeat_at", cp.heartbeat_at),
-                        ("created_at", cp.created_at),
-                        ("updated_at", commit.now),
-                    ),
-                )
-            )
+            cp = write.checkpoint
+            rows.append(pq.checkpoint_from_held(n))
+            prefix = f"c{n}_"
+            params[prefix + "seq"] = cp.seq
+            params[prefix + "created_at"] = cp.created_at
+            values = checkpoint_values(write, commit.now)
+            params.update(zip(_prefixed(prefix, CHECKPOINT_WRITE_COLUMNS), values, strict=True))
             if cp.errors:
-                parts.append(_ERRORS_FROM_HELD.replace("%(", f"%(e{n}_"))
-                params.update(
-                    _prefixed(f"e{n}_", (("seq", cp.seq), ("errors", errors_text(cp.errors))))
-                )
+                rows.append(pq.errors_from_held(n))
+                params[f"e{n}_seq"] = cp.seq
+                params[f"e{n}_errors"] = errors_text(cp.errors)
         for n, task in enumerate(commit.tasks):
-            parts.append(_TASK_FROM_HELD.replace("%(", f"%(t{n}_"))
-            params.update(
-                _prefixed(
-                    f"t{n}_",
-                    (
-                        ("seq", task.seq),
-                        ("step_id", task.step_id),
-                        ("name", task.name),
-                        ("grp", task.group),
-                        ("input", task.input),
-                        ("attempt", task.attempt),
-                        ("available_at", task.available_at),
-                        ("redispatched", task.redispatched),
-                        ("created_at", commit.now),
-                    ),
-                )
-            )
-        rows = "".join(f" w{n} AS ({part})," for n, part in enumerate(parts))
-        # The advance's statement begins "WITH held AS (...), trail ...": the rows go after it.
-        head, tail = statement.split(" trail AS (", 1)
-        return (head + rows + " trail AS (" + tail), params  # pyright: ignore[reportReturnType]
+            rows.append(pq.task_from_held(n))
+            values = task_values(task, "queued", commit.now)
+            params.update(zip(_prefixed(f"t{n}_", TASK_INSERT_COLUMNS), values, strict=True))
+        # Composed of the statements module's fragments only (their row numbers make them str).
+        statement = f"WITH held AS ({held}),{''.join(rows)}{pq.ADVANCE_TAIL}"
+        return statement, params  # pyright: ignore[reportReturnType]
 
     async def _write_checkpoint(
-        self, conn: AsyncConnection[Any], commit: TurnCommit, write: Any
+        self, conn: AsyncConnection[Any], commit: TurnCommit, write: CheckpointWrite
     ) -> psycopg.AsyncCursor[Any]:
         """Insert or update (compare-and-set on ``rev``) one row; its cursor (row count 1: done)."""
-
-        cp: Checkpoint = write.checkpoint
-        values = (
-            cp.name,
-            cp.kind,
-            cp.step_id,
-            cp.status,
-            cp.attempts,
-            cp.wake_at,
-            write.output,
-            error_text(cp.error),
-            cp.final,
-            None if cp.retry_state is None else dumps(cp.retry_state),
-            cp.group,
-            cp.queue,
-            cp.dispatched_at,
-            write.input,
-            cp.timeout_ms,
-            cp.lease_ms,
-            cp.redispatches,
-            cp.heartbeat_at,
-            commit.now,
-        )
+        cp = write.checkpoint
+        values = checkpoint_values(write, commit.now)
         if write.expected_rev is None:
             return await conn.execute(
-                "INSERT INTO checkpoints (name, kind, step_id, status, attempts, wake_at,"
-                " output, error, final, retry_state, grp, queue,"
-                " dispatched_at, input, timeout_ms, lease_ms, redispatches, heartbeat_at,"
-                " updated_at, run_id, seq, created_at) VALUES (%s, %s, %s, %s, %s, %s,"
-                " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-                " %s, %s, %s, %s) ON CONFLICT (run_id, seq) DO NOTHING",
-                (*values, commit.run_id, cp.seq, cp.created_at),
+                pq.CHECKPOINT_INSERT, (*values, commit.run_id, cp.seq, cp.created_at)
             )
         return await conn.execute(
-            "UPDATE checkpoints SET name = %s, kind = %s, step_id = %s, status = %s,"
-            " attempts = %s, wake_at = %s, output = %s, error = %s,"
-            " final = %s, retry_state = %s, grp = %s, queue = %s,"
-            " dispatched_at = %s, input = %s, timeout_ms = %s, lease_ms = %s,"
-            " redispatches = %s, heartbeat_at = %s, updated_at = %s, rev = rev + 1"
-            " WHERE run_id = %s AND seq = %s AND rev = %s",
-            (*values, commit.run_id, cp.seq, write.expected_rev),
+            pq.CHECKPOINT_UPDATE, (*values, commit.run_id, cp.seq, write.expected_rev)
         )
 
     @staticmethod
@@ -1493,125 +1109,50 @@ class PostgresStore:
         if cp.stored_errors() is not None:
             return
         if write.expected_rev is not None:
-            await conn.execute(
-                "DELETE FROM step_errors WHERE run_id = %s AND seq = %s", (run_id, cp.seq)
-            )
+            await conn.execute(pq.ERRORS_DELETE, (run_id, cp.seq))
         if cp.errors:
-            await conn.execute(
-                "INSERT INTO step_errors (run_id, seq, n, error) SELECT %s, %s, e.n, e.v"
-                " FROM json_array_elements_text(%s::json) WITH ORDINALITY AS e(v, n)",
-                (run_id, cp.seq, errors_text(cp.errors)),
-            )
+            await conn.execute(pq.ERRORS_INSERT, (run_id, cp.seq, errors_text(cp.errors)))
 
     async def _enqueue(self, conn: AsyncConnection[Any], task: NewTask, now: int) -> bool:
         """Insert *task*, queued, or waiting when its queue has no free slot; whether queued."""
-
-        status = "queued"
+        held = 0
         if task.queue is not None and task.queue_limit is not None:
-            cursor = await conn.execute(
-                f"SELECT COUNT(*) FROM tasks WHERE queue = %s AND status IN {_SLOT_HOLDERS}",
-                (task.queue,),
-            )
-            row = await cursor.fetchone()
-            if row is not None and row[0] >= task.queue_limit:
-                status = "waiting"
-        await conn.execute(
-            "INSERT INTO tasks (run_id, seq, step_id, name, grp, queue, queue_limit, input,"
-            " attempt, status, available_at, redispatched, created_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                task.run_id,
-                task.seq,
-                task.step_id,
-                task.name,
-                task.group,
-                task.queue,
-                task.queue_limit,
-                task.input,
-                task.attempt,
-                status,
-                task.available_at,
-                task.redispatched,
-                now,
-            ),
-        )
+            row = await (await conn.execute(pq.SLOTS_HELD, (task.queue,))).fetchone()
+            held = 0 if row is None else row[0]
+        status = admission(task.queue, task.queue_limit, held)
+        await conn.execute(pq.TASK_INSERT, task_values(task, status, now))
         if status == "waiting":
-            await conn.execute(
-                _EVENT_INSERT,
-                (
-                    task.run_id,
-                    task.seq,
-                    "step.queued",
-                    "info",
-                    now,
-                    dumps({"attempt": task.attempt, "queue": task.queue}),
-                ),
+            await self._insert_event(
+                conn, waiting(task.run_id, task.seq, task.attempt, task.queue, now)
             )
         return status == "queued"
 
     async def _admit_waiting(self, conn: AsyncConnection[Any], queue: str, now: int) -> bool:
         """Admit the oldest waiting attempts of *queue* into its free slots (its lock held)."""
-
-        admitted = False
+        admitted_any = False
         while True:
-            cursor = await conn.execute(
-                "SELECT task_id, run_id, seq, attempt, queue_limit FROM tasks"
-                " WHERE queue = %s AND status = 'waiting' ORDER BY task_id LIMIT 1",
-                (queue,),
-            )
-            row = await cursor.fetchone()
+            row = await (await conn.execute(pq.OLDEST_WAITING, (queue,))).fetchone()
             if row is None:
-                return admitted
-            cursor = await conn.execute(
-                f"SELECT COUNT(*) FROM tasks WHERE queue = %s AND status IN {_SLOT_HOLDERS}",
-                (queue,),
-            )
-            held = await cursor.fetchone()
-            if held is not None and held[0] >= (row[4] or 1):
-                return admitted
-            await conn.execute(
-                "UPDATE tasks SET status = 'queued', available_at = GREATEST(available_at, %s)"
-                " WHERE task_id = %s",
-                (now, row[0]),
-            )
-            await conn.execute(
-                _EVENT_INSERT,
-                (
-                    row[1],
-                    row[2],
-                    "step.admitted",
-                    "info",
-                    now,
-                    dumps({"attempt": row[3], "queue": queue}),
-                ),
-            )
-            admitted = True
+                return admitted_any
+            held = await (await conn.execute(pq.SLOTS_HELD, (queue,))).fetchone()
+            if held is not None and not admits(held[0], row[4]):
+                return admitted_any
+            await conn.execute(pq.ADMIT, (now, row[0]))
+            await self._insert_event(conn, admitted(row[1], row[2], row[3], queue, now))
+            admitted_any = True
 
     async def _release_slots(
         self, conn: AsyncConnection[Any], queues: Sequence[str | None], now: int
     ) -> bool:
-        admitted = False
+        admitted_any = False
         for queue in sorted({q for q in queues if q is not None}):
-            admitted = await self._admit_waiting(conn, queue, now) or admitted
-        return admitted
+            admitted_any = await self._admit_waiting(conn, queue, now) or admitted_any
+        return admitted_any
 
     async def record_local_step(
         self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
-
-        def insert(again: bool) -> LiteralString:
-            # The share lock holds off a recovery of the run until this insert commits.
-            return (
-                "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
-                " output, created_at, updated_at)"
-                " SELECT %(run)s, %(seq)s, %(name)s, 'local', %(run)s || ':' || %(seq)s,"
-                " 'completed', 1, %(output)s, %(started)s, %(now)s"
-                " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = %(run)s"
-                " AND lease_token = %(token)s AND status = 'running' FOR SHARE)"
-                + (" ON CONFLICT (run_id, seq) DO NOTHING" if again else "")
-            )
-
         params = {
             "run": run_id,
             "seq": seq,
@@ -1627,7 +1168,8 @@ class PostgresStore:
                 raise StaleTurnError(f"run {run_id}: the lease was taken over")
 
         async def go(conn: AsyncConnection[Any], retry: _Retry) -> None:
-            cursor = await conn.execute(insert(retry.again), params)
+            statement = pq.LOCAL_STEP_INSERT_AGAIN if retry.again else pq.LOCAL_STEP_INSERT
+            cursor = await conn.execute(statement, params)
             if cursor.rowcount == 1:
                 return
             if retry.again and await self._lease_holds(conn, run_id, token):
@@ -1635,16 +1177,13 @@ class PostgresStore:
             inserted(None, cursor.rowcount)
 
         try:
-            await self._grouped(run_id, insert(False), params, inserted, go)
+            await self._grouped(run_id, pq.LOCAL_STEP_INSERT, params, inserted, go)
         except psycopg.DataError as error:
             raise self._payload_error(error, f"output of local step {name!r}") from error
 
     @staticmethod
     async def _lease_holds(conn: AsyncConnection[Any], run_id: str, token: str) -> bool:
-        cursor = await conn.execute(
-            "SELECT 1 FROM runs WHERE run_id = %s AND lease_token = %s AND status = 'running'",
-            (run_id, token),
-        )
+        cursor = await conn.execute(pq.LEASE_READ, {"run": run_id, "token": token})
         return await cursor.fetchone() is not None
 
     def _advance(
@@ -1655,6 +1194,13 @@ class PostgresStore:
         commit's events (written only if it holds): one statement whose row says 1 if it held.
         It notifies (if it held) for *runs* and *tasks* (see ``wake_hint``).
         """
+        _, params = self._advance_part(commit, runs=runs, tasks=tasks)
+        return _held(commit.advance)[1], params
+
+    def _advance_part(
+        self, commit: TurnCommit, *, runs: bool, tasks: bool
+    ) -> tuple[LiteralString, dict[str, Any]]:
+        """The ``held`` CTE of *commit*'s advance, and the parameters of its statement."""
         adv = commit.advance
         params: dict[str, Any] = {
             "run": commit.run_id,
@@ -1667,42 +1213,13 @@ class PostgresStore:
                 + ("d" if (runs or tasks) and _later(commit) else "")
             ),
         }
-        guard = "WHERE run_id = %(run)s AND lease_token = %(token)s AND status = 'running'"
-        if adv.action == "continue" and adv.lease_until is None:
-            # A share lock, not a write: a step's commit rewrites no run row, yet no recovery
-            # can take the run before this transaction ends.
-            held = f"SELECT run_id FROM runs {guard} FOR SHARE"
-        elif adv.action == "continue":
-            held = f"UPDATE runs SET lease_until = %(until)s, updated_at = %(now)s {guard}"
+        if adv.action == "continue" and adv.lease_until is not None:
             params["until"] = adv.lease_until
         elif adv.action == "suspend":
-            held = (
-                "UPDATE runs SET status = CASE WHEN woken THEN 'pending' ELSE 'suspended' END,"
-                " wake_at = %(wake)s, lease_token = NULL, lease_until = NULL,"
-                f" updated_at = %(now)s {guard}"
-            )
             params["wake"] = adv.wake_at
         elif adv.action == "finish":
-            held = (
-                "UPDATE runs SET status = %(status)s, output = %(output)s,"
-                " error = %(error)s, wake_at = NULL, lease_token = NULL, lease_until = NULL,"
-                f" updated_at = %(now)s {guard}"
-            )
             params.update(status=adv.status, output=adv.output, error=error_text(adv.error))
-        else:
-            held = (
-                "UPDATE runs SET status = 'pending', lease_token = NULL, lease_until = NULL,"
-                f" updated_at = %(now)s {guard}"
-            )
-        if not held.startswith("SELECT"):
-            held += " RETURNING run_id"
-        statement = (
-            f"WITH held AS ({held}), trail AS ({_EVENTS_FROM.format(source='held')}),"
-            " hint AS (SELECT pg_notify(c, %(sender)s) FROM held,"
-            " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
-            " SELECT (SELECT COUNT(*) FROM held), (SELECT COUNT(*) FROM hint)"
-        )
-        return statement, params
+        return _held(adv)[0], params
 
     # -- workers ----------------------------------------------------------------------------------
 
@@ -1713,44 +1230,17 @@ class PostgresStore:
         if not groups or limit <= 0:
             return []
         nonce = secrets.token_hex(8)
-        task_columns = ", ".join(f"t.{c}" for c in _TASK_COLUMNS.split(", "))
 
         async def go(conn: AsyncConnection[Any], retry: _Retry) -> list[Task]:
             tasks: list[Task] = []
             if retry.again:
                 # The first try may have claimed some before its reply was lost.
-                cursor = await conn.execute(
-                    f"SELECT {task_columns}, c.progress, c.timeout_ms, c.lease_ms FROM tasks t"
-                    " LEFT JOIN checkpoints c ON c.run_id = t.run_id AND c.seq = t.seq"
-                    " WHERE t.claim_nonce = %s AND t.status = 'claimed' ORDER BY t.task_id",
-                    (nonce,),
-                )
+                cursor = await conn.execute(pq.CLAIMED_TASKS, (nonce,))
                 tasks = [task_of(row) for row in await cursor.fetchall()]
             if len(tasks) >= limit:
                 return tasks
-            # One statement: the claim, the pickup beat on each checkpoint (which renews a
-            # lost-dispatch lease) and the step.started events.
             cursor = await conn.execute(
-                f"WITH picked AS (SELECT task_id FROM tasks, {_NO_FLUSH} WHERE status = 'queued'"
-                " AND grp = ANY(%(groups)s::text[]) AND available_at <= %(now)s ORDER BY task_id"
-                " LIMIT %(limit)s FOR UPDATE OF tasks SKIP LOCKED),"
-                " claimed AS (UPDATE tasks t SET status = 'claimed', claimed_by = %(worker)s,"
-                " claim_until = %(until)s, claim_nonce = %(nonce)s FROM picked"
-                f" WHERE t.task_id = picked.task_id RETURNING {task_columns}),"
-                " beat AS (UPDATE checkpoints c SET status = 'running', heartbeat_at = %(now)s,"
-                " wake_at = CASE WHEN c.lease_ms IS NULL THEN c.wake_at"
-                " ELSE %(now)s + c.lease_ms END, updated_at = %(now)s, rev = c.rev + 1"
-                " FROM claimed t WHERE c.run_id = t.run_id AND c.seq = t.seq"
-                " AND c.status IN ('pending', 'running') AND c.attempts = t.attempt"
-                " RETURNING c.run_id, c.seq, c.progress, c.timeout_ms, c.lease_ms),"
-                " started AS (INSERT INTO events (run_id, seq, name, level, at, data)"
-                " SELECT t.run_id, t.seq, 'step.started', 'info', %(now)s,"
-                " (jsonb_build_object('attempt', t.attempt, 'kind', 'remote',"
-                " 'worker', %(worker)s::text) || CASE WHEN t.redispatched"
-                " THEN '{\"redispatched\": true}'::jsonb ELSE '{}'::jsonb END)::text"
-                " FROM (SELECT * FROM claimed ORDER BY task_id) t)"
-                f" SELECT {task_columns}, b.progress, b.timeout_ms, b.lease_ms FROM claimed t"
-                " LEFT JOIN beat b ON b.run_id = t.run_id AND b.seq = t.seq ORDER BY t.task_id",
+                pq.CLAIM_TASKS,
                 {
                     "groups": _text_array(groups),
                     "now": now,
@@ -1769,11 +1259,7 @@ class PostgresStore:
         """Extend a claim *worker* holds; ``False`` if it no longer holds it."""
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
-            cursor = await conn.execute(
-                f"UPDATE tasks SET claim_until = %s FROM {_NO_FLUSH} WHERE task_id = %s"
-                " AND claimed_by = %s AND status = 'claimed'",
-                (claim_until, task_id, worker),
-            )
+            cursor = await conn.execute(pq.CLAIM_RENEW, (claim_until, task_id, worker))
             return cursor.rowcount == 1
 
         return await self._call(go)
@@ -1782,26 +1268,17 @@ class PostgresStore:
         self, task: Task, *, now: int, progress: str | None, lease_until: int | None
     ) -> bool:
         """Persist a worker's beat (see ``Store.heartbeat``)."""
+        params = {
+            "now": now,
+            "progress": progress,
+            "lease": lease_until,
+            "run": task.run_id,
+            "seq": task.seq,
+            "attempt": task.attempt,
+        }
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
-            cursor = await conn.execute(
-                "UPDATE checkpoints SET heartbeat_at = %(now)s,"
-                " progress = COALESCE(%(progress)s::text, progress),"
-                " wake_at = CASE WHEN lease_ms IS NULL OR %(lease)s::bigint IS NULL THEN wake_at"
-                " ELSE %(lease)s::bigint END, updated_at = %(now)s, rev = rev + 1"
-                f" FROM {_NO_FLUSH}"
-                " WHERE run_id = %(run)s AND seq = %(seq)s AND attempts = %(attempt)s"
-                " AND status IN ('pending', 'running')",
-                {
-                    "now": now,
-                    "progress": progress,
-                    "lease": lease_until,
-                    "run": task.run_id,
-                    "seq": task.seq,
-                    "attempt": task.attempt,
-                },
-            )
-            return cursor.rowcount == 1
+            return (await conn.execute(pq.HEARTBEAT, params)).rowcount == 1
 
         return await self._call(go)
 
@@ -1810,20 +1287,11 @@ class PostgresStore:
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> str | None:
             async with conn.transaction():
-                cursor = await conn.execute(
-                    "UPDATE tasks SET status = 'queued', claimed_by = NULL, claim_until = NULL"
-                    " WHERE task_id = %s AND claimed_by = %s AND status = 'claimed'",
-                    (task_id, worker),
-                )
+                cursor = await conn.execute(pq.CLAIM_RELEASE, (task_id, worker))
                 if cursor.rowcount:
                     await self._notify(conn)
                     return None
-                cursor = await conn.execute(
-                    "SELECT COALESCE(queue, '') FROM tasks WHERE task_id = %s"
-                    " AND claimed_by = %s AND status = 'withdrawn'",
-                    (task_id, worker),
-                )
-                row = await cursor.fetchone()
+                row = await (await conn.execute(pq.WITHDRAWN_QUEUE, (task_id, worker))).fetchone()
                 return None if row is None else row[0]
 
         withdrawn = await self._call(go)
@@ -1856,25 +1324,11 @@ class PostgresStore:
             async with conn.transaction():
                 await self._queue_locks(conn, [task.queue])
                 await self._lock_run(conn, task.run_id)
-                own = await conn.execute(
-                    "DELETE FROM tasks WHERE task_id = %s AND claimed_by = %s"
-                    " RETURNING queue, status",
-                    (task.task_id, worker),
-                )
+                own = await conn.execute(pq.OWN_TASK_DELETE, (task.task_id, worker))
                 rows = await own.fetchall()
                 await self._release_slots(conn, [row[0] for row in rows], now)
                 if any(row[1] == "withdrawn" for row in rows):
-                    await conn.execute(
-                        _EVENT_INSERT,
-                        (
-                            task.run_id,
-                            task.seq,
-                            "step.result_discarded",
-                            "warning",
-                            now,
-                            dumps(discarded(task, outcome)),
-                        ),
-                    )
+                    await self._insert_event(conn, result_discarded(task, outcome, now))
                     return False
                 return await self._apply_outcome(
                     conn,
@@ -1905,89 +1359,46 @@ class PostgresStore:
             failed = TaskOutcome(error=attrs.evolve(failure, retryable=False))
             return await self.record_result(task, worker, failed, now)
 
+    def _outcome_params(
+        self, run_id: str, seq: int, attempt: int, outcome: TaskOutcome, *, now: int, kinds: str
+    ) -> dict[str, Any]:
+        """The parameters of an outcome's statement (``APPLY_*``, ``RESULT_*``)."""
+        _, _, name, level, _, data = outcome_event(run_id, seq, attempt, outcome, now)
+        params: dict[str, Any] = {
+            "run": run_id,
+            "seq": seq,
+            "attempt": attempt,
+            "now": now,
+            "ev_name": name,
+            "ev_level": level,
+            "ev_data": data,
+            **self._hint_params(kinds),
+        }
+        if outcome.error is None:
+            params.update(output=outcome.output, progress=outcome.progress)
+        else:
+            params["error"] = error_text(outcome.error)
+        return params
+
     def _result_statement(
         self, task: Task, worker: str, outcome: TaskOutcome, now: int
     ) -> tuple[LiteralString, dict[str, Any]]:
-        """
-        ``record_result`` as one statement, for a task of no queue. Each step's condition reads
-        the step before it (a one-time filter, run before the step scans), so the locks are
-        taken in the store's one order: the run, task rows, the checkpoint.
-        """
-        params: dict[str, Any] = {
-            "run": task.run_id,
-            "seq": task.seq,
-            "task": task.task_id,
-            "worker": worker,
-            "attempt": task.attempt,
-            "now": now,
-            "progress": outcome.progress,
-            # A task of no queue frees no slot: only the run it wakes is news.
-            **self._hint_params("r"),
-        }
-        appended = ""
-        if outcome.error is None:
-            # Other attempts of a step that completes are moot. A settled failure is what replay
-            # raises, and the workflow may have acted on it: a late success never rewrites it.
-            moot = (
-                " moot AS (DELETE FROM tasks WHERE run_id = %(run)s AND seq = %(seq)s"
-                f" AND task_id <> %(task)s AND {_NOT_WITHDRAWN}"
-                " AND EXISTS (SELECT 1 FROM checkpoints WHERE run_id = %(run)s AND seq = %(seq)s"
-                " AND status <> 'completed' AND NOT (status = 'failed' AND final)) RETURNING 1),"
-            )
-            change = (
-                "UPDATE checkpoints SET status = 'completed', output = %(output)s::text,"
-                " error = NULL, wake_at = NULL, final = false, updated_at = %(now)s,"
-                " rev = rev + 1, progress = COALESCE(%(progress)s::text, progress)"
-                " WHERE run_id = %(run)s AND seq = %(seq)s AND status <> 'completed'"
-                f" AND NOT (status = 'failed' AND final) AND {_NOT_WITHDRAWN}"
-                " AND (SELECT COUNT(*) FROM moot) >= 0"
-            )
-            params["output"] = outcome.output
-            event = ("step.completed", "info", {"attempt": task.attempt, "kind": "remote"})
-        else:
-            moot = ""
-            error = outcome.error.to_json()
-            change = (
-                "UPDATE checkpoints SET status = 'failed', error = %(error)s,"
-                " final = false, wake_at = NULL,"
-                " updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s AND seq = %(seq)s"
-                " AND status IN ('pending', 'running') AND attempts = %(attempt)s"
-                f" AND {_NOT_WITHDRAWN}"
-            )
-            appended = f" errs AS ({_ERROR_APPEND}),"
-            params["error"] = dumps(error)
-            level = "warning" if outcome.error.retryable else "error"
-            event = (
-                "step.failed",
-                level,
-                {"attempt": task.attempt, "kind": "remote", "error": error},
-            )
-        params.update(ev_name=event[0], ev_level=event[1], ev_data=dumps(event[2]))
-        params["discarded"] = dumps(discarded(task, outcome))
-        statement = (
-            "WITH lk AS (SELECT run_id FROM runs WHERE run_id = %(run)s FOR NO KEY UPDATE),"
-            " own AS (DELETE FROM tasks WHERE task_id = %(task)s AND claimed_by = %(worker)s"
-            " AND (SELECT COUNT(*) FROM lk) >= 0 RETURNING status),"
-            " discard AS (INSERT INTO events (run_id, seq, name, level, at, data)"
-            " SELECT %(run)s, %(seq)s, 'step.result_discarded', 'warning', %(now)s,"
-            " %(discarded)s FROM own WHERE status = 'withdrawn'),"
-            f"{moot}"
-            f" up AS ({change} RETURNING run_id),{appended}"
-            " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
-            " SELECT run_id, %(seq)s, %(ev_name)s, %(ev_level)s, %(now)s, %(ev_data)s FROM up),"
-            " wake AS (UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
-            " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
-            " WHERE run_id = %(run)s AND status IN ('pending', 'running', 'suspended')"
-            " AND EXISTS (SELECT 1 FROM up)),"
-            " hint AS (SELECT pg_notify(c, %(sender)s) FROM up,"
-            " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
-            " SELECT (SELECT COUNT(*) FROM up), (SELECT COUNT(*) FROM hint)"
+        """``record_result`` as one statement, for a task of no queue."""
+        # A task of no queue frees no slot: only the run it wakes is news.
+        params = self._outcome_params(
+            task.run_id, task.seq, task.attempt, outcome, now=now, kinds="r"
         )
-        return statement, params
+        params.update(
+            task=task.task_id,
+            worker=worker,
+            progress=outcome.progress,
+            discarded=result_discarded(task, outcome, now)[5],
+        )
+        return (pq.RESULT_COMPLETED if outcome.error is None else pq.RESULT_FAILED), params
 
     @staticmethod
     async def _lock_run(conn: AsyncConnection[Any], run_id: str) -> None:
-        await conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR NO KEY UPDATE", (run_id,))
+        await conn.execute(pq.RUN_LOCK, (run_id,))
 
     async def _apply_outcome(
         self,
@@ -2006,68 +1417,18 @@ class PostgresStore:
         (``RETURNING queue``) whose slots this frees. Results are read only at the end, so the
         statements can go out pipelined.
         """
-        params: dict[str, Any] = {
-            "run": run_id,
-            "seq": seq,
-            "attempt": attempt,
-            "now": now,
-            **self._hint_params(),
-        }
+        params = self._outcome_params(run_id, seq, attempt, outcome, now=now, kinds="rtd")
         if outcome.error is None:
             # Other attempts of a step that completes are moot; their rows go first (task rows
             # before checkpoint rows). A completed step has none left, so this changes nothing
             # when the result turns out not to matter.
-            released.append(
-                await conn.execute(
-                    "DELETE FROM tasks WHERE run_id = %(run)s AND seq = %(seq)s AND EXISTS"
-                    " (SELECT 1 FROM checkpoints WHERE run_id = %(run)s AND seq = %(seq)s"
-                    " AND status <> 'completed' AND NOT (status = 'failed' AND final))"
-                    " RETURNING queue",
-                    params,
-                )
-            )
-            change = (
-                "UPDATE checkpoints SET status = 'completed', output = %(output)s::text,"
-                " error = NULL, wake_at = NULL, final = false, updated_at = %(now)s,"
-                " rev = rev + 1, progress = COALESCE(%(progress)s::text, progress)"
-                " WHERE run_id = %(run)s AND seq = %(seq)s AND status <> 'completed'"
-                " AND NOT (status = 'failed' AND final)"
-            )
-            params.update(output=outcome.output, progress=outcome.progress)
-            event = ("step.completed", "info", {"attempt": attempt, "kind": "remote"})
-            appended = ""
+            released.append(await conn.execute(pq.MOOT_DELETE, params))
+            statement = pq.APPLY_COMPLETED
         else:
-            appended = f" errs AS ({_ERROR_APPEND}),"
             if outcome.progress is not None:
-                await conn.execute(
-                    "UPDATE checkpoints SET progress = %s WHERE run_id = %s AND seq = %s"
-                    " AND status <> 'completed' AND NOT (status = 'failed' AND final)",
-                    (outcome.progress, run_id, seq),
-                )
-            error = outcome.error.to_json()
-            change = (
-                "UPDATE checkpoints SET status = 'failed', error = %(error)s,"
-                " final = false, wake_at = NULL,"
-                " updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s AND seq = %(seq)s"
-                " AND status IN ('pending', 'running') AND attempts = %(attempt)s"
-            )
-            params["error"] = dumps(error)
-            level = "warning" if outcome.error.retryable else "error"
-            event = ("step.failed", level, {"attempt": attempt, "kind": "remote", "error": error})
-        params.update(ev_name=event[0], ev_level=event[1], ev_data=dumps(event[2]))
-        applied = await conn.execute(
-            f"WITH up AS ({change} RETURNING run_id),{appended}"
-            " trail AS (INSERT INTO events (run_id, seq, name, level, at, data)"
-            " SELECT run_id, %(seq)s, %(ev_name)s, %(ev_level)s, %(now)s, %(ev_data)s FROM up),"
-            " wake AS (UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
-            " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
-            " WHERE run_id = %(run)s AND status IN ('pending', 'running', 'suspended')"
-            " AND EXISTS (SELECT 1 FROM up)),"
-            " hint AS (SELECT pg_notify(c, %(sender)s) FROM up,"
-            " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
-            " SELECT (SELECT COUNT(*) FROM up), (SELECT COUNT(*) FROM hint)",
-            params,
-        )
+                await conn.execute(pq.PROGRESS, (outcome.progress, run_id, seq))
+            statement = pq.APPLY_FAILED
+        applied = await conn.execute(statement, params)
         queues = [row[0] for cursor in released for row in await cursor.fetchall()]
         await self._release_slots(conn, queues, now)
         row = await applied.fetchone()
@@ -2079,68 +1440,25 @@ class PostgresStore:
         async def go(conn: AsyncConnection[Any], _: _Retry) -> int:
             count = 0
             async with conn.transaction():
-                cursor = await conn.execute(
-                    "SELECT DISTINCT queue FROM checkpoints WHERE run_id = %s AND kind = 'remote'"
-                    " AND status IN ('pending', 'running')",
-                    (run_id,),
-                )
+                cursor = await conn.execute(pq.PENDING_QUEUES, (run_id,))
                 await self._queue_locks(conn, [row[0] for row in await cursor.fetchall()])
                 await self._lock_run(conn, run_id)
-                for cp in await self._checkpoints(conn, run_id):
-                    if cp.kind != "remote" or cp.status not in ("pending", "running"):
-                        continue
+                for cp in filter(redispatchable, await self._checkpoints(conn, run_id)):
                     attempt = cp.attempts + 1
-                    cursor = await conn.execute(
-                        "DELETE FROM tasks WHERE run_id = %s AND seq = %s AND status IN"
-                        " ('queued', 'waiting') RETURNING queue, queue_limit",
-                        (run_id, cp.seq),
-                    )
+                    cursor = await conn.execute(pq.UNCLAIMED_DELETE, (run_id, cp.seq))
                     withdrawn = await cursor.fetchall()
                     limit = next((row[1] for row in withdrawn if row[1] is not None), None)
                     if limit is None:
-                        cursor = await conn.execute(
-                            "SELECT queue_limit FROM tasks WHERE run_id = %s AND seq = %s LIMIT 1",
-                            (run_id, cp.seq),
-                        )
+                        cursor = await conn.execute(pq.QUEUE_LIMIT_OF_STEP, (run_id, cp.seq))
                         held = await cursor.fetchone()
                         limit = None if held is None else held[0]
                     await conn.execute(
-                        "UPDATE checkpoints SET status = 'pending', attempts = %(attempt)s,"
-                        " dispatched_at = %(now)s, redispatches = redispatches + 1,"
-                        " wake_at = CASE WHEN lease_ms IS NULL THEN wake_at"
-                        " ELSE %(now)s + lease_ms END, updated_at = %(now)s, rev = rev + 1"
-                        " WHERE run_id = %(run)s AND seq = %(seq)s",
+                        pq.REDISPATCH,
                         {"attempt": attempt, "now": now, "run": run_id, "seq": cp.seq},
                     )
-                    await self._enqueue(
-                        conn,
-                        NewTask(
-                            run_id,
-                            cp.seq,
-                            cp.step_id,
-                            cp.name,
-                            cp.group,
-                            dumps(cp.input),
-                            attempt,
-                            now,
-                            cp.queue,
-                            redispatched=True,
-                            queue_limit=limit,
-                        ),
-                        now,
-                    )
+                    await self._enqueue(conn, redispatch(cp, now, limit), now)
                     await self._release_slots(conn, [row[0] for row in withdrawn], now)
-                    await conn.execute(
-                        _EVENT_INSERT,
-                        (
-                            run_id,
-                            cp.seq,
-                            "step.redispatched",
-                            "warning",
-                            now,
-                            dumps({"attempt": attempt, "by": "redispatch_pending"}),
-                        ),
-                    )
+                    await self._insert_event(conn, redispatched(run_id, cp.seq, attempt, now))
                     count += 1
                 if count:
                     await self._notify(conn)
@@ -2160,17 +1478,7 @@ class PostgresStore:
         """
 
         async def expired(conn: AsyncConnection[Any], _: _Retry) -> list[Any]:
-            # One read, so a pass with nothing to do costs one round trip and takes no lock.
-            cursor = await conn.execute(
-                "(SELECT 'run', NULL::bigint, run_id, NULL FROM runs WHERE status = 'running'"
-                " AND lease_until < %(now)s ORDER BY lease_until LIMIT 500) UNION ALL"
-                " (SELECT 'task', task_id, run_id, queue FROM tasks WHERE status = 'claimed'"
-                " AND claim_until < %(now)s ORDER BY claim_until LIMIT 500) UNION ALL"
-                " (SELECT 'gone', task_id, run_id, queue FROM tasks WHERE status = 'withdrawn'"
-                " AND claim_until < %(now)s ORDER BY claim_until LIMIT 500)",
-                {"now": now},
-            )
-            return await cursor.fetchall()
+            return await (await conn.execute(pq.EXPIRED, {"now": now})).fetchall()
 
         found = await self._call(expired)
         runs = [(run_id,) for kind, _, run_id, _ in found if kind == "run"]
@@ -2229,63 +1537,27 @@ class PostgresStore:
         now: int,
         max_recovery_attempts: int | None,
         reconcile_ms: int,
-    ) -> str | None:
-
+    ) -> Verdict | None:
         async with conn.transaction():
-            cursor = await conn.execute(
-                "SELECT recovery_attempts FROM runs WHERE run_id = %s AND status = 'running'"
-                " AND lease_until < %s FOR NO KEY UPDATE SKIP LOCKED",
-                (run_id, now),
-            )
-            row = await cursor.fetchone()
+            row = await (await conn.execute(pq.EXPIRED_RUN, (run_id, now))).fetchone()
             if row is None:
                 return None  # another engine recovered it, or its turn renewed the lease
             count: int = row[0]
-            cursor = await conn.execute(
-                "SELECT 1 FROM checkpoints WHERE run_id = %s AND kind = 'remote'"
-                " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1",
-                (run_id,),
+            awaiting = await (await conn.execute(pq.AWAITING_LIVENESS, (run_id,))).fetchone()
+            verdict = recovery_verdict(
+                awaiting_liveness=awaiting is not None,
+                recovery_attempts=count,
+                max_recovery_attempts=max_recovery_attempts,
             )
-            if await cursor.fetchone() is not None:
-                # Its dispatcher died awaiting a liveness step: a worker may still report, so
-                # park the run on the reconcile wake; this is not counted as a recovery.
-                await conn.execute(
-                    "UPDATE runs SET status = 'suspended', wake_at = %s, lease_token = NULL,"
-                    " lease_until = NULL, updated_at = %s WHERE run_id = %s",
-                    (now + reconcile_ms, now, run_id),
-                )
-                await conn.execute(
-                    _EVENT_INSERT,
-                    (
-                        run_id,
-                        None,
-                        "run.reconciling",
-                        "warning",
-                        now,
-                        dumps({"wake_at": now + reconcile_ms}),
-                    ),
-                )
-                await self._notify(conn)
-                return "reconciling"
-            if max_recovery_attempts is not None and count >= max_recovery_attempts:
-                error = dead_run(count, max_recovery_attempts)
-                await conn.execute(
-                    "UPDATE runs SET status = 'dead', error = %s, lease_token = NULL,"
-                    " lease_until = NULL, updated_at = %s WHERE run_id = %s",
-                    (error_text(error), now, run_id),
-                )
-                verdict = "dead"
-                name, level, data = "run.dead", "error", {"recovery_attempts": count}
+            wake_at = now + reconcile_ms
+            if verdict == "reconciling":
+                await conn.execute(pq.RUN_RECONCILE, (wake_at, now, run_id))
+            elif verdict == "dead":
+                error = error_text(dead_run(count, max_recovery_attempts))
+                await conn.execute(pq.RUN_DEAD, (error, now, run_id))
             else:
-                await conn.execute(
-                    "UPDATE runs SET status = 'pending', lease_token = NULL,"
-                    " lease_until = NULL, recovery_attempts = recovery_attempts + 1,"
-                    " updated_at = %s WHERE run_id = %s",
-                    (now, run_id),
-                )
-                verdict = "recovered"
-                name, level, data = "run.recovered", "warning", {"recovery_attempts": count + 1}
-            await conn.execute(_EVENT_INSERT, (run_id, None, name, level, now, dumps(data)))
+                await conn.execute(pq.RUN_RECOVER, (now, run_id))
+            await self._insert_event(conn, recovery_event(run_id, verdict, count, wake_at, now))
             await self._notify(conn)
             return verdict
 
@@ -2304,9 +1576,7 @@ class PostgresStore:
         async with conn.transaction():
             await self._queue_locks(conn, [queue])
             cursor = await conn.execute(
-                "DELETE FROM tasks WHERE task_id = %(task)s AND status = 'withdrawn'"
-                " AND (NOT %(expired)s OR claim_until < %(now)s)"
-                " AND (%(worker)s::text IS NULL OR claimed_by = %(worker)s::text) RETURNING queue",
+                pq.WITHDRAWN_DROP,
                 {"task": task_id, "expired": expired, "now": now, "worker": worker},
             )
             await self._release_slots(conn, [row[0] for row in await cursor.fetchall()], now)
@@ -2324,12 +1594,7 @@ class PostgresStore:
         async with conn.transaction():
             await self._queue_locks(conn, [queue])
             await self._lock_run(conn, run_id)
-            cursor = await conn.execute(
-                "DELETE FROM tasks WHERE task_id = %s AND status = 'claimed' AND claim_until < %s"
-                " RETURNING queue, seq, step_id, attempt",
-                (task_id, now),
-            )
-            row = await cursor.fetchone()
+            row = await (await conn.execute(pq.EXPIRED_CLAIM_DELETE, (task_id, now))).fetchone()
             if row is None:
                 return None  # reported meanwhile, renewed, or recovered by another engine
             await self._release_slots(conn, [row[0]], now)
@@ -2350,21 +1615,7 @@ class PostgresStore:
         """The earliest epoch ms after *now* at which a timer, lease or claim comes due."""
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> int | None:
-            # A lease or claim held until T expires at T + 1 (recovery takes `until < now`).
-            cursor = await conn.execute(
-                "SELECT LEAST("
-                " (SELECT MIN(wake_at) FROM runs WHERE status = 'suspended' AND wake_at > %(n)s),"
-                " (SELECT MIN(lease_until) + 1 FROM runs WHERE status = 'running'"
-                " AND lease_until >= %(n)s),"
-                " (SELECT MIN(available_at) FROM tasks WHERE status = 'queued'"
-                " AND available_at > %(n)s),"
-                " (SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'claimed'"
-                " AND claim_until >= %(n)s),"
-                " (SELECT MIN(claim_until) + 1 FROM tasks WHERE status = 'withdrawn'"
-                " AND claim_until >= %(n)s))",
-                {"n": now},
-            )
-            row = await cursor.fetchone()
+            row = await (await conn.execute(pq.NEXT_DUE, {"n": now})).fetchone()
             return None if row is None else row[0]
 
         return await self._call(go)
@@ -2376,64 +1627,20 @@ class PostgresStore:
             async with conn.transaction():
                 # Attempts still queued or running for the steps reset here must not complete
                 # their fresh first attempt: they are withdrawn (queue locks first, by name).
-                cursor = await conn.execute(
-                    "SELECT seq, queue FROM checkpoints WHERE run_id = %s AND kind = 'remote'"
-                    " AND status = 'failed'",
-                    (run_id,),
-                )
-                failed = await cursor.fetchall()
+                failed = await (await conn.execute(pq.FAILED_REMOTE, (run_id,))).fetchall()
                 await self._queue_locks(conn, [queue for _, queue in failed])
-                cursor = await conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s FOR NO KEY UPDATE",
-                    (run_id,),
-                )
-                row = await cursor.fetchone()
+                row = await (await conn.execute(pq.RUN_FOR_UPDATE, (run_id,))).fetchone()
                 if row is None:
                     msg = f"no run with id {run_id!r}"
                     raise LookupError(msg)
-                run = run_of(row)
-                if run.status not in ("failed", "dead", "cancelled"):
-                    msg = (
-                        f"run {run_id} is {run.status}; only a failed, dead or cancelled run can"
-                        " be retried"
-                    )
-                    raise ValueError(msg)
+                check_requeue(run_of(row))
                 if failed:
                     freed = await self._withdraw(conn, run_id, [seq for seq, _ in failed], now)
                     await self._release_slots(conn, freed, now)
-                await conn.execute(
-                    "DELETE FROM step_errors WHERE run_id = %(run)s AND seq IN (SELECT seq FROM"
-                    " checkpoints WHERE run_id = %(run)s AND status = 'failed')",
-                    {"run": run_id},
-                )
-                cursor = await conn.execute(
-                    "UPDATE checkpoints SET status = CASE kind WHEN 'local' THEN 'pending'"
-                    " ELSE 'failed' END, attempts = 0, final = false, error = NULL,"
-                    " retry_state = NULL,"
-                    " wake_at = CASE kind WHEN 'local' THEN NULL ELSE %s::bigint END,"
-                    " updated_at = %s, rev = rev + 1 WHERE run_id = %s AND status = 'failed'",
-                    (now, now, run_id),
-                )
-                reset = cursor.rowcount
-                cursor = await conn.execute(
-                    "UPDATE runs SET status = 'pending', output = NULL, error = NULL,"
-                    " wake_at = NULL, woken = false, lease_token = NULL, lease_until = NULL,"
-                    " recovery_attempts = 0, updated_at = %s WHERE run_id = %s"
-                    f" RETURNING {_RUN_COLUMNS}",
-                    (now, run_id),
-                )
-                new = await cursor.fetchone()
-                await conn.execute(
-                    _EVENT_INSERT,
-                    (
-                        run_id,
-                        None,
-                        "run.requeued",
-                        "info",
-                        now,
-                        dumps({"checkpoints_reset": reset}),
-                    ),
-                )
+                await conn.execute(pq.FAILED_ERRORS_DELETE, {"run": run_id})
+                reset = (await conn.execute(pq.FAILED_RESET, (now, now, run_id))).rowcount
+                new = await (await conn.execute(pq.RUN_REQUEUE, (now, run_id))).fetchone()
+                await self._insert_event(conn, requeued(run_id, reset, now))
                 await self._notify(conn)
             assert new is not None
             return run_of(new)

@@ -13,22 +13,29 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
-from effects.durable._records import Checkpoint, Run, Task
+from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._store import CheckpointWrite, ClaimedRun, NewRun, NewTask
 from effects.durable.errors import StepError
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
+    "CHECKPOINT_WRITE_COLUMNS",
     "RUN_COLUMNS",
     "SLOT_HOLDERS",
     "TASK_COLUMNS",
+    "TASK_INSERT_COLUMNS",
     "checkpoint_of",
+    "checkpoint_values",
     "dumps",
     "error_of",
     "error_text",
     "errors_text",
+    "events_of",
+    "leased_run",
     "loads",
     "run_of",
     "task_of",
+    "task_values",
 ]
 
 #: The columns of a run, in the order ``run_of`` reads them.
@@ -86,6 +93,45 @@ TASK_COLUMNS: Final = (
     "attempt",
     "queue",
     "redispatched",
+)
+#: The columns a turn writes of a checkpoint row, in the order ``checkpoint_values`` gives them
+#: (an insert adds ``run_id``, ``seq`` and ``created_at``).
+CHECKPOINT_WRITE_COLUMNS: Final = (
+    "name",
+    "kind",
+    "step_id",
+    "status",
+    "attempts",
+    "wake_at",
+    "output",
+    "error",
+    "final",
+    "retry_state",
+    "grp",
+    "queue",
+    "dispatched_at",
+    "input",
+    "timeout_ms",
+    "lease_ms",
+    "redispatches",
+    "heartbeat_at",
+    "updated_at",
+)
+#: The columns of a new task row, in the order ``task_values`` gives them.
+TASK_INSERT_COLUMNS: Final = (
+    "run_id",
+    "seq",
+    "step_id",
+    "name",
+    "grp",
+    "queue",
+    "queue_limit",
+    "input",
+    "attempt",
+    "status",
+    "available_at",
+    "redispatched",
+    "created_at",
 )
 #: The task statuses that hold a slot of a flow-control queue. A withdrawn attempt a worker
 #: still runs holds its slot until it reports or its claim lapses.
@@ -181,3 +227,60 @@ def task_of(row: Sequence[Any]) -> Task:
         timeout_ms=row[11],
         lease_ms=row[12],
     )
+
+
+def checkpoint_values(write: CheckpointWrite, now: int) -> tuple[Any, ...]:
+    """The values of ``CHECKPOINT_WRITE_COLUMNS`` that *write* stores at epoch ms *now*."""
+    cp = write.checkpoint
+    return (
+        cp.name,
+        cp.kind,
+        cp.step_id,
+        cp.status,
+        cp.attempts,
+        cp.wake_at,
+        write.output,
+        error_text(cp.error),
+        cp.final,
+        None if cp.retry_state is None else dumps(cp.retry_state),
+        cp.group,
+        cp.queue,
+        cp.dispatched_at,
+        write.input,
+        cp.timeout_ms,
+        cp.lease_ms,
+        cp.redispatches,
+        cp.heartbeat_at,
+        now,
+    )
+
+
+def task_values(task: NewTask, status: str, now: int) -> tuple[Any, ...]:
+    """The values of ``TASK_INSERT_COLUMNS`` of *task*, inserted with *status* at *now*."""
+    return (
+        task.run_id,
+        task.seq,
+        task.step_id,
+        task.name,
+        task.group,
+        task.queue,
+        task.queue_limit,
+        task.input,
+        task.attempt,
+        status,
+        task.available_at,
+        task.redispatched,
+        now,
+    )
+
+
+def leased_run(run: NewRun, token: str) -> ClaimedRun:
+    """*run* as ``create_run`` stored it leased to *token*: running, no checkpoints yet."""
+    created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
+                  None, None, 0, run.now, run.now)  # fmt: skip
+    return ClaimedRun(created, token, ())
+
+
+def events_of(rows: Sequence[Sequence[Any]]) -> list[Event]:
+    """The ``Event`` of each row of ``name, level, at, seq, data``."""
+    return [Event(name, level, at, seq, json.loads(data)) for name, level, at, seq, data in rows]

@@ -1,0 +1,191 @@
+"""
+The run's state machine, once for every store: pure decisions over row values (no SQL, no I/O).
+
+A store reads the few values a rule needs, asks the rule, and writes what it says. Where a store
+must decide inside SQL (the lease compare-and-set of every turn write, PostgreSQL's
+one-statement fast paths), the guard is a named fragment of its statements module
+(``sqlite_sql``, ``postgres_sql``) whose comment names the rule here that it encodes; each rule
+below lists those fragments under *SQL*.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from effects.durable._records import Checkpoint, Run
+from effects.durable._store import NewTask
+from effects.durable._store.rows import dumps
+
+__all__ = [
+    "REQUEUEABLE",
+    "Admission",
+    "Verdict",
+    "admission",
+    "admits",
+    "attempt_current",
+    "check_requeue",
+    "claim_holds",
+    "gives_up",
+    "lease_holds",
+    "outcome_applies",
+    "recovery_verdict",
+    "redispatch",
+    "redispatchable",
+    "runnable",
+    "settled",
+]
+
+#: The run statuses ``requeue`` accepts: runs that ended without completing.
+REQUEUEABLE: Final = ("failed", "dead", "cancelled")
+
+Verdict = Literal["reconciling", "dead", "recovered"]
+Admission = Literal["queued", "waiting"]
+
+
+def lease_holds(status: str, lease_token: str | None, token: str) -> bool:
+    """
+    A turn's lease holds while its run is ``running`` and still carries the *token* the turn
+    was claimed with; every write of the turn is a compare-and-set on it.
+
+    SQL: ``LEASE_HELD`` in both statements modules (every advance, ``record_local_step``,
+    ``renew_lease``).
+    """
+    return status == "running" and lease_token == token
+
+
+def runnable(status: str, wake_at: int | None, now: int) -> bool:
+    """
+    A turn may claim a run that is pending, or suspended and due (``wake_at <= now``; a
+    suspended run without ``wake_at`` waits for a result).
+
+    SQL: ``RUNNABLE`` in both statements modules (``claim_runs``).
+    """
+    return status == "pending" or (status == "suspended" and wake_at is not None and wake_at <= now)
+
+
+def claim_holds(status: str, claimed_by: str | None, worker: str) -> bool:
+    """
+    A worker's claim of a task holds while the task is ``claimed`` by it: a withdrawn or
+    released one is no longer renewed or put back.
+
+    SQL: ``CLAIM_HELD`` in both statements modules (``renew_claim``, ``release_claim``).
+    """
+    return status == "claimed" and claimed_by == worker
+
+
+def settled(status: str, final: bool) -> bool:
+    """
+    A checkpoint whose attempts are over: completed, or failed for good (replay raises that
+    failure, and the workflow may have acted on it).
+
+    SQL: ``SETTLED`` (``sqlite_sql``, ``postgres_sql``), ``NOT_SETTLED`` (``postgres_sql``).
+    """
+    return status == "completed" or (status == "failed" and final)
+
+
+def outcome_applies(status: str, attempts: int, final: bool, *, attempt: int, ok: bool) -> bool:
+    """
+    Whether an attempt's outcome changes its checkpoint. A success applies to any step not
+    ``settled`` (a late success of an older attempt, whose claim lapsed, still completes it);
+    a failure only to the attempt the checkpoint waits for, while it is pending or running.
+    A withdrawn attempt's outcome never reaches this rule: its result is discarded first.
+
+    SQL: ``COMPLETES`` and ``FAILS`` (``postgres_sql``), each beside ``NOT_WITHDRAWN`` in the
+    one-statement result.
+    """
+    if settled(status, final):
+        return False
+    return ok or attempt_current(status, attempts, attempt)
+
+
+def attempt_current(status: str, attempts: int, attempt: int) -> bool:
+    """
+    An attempt is the current one (its beats count, its claim is a pickup beat) while its
+    checkpoint is pending or running at that attempt.
+
+    SQL: ``ATTEMPT_CURRENT`` in both statements modules.
+    """
+    return status in ("pending", "running") and attempts == attempt
+
+
+def gives_up(cp: Checkpoint) -> bool:
+    """
+    Whether writing *cp* settles a dispatched step's failure: then none of its attempts may run
+    any more, and the same commit withdraws them.
+    """
+    return cp.kind == "remote" and cp.status == "failed" and cp.final
+
+
+def recovery_verdict(
+    *, awaiting_liveness: bool, recovery_attempts: int, max_recovery_attempts: int | None
+) -> Verdict:
+    """
+    What recovery makes of a run whose lease expired. One awaiting a liveness step (a pending
+    dispatched checkpoint with ``timeout_ms``) is ``reconciling``: its worker may still report,
+    so it is parked until the reconcile wake, not counted as a recovery. Otherwise it is
+    ``dead`` once it was recovered *max_recovery_attempts* times, else ``recovered`` (pending
+    again, one more recovery counted).
+    """
+    if awaiting_liveness:
+        return "reconciling"
+    if max_recovery_attempts is not None and recovery_attempts >= max_recovery_attempts:
+        return "dead"
+    return "recovered"
+
+
+def check_requeue(run: Run) -> None:
+    """
+    Refuse to requeue a run that has not ended without completing (``REQUEUEABLE``). A requeue
+    resets every failed checkpoint to a fresh first attempt (a local one pending, a dispatched
+    one failed and due at once), withdraws the attempts of the dispatched ones, and makes the
+    run pending with no output, error, lease or recovery count.
+
+    Raises:
+        ValueError: If the run is not failed, dead or cancelled.
+    """
+    if run.status not in REQUEUEABLE:
+        msg = (
+            f"run {run.run_id} is {run.status}; only a failed, dead or cancelled run can be retried"
+        )
+        raise ValueError(msg)
+
+
+def admission(queue: str | None, limit: int | None, held: int) -> Admission:
+    """
+    A new attempt of a flow-control *queue* is ``queued`` while fewer than *limit* attempts of
+    the queue hold a slot (``rows.SLOT_HOLDERS``), else ``waiting``; one of no queue or no limit
+    is always queued.
+    """
+    if queue is not None and limit is not None and held >= limit:
+        return "waiting"
+    return "queued"
+
+
+def admits(held: int, limit: int | None) -> bool:
+    """Whether a waiting attempt (its queue's *limit*, ``None`` read as 1) takes a free slot."""
+    return held < (limit or 1)
+
+
+def redispatchable(cp: Checkpoint) -> bool:
+    """Whether ``redispatch_pending`` sends *cp* again: a dispatched step pending or running."""
+    return cp.kind == "remote" and cp.status in ("pending", "running")
+
+
+def redispatch(cp: Checkpoint, now: int, queue_limit: int | None) -> NewTask:
+    """
+    The attempt that redispatches *cp*: ``attempts + 1``, available at once, marked
+    redispatched, in its queue with the limit its earlier attempts had (*queue_limit*).
+    """
+    return NewTask(
+        run_id=cp.run_id,
+        seq=cp.seq,
+        step_id=cp.step_id,
+        name=cp.name,
+        group=cp.group,
+        input=dumps(cp.input),
+        attempt=cp.attempts + 1,
+        available_at=now,
+        queue=cp.queue,
+        redispatched=True,
+        queue_limit=queue_limit,
+    )
