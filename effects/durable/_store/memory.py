@@ -36,6 +36,7 @@ from effects.durable._store import (
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
+    listing,
 )
 from effects.durable._store.rows import (
     CHECKPOINT_COLUMNS,
@@ -707,13 +708,14 @@ class MemoryStore:
                     for cp in tables.checkpoints.get(run.run_id, {}).values()
                 )
 
-            found = [
-                run
-                for run in tables.runs.values()
-                if (status is None or run.status == status)
-                and (workflow is None or run.workflow == workflow)
-                and (stale_before is None or stale(run))
-            ]
+            # ``listing.filters``'s clauses, in their order, as predicates on a row.
+            clauses: tuple[Callable[[_RunRow], bool], ...] = (
+                lambda run: run.status == status,
+                lambda run: run.workflow == workflow,
+                stale,
+            )
+            applied = [f for f, _ in listing.given(clauses, (status, workflow, stale_before))]
+            found = [run for run in tables.runs.values() if all(f(run) for f in applied)]
             found.sort(key=lambda r: r.run_id)
             found.sort(key=lambda r: r.created_at, reverse=True)
             # As SQL's LIMIT: a negative one is no limit.
