@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import LiteralString
+from typing import LiteralString, TypeVar
 
-__all__ = ["filters", "where"]
+__all__ = ["filters", "given", "where"]
+
+_Filter = TypeVar("_Filter")
 
 
 def filters(mark: LiteralString) -> tuple[LiteralString, LiteralString, LiteralString]:
@@ -25,9 +27,12 @@ def where(clauses: Sequence[str], values: Sequence[object]) -> tuple[str, list[o
     The ``WHERE`` of the *clauses* whose value is given (not ``None``), joined by AND (``""``
     when none is), and those values in order.
     """
-    given = [
-        (clause, value) for clause, value in zip(clauses, values, strict=True) if value is not None
-    ]
-    if not given:
+    applied = given(clauses, values)
+    if not applied:
         return "", []
-    return " WHERE " + " AND ".join(clause for clause, _ in given), [value for _, value in given]
+    return " WHERE " + " AND ".join(c for c, _ in applied), [value for _, value in applied]
+
+
+def given(filters: Sequence[_Filter], values: Sequence[object]) -> list[tuple[_Filter, object]]:
+    """The *filters* whose value is given (not ``None``), each with that value, in order."""
+    return [(f, value) for f, value in zip(filters, values, strict=True) if value is not None]

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import secrets
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import attrs
 
 from effects.durable._failures import dead_run, lost_worker
-from effects.durable._names import EventName
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
     CheckpointWrite,
@@ -38,18 +36,52 @@ from effects.durable._store import (
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
-    discarded,
+    listing,
 )
 from effects.durable._store.rows import (
     CHECKPOINT_COLUMNS,
+    CHECKPOINT_WRITE_COLUMNS,
     RUN_COLUMNS,
     TASK_COLUMNS,
+    TASK_INSERT_COLUMNS,
     checkpoint_of,
+    checkpoint_values,
     dumps,
     error_text,
-    loads,
+    events_of,
+    leased_run,
     run_of,
     task_of,
+    task_values,
+)
+from effects.durable._store.rules import (
+    Verdict,
+    admission,
+    admits,
+    attempt_current,
+    check_requeue,
+    claim_holds,
+    gives_up,
+    lease_holds,
+    outcome_applies,
+    recovery_verdict,
+    redispatch,
+    redispatchable,
+    runnable,
+    settled,
+)
+from effects.durable._store.trail import (
+    EventRow,
+    admitted,
+    event_rows,
+    outcome_event,
+    recovery_event,
+    redispatched,
+    requeued,
+    result_discarded,
+    started_data,
+    waiting,
+    withdrawn,
 )
 
 __all__ = ["MemoryStore", "parse_memory_url"]
@@ -57,7 +89,7 @@ __all__ = ["MemoryStore", "parse_memory_url"]
 _SCHEME: Final = "memory://"
 #: Task statuses that hold a slot of a flow-control queue (``rows.SLOT_HOLDERS``).
 _SLOT_HOLDERS: Final = frozenset({"queued", "claimed", "withdrawn"})
-#: Checkpoint statuses of a step whose attempt is still awaited.
+#: Checkpoint statuses of a step whose attempt is still awaited (``rules.redispatchable``).
 _AWAITED: Final = frozenset({"pending", "running"})
 
 
@@ -276,10 +308,6 @@ def _unclaimed_of(run_id: str, seq: int) -> Callable[[_TaskRow], bool]:
     return lambda t: t.run_id == run_id and t.seq == seq and t.status in ("queued", "waiting")
 
 
-def _settled_failure(row: _CheckpointRow) -> bool:
-    return row.status == "failed" and row.final
-
-
 # -- the store ------------------------------------------------------------------------------------
 
 
@@ -448,16 +476,17 @@ class MemoryStore:
     # -- rules shared by the writes ---------------------------------------------------------------
 
     @staticmethod
-    def _append_event(tables: _Tables, run_id: str, event: NewEvent) -> None:
-        """Events rule: a run's events are numbered 1, 2, ... in commit order."""
+    def _append_event(tables: _Tables, event: EventRow) -> None:
+        """Append *event* to its run's trail: a run's events are numbered 1, 2, ... in commit
+        order (SQLite's ``id``)."""
+        run_id, seq, name, level, at, data = event
         trail = tables.events.get(run_id, ())
-        e = event
-        row = _EventRow(run_id, len(trail) + 1, e.seq, e.name, e.level, e.at, dumps(e.data))
+        row = _EventRow(run_id, len(trail) + 1, seq, name, level, at, data)
         tables.put(tables.events, run_id, (*trail, row))
 
-    def _insert_events(self, tables: _Tables, run_id: str, events: Sequence[NewEvent]) -> None:
-        for e in events:
-            self._append_event(tables, run_id, e)
+    def _insert_events(self, tables: _Tables, events: Iterable[EventRow]) -> None:
+        for event in events:
+            self._append_event(tables, event)
 
     @staticmethod
     def _slots_held(tables: _Tables, queue: str) -> int:
@@ -468,55 +497,37 @@ class MemoryStore:
 
     def _enqueue(self, tables: _Tables, task: NewTask, now: int) -> None:
         """
-        Admission rule: insert *task* queued, or waiting (with ``step.queued``) when its
-        flow-control queue has no free slot.
+        Insert *task* as ``rules.admission`` says: queued, or waiting (with ``step.queued``)
+        when its flow-control queue has no free slot.
         """
-        status = "queued"
-        limited = task.queue is not None and task.queue_limit is not None
-        if limited and self._slots_held(tables, task.queue or "") >= (task.queue_limit or 0):
-            status = "waiting"
+        held = 0
+        if task.queue is not None and task.queue_limit is not None:
+            held = self._slots_held(tables, task.queue)
+        status = admission(task.queue, task.queue_limit, held)
         tables.last_task_id += 1
-        row = _TaskRow(
-            task_id=tables.last_task_id,
-            run_id=task.run_id,
-            seq=task.seq,
-            step_id=task.step_id,
-            name=task.name,
-            grp=task.group,
-            queue=task.queue,
-            input=task.input,
-            attempt=task.attempt,
-            status=status,
-            available_at=task.available_at,
-            claimed_by=None,
-            claim_until=None,
-            redispatched=task.redispatched,
-            created_at=now,
-            queue_limit=task.queue_limit,
-        )
+        inserted = dict(zip(TASK_INSERT_COLUMNS, task_values(task, status, now), strict=True))
+        row = _TaskRow(task_id=tables.last_task_id, claimed_by=None, claim_until=None, **inserted)
         tables.put(tables.tasks, row.task_id, row)
         if status == "waiting":
-            data = {"attempt": task.attempt, "queue": task.queue}
             self._append_event(
-                tables, task.run_id, NewEvent("step.queued", now, task.seq, data, "info")
+                tables, waiting(task.run_id, task.seq, task.attempt, task.queue, now)
             )
 
     def _admit_waiting(self, tables: _Tables, queue: str, now: int) -> None:
-        """Admission rule: the oldest waiting attempts of *queue* take the slots that are free."""
+        """The oldest waiting attempts of *queue* take its free slots (``rules.admits``)."""
         while True:
-            waiting = next(
+            oldest = next(
                 (t for t in tables.tasks_in_order() if t.queue == queue and t.status == "waiting"),
                 None,
             )
-            if waiting is None or self._slots_held(tables, queue) >= (waiting.queue_limit or 1):
+            if oldest is None or not admits(self._slots_held(tables, queue), oldest.queue_limit):
                 return
-            admitted = attrs.evolve(
-                waiting, status="queued", available_at=max(waiting.available_at, now)
+            queued = attrs.evolve(
+                oldest, status="queued", available_at=max(oldest.available_at, now)
             )
-            tables.put(tables.tasks, waiting.task_id, admitted)
-            data = {"attempt": waiting.attempt, "queue": queue}
+            tables.put(tables.tasks, oldest.task_id, queued)
             self._append_event(
-                tables, waiting.run_id, NewEvent("step.admitted", now, waiting.seq, data, "info")
+                tables, admitted(oldest.run_id, oldest.seq, oldest.attempt, queue, now)
             )
 
     def _release_slots(self, tables: _Tables, gone: Iterable[_TaskRow], now: int) -> None:
@@ -553,12 +564,14 @@ class MemoryStore:
         for t in claimed:
             tables.put(tables.tasks, t.task_id, attrs.evolve(t, status="withdrawn"))
         self._release_slots(tables, deleted, now)
-        for rows, held in ((deleted, False), (claimed, True)):
-            for t in rows:
-                data = {"attempt": t.attempt, "claimed": held}
-                self._append_event(
-                    tables, run_id, NewEvent("step.withdrawn", now, t.seq, data, "info")
-                )
+        self._insert_events(
+            tables,
+            [
+                withdrawn(run_id, t.seq, t.attempt, claimed=held, now=now)
+                for rows, held in ((deleted, False), (claimed, True))
+                for t in rows
+            ],
+        )
 
     def _apply_outcome(
         self,
@@ -571,18 +584,19 @@ class MemoryStore:
         now: int,
     ) -> bool:
         """
-        Result rule: complete or fail the checkpoint and wake its run; ``False`` when the result
-        no longer matters. A success completes a step that has not completed, unless its
-        failure is settled (replay raised it; a late success must not rewrite that history); a
-        failure counts only for the attempt the checkpoint awaits.
+        Complete or fail the checkpoint and wake its run, as ``rules.outcome_applies`` says;
+        ``False`` when the result no longer matters. A worker's last progress is kept unless
+        the step is ``settled``.
         """
         cps = tables.checkpoints_of(run_id)
         row = cps.get(seq)
-        if row is None or row.status == "completed" or _settled_failure(row):
+        if row is None or settled(row.status, row.final):
             return False
         if outcome.progress is not None:
             row = attrs.evolve(row, progress=outcome.progress)
             tables.put(cps, seq, row)
+        if not outcome_applies(row.status, row.attempts, row.final, attempt=attempt, ok=outcome.ok):
+            return False
         if outcome.error is None:
             done = attrs.evolve(
                 row,
@@ -598,12 +612,7 @@ class MemoryStore:
             # Other attempts of a step that has completed are moot.
             moot = self._delete_tasks(tables, lambda t: t.run_id == run_id and t.seq == seq)
             self._release_slots(tables, moot, now)
-            name: EventName = "step.completed"
-            level = "info"
-            data: dict[str, Any] = {"attempt": attempt, "kind": "remote"}
         else:
-            if row.status not in _AWAITED or row.attempts != attempt:
-                return False
             text = error_text(outcome.error)
             failed = attrs.evolve(
                 row,
@@ -618,10 +627,7 @@ class MemoryStore:
             assert text is not None
             errors = tables.step_errors.get((run_id, seq), ())
             tables.put(tables.step_errors, (run_id, seq), (*errors, text))
-            name = "step.failed"
-            level = "warning" if outcome.error.retryable else "error"
-            data = {"attempt": attempt, "kind": "remote", "error": outcome.error.to_json()}
-        self._append_event(tables, run_id, NewEvent(name, now, seq, data, level))
+        self._append_event(tables, outcome_event(run_id, seq, attempt, outcome, now))
         self._wake_run(tables, run_id, now)
         return True
 
@@ -639,10 +645,10 @@ class MemoryStore:
         tables.put(tables.runs, run_id, woken)
 
     @staticmethod
-    def _lease_holds(tables: _Tables, run_id: str, token: str) -> _RunRow | None:
-        """Lease rule: the run, if *token* still holds it (it is running on that lease)."""
+    def _leased(tables: _Tables, run_id: str, token: str) -> _RunRow | None:
+        """The run, if *token*'s lease on it holds (``rules.lease_holds``)."""
         run = tables.runs.get(run_id)
-        if run is None or run.lease_token != token or run.status != "running":
+        if run is None or not lease_holds(run.status, run.lease_token, token):
             return None
         return run
 
@@ -669,13 +675,11 @@ class MemoryStore:
                 lease_until=run.lease_until if leased else None,
             )
             tables.put(tables.runs, run.run_id, row)
-            self._insert_events(tables, run.run_id, events)
+            self._insert_events(tables, event_rows(run.run_id, events))
         if run.lease_token is None:
             self._tell(runs=True)
             return None
-        created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
-                      None, None, 0, run.now, run.now)  # fmt: skip
-        return ClaimedRun(created, run.lease_token, ())
+        return leased_run(run, run.lease_token)
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
@@ -704,13 +708,14 @@ class MemoryStore:
                     for cp in tables.checkpoints.get(run.run_id, {}).values()
                 )
 
-            found = [
-                run
-                for run in tables.runs.values()
-                if (status is None or run.status == status)
-                and (workflow is None or run.workflow == workflow)
-                and (stale_before is None or stale(run))
-            ]
+            # ``listing.filters``'s clauses, in their order, as predicates on a row.
+            clauses: tuple[Callable[[_RunRow], bool], ...] = (
+                lambda run: run.status == status,
+                lambda run: run.workflow == workflow,
+                stale,
+            )
+            applied = [f for f, _ in listing.given(clauses, (status, workflow, stale_before))]
+            found = [run for run in tables.runs.values() if all(f(run) for f in applied)]
             found.sort(key=lambda r: r.run_id)
             found.sort(key=lambda r: r.created_at, reverse=True)
             # As SQL's LIMIT: a negative one is no limit.
@@ -730,7 +735,7 @@ class MemoryStore:
         """The run's events, oldest first."""
         with self._read() as tables:
             trail = tables.events.get(run_id, ())
-            return [Event(e.name, e.level, e.at, e.seq, json.loads(e.data)) for e in trail]
+            return events_of([(e.name, e.level, e.at, e.seq, e.data) for e in trail])
 
     async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         """One checkpoint, read afresh."""
@@ -750,27 +755,21 @@ class MemoryStore:
         limit: int,
     ) -> list[ClaimedRun]:
         """
-        Claim rule: take up to *limit* runs of *workflows* that are pending, or suspended with a
-        wake time due, oldest change first, each with a fresh lease token.
+        Take up to *limit* ``rules.runnable`` runs of *workflows*, oldest change first, each
+        with a fresh lease token.
         """
         if not workflows or limit <= 0:
             return []
         wanted = set(workflows)
         with self._write() as tables:
-            runnable = [
+            ready = [
                 run
                 for run in tables.runs.values()
-                if (run.workflow, run.version) in wanted
-                and (
-                    run.status == "pending"
-                    or (
-                        run.status == "suspended" and run.wake_at is not None and run.wake_at <= now
-                    )
-                )
+                if (run.workflow, run.version) in wanted and runnable(run.status, run.wake_at, now)
             ]
-            runnable.sort(key=lambda r: (r.updated_at, r.run_id))
+            ready.sort(key=lambda r: (r.updated_at, r.run_id))
             claimed: list[ClaimedRun] = []
-            for row in runnable[:limit]:
+            for row in ready[:limit]:
                 token = f"{owner}:{secrets.token_hex(6)}"
                 leased = attrs.evolve(
                     row, status="running", lease_token=token, lease_until=lease_until, woken=False
@@ -783,7 +782,7 @@ class MemoryStore:
     async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:
         """Extend the lease *token* holds; ``False`` if it no longer holds the run."""
         with self._write() as tables:
-            run = self._lease_holds(tables, run_id, token)
+            run = self._leased(tables, run_id, token)
             if run is None:
                 return False
             tables.put(tables.runs, run_id, attrs.evolve(run, lease_until=lease_until))
@@ -804,19 +803,19 @@ class MemoryStore:
         )
 
     def _commit_turn(self, tables: _Tables, commit: TurnCommit) -> None:
-        run = self._lease_holds(tables, commit.run_id, commit.token)
+        run = self._leased(tables, commit.run_id, commit.token)
         if run is None:
             raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
         self._advance(tables, run, commit)
         cps = tables.checkpoints_of(commit.run_id)
         for write in commit.checkpoints:
             self._write_checkpoint(tables, cps, commit, write)
-        self._insert_events(tables, commit.run_id, commit.events)
+        self._insert_events(tables, event_rows(commit.run_id, commit.events))
         for task in commit.tasks:
             # Withdraw older attempts nobody claimed: only the newest may run.
-            withdrawn = self._delete_tasks(tables, _unclaimed_of(task.run_id, task.seq))
+            unclaimed = self._delete_tasks(tables, _unclaimed_of(task.run_id, task.seq))
             self._enqueue(tables, task, commit.now)
-            self._release_slots(tables, withdrawn, commit.now)
+            self._release_slots(tables, unclaimed, commit.now)
 
     def _write_checkpoint(
         self,
@@ -834,40 +833,22 @@ class MemoryStore:
         if write.expected_rev is not None and (old is None or old.rev != write.expected_rev):
             msg = f"run {commit.run_id}: checkpoint {cp.seq} changed meanwhile"
             raise StaleTurnError(msg)
+        written = checkpoint_values(write, commit.now)
         row = _CheckpointRow(
             run_id=commit.run_id,
             seq=cp.seq,
-            name=cp.name,
-            kind=cp.kind,
-            step_id=cp.step_id,
-            status=cp.status,
-            attempts=cp.attempts,
-            wake_at=cp.wake_at,
-            input=write.input,
-            output=write.output,
-            error=error_text(cp.error),
-            final=cp.final,
-            retry_state=None if cp.retry_state is None else dumps(cp.retry_state),
-            grp=cp.group,
-            queue=cp.queue,
-            dispatched_at=cp.dispatched_at,
             created_at=cp.created_at if old is None else old.created_at,
-            updated_at=commit.now,
             rev=1 if old is None else old.rev + 1,
             # A turn never writes a worker's progress: an update keeps it.
             progress=None if old is None else old.progress,
-            heartbeat_at=cp.heartbeat_at,
-            timeout_ms=cp.timeout_ms,
-            lease_ms=cp.lease_ms,
-            redispatches=cp.redispatches,
+            **dict(zip(CHECKPOINT_WRITE_COLUMNS, written, strict=True)),
         )
         tables.put(cps, cp.seq, row)
         if cp.stored_errors() is None:
             # Given as values: written again whole.
             texts = tuple(dumps(e.to_json()) for e in cp.errors)
             tables.put(tables.step_errors, (commit.run_id, cp.seq), texts or None)
-        if cp.kind == "remote" and cp.status == "failed" and cp.final:
-            # The engine gave up on the step: no attempt of it may run any more.
+        if gives_up(cp):
             self._withdraw(tables, commit.run_id, (cp.seq,), commit.now)
 
     @staticmethod
@@ -915,7 +896,7 @@ class MemoryStore:
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
         with self._write() as tables:
-            if self._lease_holds(tables, run_id, token) is None:
+            if self._leased(tables, run_id, token) is None:
                 raise StaleTurnError(f"run {run_id}: the lease was taken over")
             cps = tables.checkpoints_of(run_id)
             if seq in cps:
@@ -972,7 +953,7 @@ class MemoryStore:
                 cps = tables.checkpoints_of(row.run_id)
                 cp = cps.get(row.seq)
                 beat = None
-                if cp is not None and cp.status in _AWAITED and cp.attempts == row.attempt:
+                if cp is not None and attempt_current(cp.status, cp.attempts, row.attempt):
                     beat = attrs.evolve(
                         cp,
                         status="running",
@@ -983,20 +964,27 @@ class MemoryStore:
                     )
                     tables.put(cps, row.seq, beat)
                 claimed.append(_task(row, beat))
-            for task in claimed:
-                data: dict[str, Any] = {"attempt": task.attempt, "kind": "remote", "worker": worker}
-                if task.redispatched:
-                    data["redispatched"] = True
-                self._append_event(
-                    tables, task.run_id, NewEvent("step.started", now, task.seq, data, "info")
-                )
+            self._insert_events(
+                tables,
+                [
+                    (
+                        t.run_id,
+                        t.seq,
+                        "step.started",
+                        "info",
+                        now,
+                        dumps(started_data(t.attempt, worker, redispatched=t.redispatched)),
+                    )
+                    for t in claimed
+                ],
+            )
             return claimed
 
     async def renew_claim(self, task_id: int, worker: str, claim_until: int) -> bool:
         """Extend a claim *worker* holds; ``False`` if it no longer holds it."""
         with self._write() as tables:
             row = tables.tasks.get(task_id)
-            if row is None or row.claimed_by != worker or row.status != "claimed":
+            if row is None or not claim_holds(row.status, row.claimed_by, worker):
                 return False
             tables.put(tables.tasks, task_id, attrs.evolve(row, claim_until=claim_until))
             return True
@@ -1008,7 +996,7 @@ class MemoryStore:
         with self._write() as tables:
             cps = tables.checkpoints_of(task.run_id)
             cp = cps.get(task.seq)
-            if cp is None or cp.attempts != task.attempt or cp.status not in _AWAITED:
+            if cp is None or not attempt_current(cp.status, cp.attempts, task.attempt):
                 return False
             renews = cp.lease_ms is not None and lease_until is not None
             beat = attrs.evolve(
@@ -1028,7 +1016,7 @@ class MemoryStore:
             row = tables.tasks.get(task_id)
             if row is None or row.claimed_by != worker:
                 return
-            if row.status == "claimed":
+            if claim_holds(row.status, row.claimed_by, worker):
                 back = attrs.evolve(row, status="queued", claimed_by=None, claim_until=None)
                 tables.put(tables.tasks, task_id, back)
             elif row.status == "withdrawn":
@@ -1049,17 +1037,7 @@ class MemoryStore:
                 tables.put(tables.tasks, row.task_id, None)
                 self._release_slots(tables, [row], now)
                 if row.status == "withdrawn":
-                    self._append_event(
-                        tables,
-                        task.run_id,
-                        NewEvent(
-                            "step.result_discarded",
-                            now,
-                            task.seq,
-                            discarded(task, outcome),
-                            "warning",
-                        ),
-                    )
+                    self._append_event(tables, result_discarded(task, outcome, now))
                     return False
             landed = self._apply_outcome(
                 tables,
@@ -1080,53 +1058,30 @@ class MemoryStore:
         with self._write() as tables:
             count = 0
             cps = tables.checkpoints_of(run_id)
-            for seq in sorted(cps):
-                cp = cps[seq]
-                if cp.kind != "remote" or cp.status not in _AWAITED:
-                    continue
-                attempt = cp.attempts + 1
+            for step in filter(redispatchable, self._checkpoints(tables, run_id)):
+                seq, row = step.seq, cps[step.seq]
                 again = attrs.evolve(
-                    cp,
+                    row,
                     status="pending",
-                    attempts=attempt,
+                    attempts=step.attempts + 1,
                     dispatched_at=now,
-                    redispatches=cp.redispatches + 1,
-                    wake_at=cp.wake_at if cp.lease_ms is None else now + cp.lease_ms,
+                    redispatches=row.redispatches + 1,
+                    wake_at=row.wake_at if row.lease_ms is None else now + row.lease_ms,
                     updated_at=now,
-                    rev=cp.rev + 1,
+                    rev=row.rev + 1,
                 )
                 tables.put(cps, seq, again)
-                withdrawn = self._delete_tasks(tables, _unclaimed_of(run_id, seq))
-                limit = next((t.queue_limit for t in withdrawn if t.queue_limit is not None), None)
+                unclaimed = self._delete_tasks(tables, _unclaimed_of(run_id, seq))
+                limit = next((t.queue_limit for t in unclaimed if t.queue_limit is not None), None)
                 if limit is None:
                     held = next(
                         (t for t in tables.tasks_in_order() if t.run_id == run_id and t.seq == seq),
                         None,
                     )
                     limit = None if held is None else held.queue_limit
-                step = _checkpoint(tables, again)
-                self._enqueue(
-                    tables,
-                    NewTask(
-                        run_id,
-                        seq,
-                        step.step_id,
-                        step.name,
-                        step.group,
-                        dumps(step.input),
-                        attempt,
-                        now,
-                        step.queue,
-                        redispatched=True,
-                        queue_limit=limit,
-                    ),
-                    now,
-                )
-                self._release_slots(tables, withdrawn, now)
-                data = {"attempt": attempt, "by": "redispatch_pending"}
-                self._append_event(
-                    tables, run_id, NewEvent("step.redispatched", now, seq, data, "warning")
-                )
+                self._enqueue(tables, redispatch(step, now, limit), now)
+                self._release_slots(tables, unclaimed, now)
+                self._append_event(tables, redispatched(run_id, seq, step.attempts + 1, now))
                 count += 1
         self._tell(tasks=count > 0)
         return count
@@ -1181,43 +1136,31 @@ class MemoryStore:
         now: int,
         max_recovery_attempts: int | None,
         reconcile_ms: int,
-    ) -> Literal["reconciling", "dead", "recovered"]:
-        """
-        Recovery rule for a run whose lease expired: parked on the reconcile wake if it awaited
-        a liveness step (not counted), dead past *max_recovery_attempts*, else pending again
-        with one more recovery counted.
-        """
+    ) -> Verdict:
+        """Write what ``rules.recovery_verdict`` makes of *run*, whose lease expired."""
         count = run.recovery_attempts
-        cleared = attrs.evolve(run, lease_token=None, lease_until=None, updated_at=now)
+        # A liveness step (``timeout_ms``) still awaited: its worker may still report.
         awaiting = any(
             cp.kind == "remote" and cp.timeout_ms is not None and cp.status in _AWAITED
             for cp in tables.checkpoints.get(run.run_id, {}).values()
         )
-        if awaiting:
-            # Its dispatcher died awaiting a liveness step: a worker may still report.
-            wake_at = now + reconcile_ms
-            tables.put(
-                tables.runs, run.run_id, attrs.evolve(cleared, status="suspended", wake_at=wake_at)
-            )
-            self._append_event(
-                tables,
-                run.run_id,
-                NewEvent("run.reconciling", now, None, {"wake_at": wake_at}, "warning"),
-            )
-            return "reconciling"
-        if max_recovery_attempts is not None and count >= max_recovery_attempts:
-            error = error_text(dead_run(count, max_recovery_attempts))
-            tables.put(tables.runs, run.run_id, attrs.evolve(cleared, status="dead", error=error))
-            data = {"recovery_attempts": count}
-            self._append_event(tables, run.run_id, NewEvent("run.dead", now, None, data, "error"))
-            return "dead"
-        pending = attrs.evolve(cleared, status="pending", recovery_attempts=count + 1)
-        tables.put(tables.runs, run.run_id, pending)
-        data = {"recovery_attempts": count + 1}
-        self._append_event(
-            tables, run.run_id, NewEvent("run.recovered", now, None, data, "warning")
+        verdict = recovery_verdict(
+            awaiting_liveness=awaiting,
+            recovery_attempts=count,
+            max_recovery_attempts=max_recovery_attempts,
         )
-        return "recovered"
+        cleared = attrs.evolve(run, lease_token=None, lease_until=None, updated_at=now)
+        wake_at = now + reconcile_ms
+        if verdict == "reconciling":
+            after = attrs.evolve(cleared, status="suspended", wake_at=wake_at)
+        elif verdict == "dead":
+            error = error_text(dead_run(count, max_recovery_attempts))
+            after = attrs.evolve(cleared, status="dead", error=error)
+        else:
+            after = attrs.evolve(cleared, status="pending", recovery_attempts=count + 1)
+        tables.put(tables.runs, run.run_id, after)
+        self._append_event(tables, recovery_event(run.run_id, verdict, count, wake_at, now))
+        return verdict
 
     async def next_due(self, now: int) -> int | None:
         """
@@ -1265,12 +1208,7 @@ class MemoryStore:
             if run is None:
                 msg = f"no run with id {run_id!r}"
                 raise LookupError(msg)
-            if run.status not in ("failed", "dead", "cancelled"):
-                msg = (
-                    f"run {run_id} is {run.status}; only a failed, dead or cancelled run can be"
-                    " retried"
-                )
-                raise ValueError(msg)
+            check_requeue(_run(run))
             cps = tables.checkpoints_of(run_id)
             failed = [seq for seq in sorted(cps) if cps[seq].status == "failed"]
             # Attempts still queued or running for the steps reset here must not complete
@@ -1305,8 +1243,7 @@ class MemoryStore:
                 updated_at=now,
             )
             tables.put(tables.runs, run_id, fresh)
-            data = {"checkpoints_reset": len(failed)}
-            self._append_event(tables, run_id, NewEvent("run.requeued", now, None, data, "info"))
+            self._append_event(tables, requeued(run_id, len(failed), now))
         self._tell(runs=True)
         return _run(fresh)
 
