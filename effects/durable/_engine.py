@@ -21,7 +21,7 @@ from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._finishes import Finishes
 from effects.durable._queue import Queue
 from effects.durable._records import FINISHED, Checkpoint, Event, Run
-from effects.durable._store import ClaimedRun, NewEvent, NewRun, Store
+from effects.durable._store import ClaimedRun, NewEvent, NewRun, RunQuery, Store
 from effects.durable._time import WallClock, epoch_ms
 from effects.durable._trail import merge_events
 from effects.durable._worker_loop import WorkerLoop
@@ -420,9 +420,7 @@ class Engine:
             stale_ms: Only suspended runs whose oldest pending dispatch is older than this.
         """
         stale_before = None if stale_ms is None else self._now() - stale_ms
-        return await self._store.list_runs(
-            status=status, workflow=workflow, limit=limit, stale_before=stale_before
-        )
+        return await self._store.list_runs(RunQuery(status, workflow, limit, stale_before))
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """

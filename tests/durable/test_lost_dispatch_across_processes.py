@@ -233,8 +233,10 @@ async def _slow(nodes: Nodes, redispatch_ms: int | None) -> Facts:
     orchestrator = [*_node(url, "orchestrator"), *_leased(redispatch_ms)]
     async with Engine(url, workflows=[fan]) as engine:
         await engine.start(fan, {"step": "crash:wait", "inputs": inputs}, run_id=RUN)
+        # The worker is up before anything is dispatched: a claim slower than the lease would
+        # let the first orchestrator re-drive a member before its first attempt ever started.
+        worker = await spawn_ready(nodes, "worker", *_node(url, "worker"), env=hold)
         first = nodes.spawn("orchestrator", *orchestrator)
-        worker = nodes.spawn("worker", *_node(url, "worker"), env=hold)
         await until(nodes, "the worker to start the fan", _started(nodes, "crash:wait", 3))
         first.kill()
         await spawn_ready(nodes, "orchestrator", *orchestrator)

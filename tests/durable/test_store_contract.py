@@ -24,6 +24,7 @@ from effects.durable._store import (
     NewRun,
     NewTask,
     RunAdvance,
+    RunQuery,
     StaleTurnError,
     Store,
     TaskOutcome,
@@ -444,7 +445,7 @@ async def test_runs_are_listed_newest_first_and_filtered(store: Store) -> None:
         await store.create_run(NewRun(f"r{n}", workflow, "1", "null", NOW + n), [])
 
     async def ids(**filters: Any) -> list[str]:
-        return [r.run_id for r in await store.list_runs(**filters)]
+        return [r.run_id for r in await store.list_runs(RunQuery(**filters))]
 
     assert ["r4", "r3", "r2", "r1"] == await ids()
     assert ["r4", "r2"] == await ids(status="pending", workflow="wf")
@@ -452,6 +453,27 @@ async def test_runs_are_listed_newest_first_and_filtered(store: Store) -> None:
     assert ["r1"] == await ids(status="suspended")
     assert ["r1"] == await ids(stale_before=NOW + 1)
     assert [] == await ids(stale_before=NOW)
+
+
+async def test_the_attempts_of_one_commit_are_claimed_in_the_commits_order(store: Store) -> None:
+    """Steps dispatched together, listed out of sequence order: workers claim them as listed."""
+    token = await claimed(store)
+    seqs = (3, 1, 2)
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("suspend"),
+            [CheckpointWrite(remote(seq), None, input='{"n":1}') for seq in seqs],
+            [task(seq) for seq in seqs],
+        )
+    )
+    claims = await store.claim_tasks(
+        groups=["default"], now=NOW + 1, claim_until=NOW + 100, worker="w1", limit=2
+    )
+    assert [3, 1] == [claim.seq for claim in claims]
+    assert claims[0].task_id < claims[1].task_id
 
 
 async def test_heartbeats_and_a_claim_handed_back(store: Store) -> None:
@@ -515,8 +537,8 @@ def test_a_memory_url_that_names_no_clear_store_is_refused_saying_why(url: str, 
 
 async def scripted_writes(store: PostgresStore) -> None:
     """
-    Writes that take each one-statement path: a start, a local step, turns, results. One task
-    per commit: the one-statement commit numbers the tasks of one commit in an order of its own.
+    Writes that take each one-statement path: a start, a local step, turns, results. A turn
+    dispatches several steps, listed out of their order: their tasks take ids in the commit's order.
     """
     await store.open()
     try:
@@ -528,9 +550,9 @@ async def scripted_writes(store: PostgresStore) -> None:
             TurnCommit("r1", token, NOW + 1, RunAdvance("continue", lease_until=NOW + 50_000))
         )
         error = StepError("no", "x", None, "ValueError")
-        for seq, outcome in ((2, TaskOutcome(output='"ok"')), (3, TaskOutcome(error=error))):
-            now = NOW + 10 * seq
-            if seq > 2:
+        for turn_no, seqs in enumerate(((3, 2), (6, 4, 5))):
+            now = NOW + 100 * (turn_no + 1)
+            if turn_no:
                 (turn,) = await store.claim_runs(
                     workflows=[WF], now=now, lease_until=now + LEASE, owner="e1", limit=5
                 )
@@ -541,15 +563,18 @@ async def scripted_writes(store: PostgresStore) -> None:
                     token,
                     now,
                     RunAdvance("suspend"),
-                    [CheckpointWrite(remote(seq), None, input='{"n":1}')],
-                    [task(seq)],
-                    [NewEvent("step.dispatched", now, seq, {"attempt": 1})],
+                    [CheckpointWrite(remote(seq), None, input='{"n":1}') for seq in seqs],
+                    [task(seq) for seq in seqs],
+                    [NewEvent("step.dispatched", now, seq, {"attempt": 1}) for seq in seqs],
                 )
             )
-            (claim,) = await store.claim_tasks(
+            claims = await store.claim_tasks(
                 groups=["default"], now=now + 1, claim_until=now + 100, worker="w1", limit=5
             )
-            assert await store.record_result(claim, "w1", outcome, now + 2)
+            assert list(seqs) == [claim.seq for claim in claims]
+            for n, claim in enumerate(claims):
+                outcome = TaskOutcome(output='"ok"') if n % 2 else TaskOutcome(error=error)
+                assert await store.record_result(claim, "w1", outcome, now + 2 + n)
     finally:
         await store.close()
 

@@ -39,6 +39,7 @@ from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable.errors import DurableError, StepError
 
 __all__ = [
+    "ALL_RUNS",
     "CheckpointWrite",
     "ClaimedRun",
     "NewEvent",
@@ -46,6 +47,7 @@ __all__ = [
     "NewTask",
     "RecoveryReport",
     "RunAdvance",
+    "RunQuery",
     "StaleTurnError",
     "Store",
     "TaskOutcome",
@@ -72,6 +74,27 @@ class NewRun:
     now: int
     lease_token: str | None = None
     lease_until: int | None = None
+
+
+@attrs.frozen
+class RunQuery:
+    """
+    Which runs ``list_runs`` returns, newest first: at most *limit*, of *status* and of
+    *workflow* when given, and with *stale_before* (epoch ms) only suspended runs whose oldest
+    pending dispatch was made before it.
+    """
+
+    status: str | None = None
+    workflow: str | None = None
+    limit: int = 100
+    stale_before: int | None = None
+
+    def filter_values(self) -> tuple[str | None, str | None, int | None]:
+        """The filters' values in ``listing.filters``'s order (``None``: that filter is off)."""
+        return self.status, self.workflow, self.stale_before
+
+
+ALL_RUNS: RunQuery = RunQuery()
 
 
 @attrs.frozen
@@ -253,18 +276,8 @@ class Store(Protocol):
         """The run, or ``None``."""
         ...
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        stale_before: int | None = None,
-    ) -> list[Run]:
-        """
-        Runs newest first. *stale_before*: only suspended runs whose oldest pending dispatch was
-        made before that epoch ms.
-        """
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> list[Run]:
+        """The runs *query* selects, newest first."""
         ...
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:

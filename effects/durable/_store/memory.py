@@ -27,12 +27,14 @@ import attrs
 from effects.durable._failures import dead_run, lost_worker
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
+    ALL_RUNS,
     CheckpointWrite,
     ClaimedRun,
     NewEvent,
     NewRun,
     NewTask,
     RecoveryReport,
+    RunQuery,
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
@@ -59,6 +61,7 @@ from effects.durable._store.rules import (
     admission,
     admits,
     attempt_current,
+    awaiting_liveness,
     check_requeue,
     claim_holds,
     gives_up,
@@ -69,6 +72,8 @@ from effects.durable._store.rules import (
     redispatchable,
     runnable,
     settled,
+    stale_dispatch,
+    wakes,
 )
 from effects.durable._store.trail import (
     EventRow,
@@ -89,8 +94,6 @@ __all__ = ["MemoryStore", "parse_memory_url"]
 _SCHEME: Final = "memory://"
 #: Task statuses that hold a slot of a flow-control queue (``rows.SLOT_HOLDERS``).
 _SLOT_HOLDERS: Final = frozenset({"queued", "claimed", "withdrawn"})
-#: Checkpoint statuses of a step whose attempt is still awaited (``rules.redispatchable``).
-_AWAITED: Final = frozenset({"pending", "running"})
 
 
 def parse_memory_url(url: str) -> str:
@@ -638,7 +641,7 @@ class MemoryStore:
         makes it pending) and makes a suspended one pending.
         """
         run = tables.runs.get(run_id)
-        if run is None or run.status not in ("pending", "running", "suspended"):
+        if run is None or not wakes(run.status):
             return
         status = "pending" if run.status == "suspended" else run.status
         woken = attrs.evolve(run, woken=True, wake_at=None, updated_at=now, status=status)
@@ -687,39 +690,30 @@ class MemoryStore:
             row = tables.runs.get(run_id)
             return None if row is None else _run(row)
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        stale_before: int | None = None,
-    ) -> list[Run]:
-        """Runs newest first, filtered (see ``Store.list_runs``)."""
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> list[Run]:
+        """The runs *query* selects, newest first."""
         with self._read() as tables:
+            stale_before = query.stale_before
 
             def stale(run: _RunRow) -> bool:
                 assert stale_before is not None
                 return run.status == "suspended" and any(
-                    cp.kind == "remote"
-                    and cp.status in _AWAITED
-                    and cp.dispatched_at is not None
-                    and cp.dispatched_at < stale_before
+                    stale_dispatch(cp.kind, cp.status, cp.dispatched_at, stale_before)
                     for cp in tables.checkpoints.get(run.run_id, {}).values()
                 )
 
             # ``listing.filters``'s clauses, in their order, as predicates on a row.
             clauses: tuple[Callable[[_RunRow], bool], ...] = (
-                lambda run: run.status == status,
-                lambda run: run.workflow == workflow,
+                lambda run: run.status == query.status,
+                lambda run: run.workflow == query.workflow,
                 stale,
             )
-            applied = [f for f, _ in listing.given(clauses, (status, workflow, stale_before))]
+            applied = [f for f, _ in listing.given(clauses, query.filter_values())]
             found = [run for run in tables.runs.values() if all(f(run) for f in applied)]
             found.sort(key=lambda r: r.run_id)
             found.sort(key=lambda r: r.created_at, reverse=True)
             # As SQL's LIMIT: a negative one is no limit.
-            return [_run(r) for r in (found if limit < 0 else found[:limit])]
+            return [_run(r) for r in (found if query.limit < 0 else found[: query.limit])]
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints by sequence number."""
@@ -1141,7 +1135,7 @@ class MemoryStore:
         count = run.recovery_attempts
         # A liveness step (``timeout_ms``) still awaited: its worker may still report.
         awaiting = any(
-            cp.kind == "remote" and cp.timeout_ms is not None and cp.status in _AWAITED
+            awaiting_liveness(cp.kind, cp.status, cp.timeout_ms)
             for cp in tables.checkpoints.get(run.run_id, {}).values()
         )
         verdict = recovery_verdict(

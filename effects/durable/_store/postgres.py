@@ -49,6 +49,7 @@ from psycopg_pool import AsyncConnectionPool
 from effects.durable._failures import dead_run, lost_worker
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
+    ALL_RUNS,
     CheckpointWrite,
     ClaimedRun,
     NewEvent,
@@ -56,6 +57,7 @@ from effects.durable._store import (
     NewTask,
     RecoveryReport,
     RunAdvance,
+    RunQuery,
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
@@ -807,20 +809,13 @@ class PostgresStore:
 
         return await self._call(go)
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        stale_before: int | None = None,
-    ) -> list[Run]:
-        """Runs newest first, filtered (see ``Store.list_runs``)."""
-        clause, values = listing.where(pq.RUNS_FILTERS, (status, workflow, stale_before))
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> list[Run]:
+        """The runs *query* selects, newest first."""
+        clause, values = listing.where(pq.RUNS_FILTERS, query.filter_values())
         statement = pq.RUNS + clause + pq.RUNS_ORDER
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> list[Run]:
-            cursor = await conn.execute(statement, (*values, limit))  # pyright: ignore[reportArgumentType]
+            cursor = await conn.execute(statement, (*values, query.limit))  # pyright: ignore[reportArgumentType]
             return [run_of(row) for row in await cursor.fetchall()]
 
         return await self._call(go)
@@ -1078,8 +1073,9 @@ class PostgresStore:
                 rows.append(pq.errors_from_held(n))
                 params[f"e{n}_seq"] = cp.seq
                 params[f"e{n}_errors"] = errors_text(cp.errors)
+        if commit.tasks:
+            rows.append(pq.tasks_from_held(len(commit.tasks)))
         for n, task in enumerate(commit.tasks):
-            rows.append(pq.task_from_held(n))
             values = task_values(task, "queued", commit.now)
             params.update(zip(_prefixed(f"t{n}_", TASK_INSERT_COLUMNS), values, strict=True))
         # Composed of the statements module's fragments only (their row numbers make them str).

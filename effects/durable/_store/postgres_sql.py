@@ -378,18 +378,26 @@ def errors_from_held(n: int) -> str:
     )
 
 
-def task_from_held(n: int) -> str:
+def tasks_from_held(count: int) -> str:
     """
-    The CTE ``t<n>_w`` of a one-statement commit: its *n*-th new task, outside any queue and
-    queued, once per row of ``held``, its parameters named ``t<n>_<column>``.
+    The CTE ``tasks_w`` of a one-statement commit: its *count* new tasks, outside any queue and
+    queued, once per row of ``held``, the *n*-th one's parameters named ``t<n>_<column>``. One
+    INSERT ordered by position, so the tasks of a commit take their ids in the commit's order,
+    as the general path's inserts one by one do (CTEs of their own would run in no set order).
     """
-    p = f"t{n}_"
+    rows = ", ".join(
+        f"({n}, %(t{n}_seq)s::integer, %(t{n}_step_id)s::text, %(t{n}_name)s::text,"
+        f" %(t{n}_grp)s::text, %(t{n}_input)s::text, %(t{n}_attempt)s::integer,"
+        f" %(t{n}_available_at)s::bigint, %(t{n}_redispatched)s::boolean,"
+        f" %(t{n}_created_at)s::bigint)"
+        for n in range(count)
+    )
     return (
-        f" {p}w AS (INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status,"
-        f" available_at, redispatched, created_at) SELECT held.run_id, %({p}seq)s::integer,"
-        f" %({p}step_id)s::text, %({p}name)s::text, %({p}grp)s::text, %({p}input)s::text,"
-        f" %({p}attempt)s::integer, 'queued', %({p}available_at)s::bigint,"
-        f" %({p}redispatched)s::boolean, %({p}created_at)s::bigint FROM held),"
+        " tasks_w AS (INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status,"
+        " available_at, redispatched, created_at) SELECT held.run_id, v.seq, v.step_id, v.name,"
+        " v.grp, v.input, v.attempt, 'queued', v.available_at, v.redispatched, v.created_at"
+        f" FROM held, (VALUES {rows}) AS v(n, seq, step_id, name, grp, input, attempt,"
+        " available_at, redispatched, created_at) ORDER BY v.n),"
     )
 
 

@@ -23,6 +23,8 @@ __all__ = [
     "admission",
     "admits",
     "attempt_current",
+    "awaited",
+    "awaiting_liveness",
     "check_requeue",
     "claim_holds",
     "gives_up",
@@ -33,6 +35,8 @@ __all__ = [
     "redispatchable",
     "runnable",
     "settled",
+    "stale_dispatch",
+    "wakes",
 ]
 
 #: The run statuses ``requeue`` accepts: runs that ended without completing.
@@ -98,6 +102,42 @@ def outcome_applies(status: str, attempts: int, final: bool, *, attempt: int, ok
     return ok or attempt_current(status, attempts, attempt)
 
 
+def awaited(status: str) -> bool:
+    """
+    A dispatched step's checkpoint still awaits its outcome while it is pending or running.
+
+    SQL: ``status IN ('pending', 'running')`` in both statements modules (``ATTEMPT_CURRENT``,
+    the stale filter of ``listing.filters``, the liveness probe of recovery, result guards).
+    """
+    return status in ("pending", "running")
+
+
+def awaiting_liveness(kind: str, status: str, timeout_ms: int | None) -> bool:
+    """
+    Recovery waits for a run with a dispatched step under a liveness window (``timeout_ms``)
+    that is still awaited: its worker may still report, or the window lapse.
+    """
+    return kind == "remote" and timeout_ms is not None and awaited(status)
+
+
+def stale_dispatch(kind: str, status: str, dispatched_at: int | None, before: int) -> bool:
+    """A dispatched step still awaited whose dispatch was made before epoch ms *before*."""
+    return (
+        kind == "remote"
+        and awaited(status)
+        and dispatched_at is not None
+        and dispatched_at < before
+    )
+
+
+def wakes(status: str) -> bool:
+    """
+    A result wakes its run while the run is unfinished (pending, running or suspended): a
+    suspended run becomes pending, a running turn's suspension then makes it pending.
+    """
+    return status in ("pending", "running", "suspended")
+
+
 def attempt_current(status: str, attempts: int, attempt: int) -> bool:
     """
     An attempt is the current one (its beats count, its claim is a pickup beat) while its
@@ -105,7 +145,7 @@ def attempt_current(status: str, attempts: int, attempt: int) -> bool:
 
     SQL: ``ATTEMPT_CURRENT`` in both statements modules.
     """
-    return status in ("pending", "running") and attempts == attempt
+    return awaited(status) and attempts == attempt
 
 
 def gives_up(cp: Checkpoint) -> bool:
@@ -168,7 +208,7 @@ def admits(held: int, limit: int | None) -> bool:
 
 def redispatchable(cp: Checkpoint) -> bool:
     """Whether ``redispatch_pending`` sends *cp* again: a dispatched step pending or running."""
-    return cp.kind == "remote" and cp.status in ("pending", "running")
+    return cp.kind == "remote" and awaited(cp.status)
 
 
 def redispatch(cp: Checkpoint, now: int, queue_limit: int | None) -> NewTask:

@@ -25,11 +25,13 @@ import attrs
 from effects.durable._failures import dead_run, lost_worker
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
+    ALL_RUNS,
     ClaimedRun,
     NewEvent,
     NewRun,
     NewTask,
     RecoveryReport,
+    RunQuery,
     StaleTurnError,
     TaskOutcome,
     TurnCommit,
@@ -470,18 +472,13 @@ class SqliteStore:
             row = self._conn.execute(sq.RUN, (run_id,)).fetchone()
             return None if row is None else run_of(row)
 
-    async def list_runs(
-        self,
-        *,
-        status: str | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        stale_before: int | None = None,
-    ) -> list[Run]:
-        """Runs newest first, filtered (see ``Store.list_runs``)."""
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> list[Run]:
+        """The runs *query* selects, newest first."""
         with self._read_errors():
-            clause, values = listing.where(sq.RUNS_FILTERS, (status, workflow, stale_before))
-            rows = self._conn.execute(sq.RUNS + clause + sq.RUNS_ORDER, (*values, limit)).fetchall()
+            clause, values = listing.where(sq.RUNS_FILTERS, query.filter_values())
+            rows = self._conn.execute(
+                sq.RUNS + clause + sq.RUNS_ORDER, (*values, query.limit)
+            ).fetchall()
             return [run_of(row) for row in rows]
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
