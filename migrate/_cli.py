@@ -18,13 +18,14 @@ output quietly; the exit code stays the command's.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Final, Literal, Protocol, TextIO
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TextIO
 
 import attrs
 
@@ -32,6 +33,7 @@ from migrate import (
     Config,
     ConfigError,
     Counts,
+    MigrateError,
     ProgressEvent,
     RefusedError,
     RunOptions,
@@ -40,7 +42,6 @@ from migrate import (
     UsageError,
     failures,
     forget,
-    load_config,
     plan,
     refusals,
     run,
@@ -48,6 +49,10 @@ from migrate import (
     status,
     unlock,
 )
+from migrate._loading import load_config_and_engine
+
+if TYPE_CHECKING:
+    from effects.durable import Engine
 from migrate._text import format_time, plural, printable
 
 __all__ = [
@@ -197,7 +202,42 @@ def _parser() -> argparse.ArgumentParser:
         help="items processed at once, overriding every definition's concurrency",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="run it as a durable workflow: worked here until it ends, and by any `migrate work` "
+        "of the same config (a run whose process dies is finished by another)",
+    )
+    _durable_store(p)
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="with --durable: start the run, print its durable run id and exit 0; workers run it",
+    )
+
+    p = commands.add_parser(
+        "work", help="work the durable migration runs of this config until stopped (Ctrl-C)"
+    )
+    _durable_store(p)
+    p.add_argument(
+        "--poll",
+        type=_positive_int,
+        default=1000,
+        metavar="MS",
+        help="how often to look for work, in ms (default 1000; news of this process is at once)",
+    )
     return parser
+
+
+def _durable_store(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--durable-store",
+        metavar="URL",
+        default=None,
+        help="the durable workflow store (default: the config's `engine`, else durable.db beside "
+        "a SQLite store, or the same PostgreSQL database); a URL given here ignores the "
+        "config's engine and its options",
+    )
 
 
 class Writer(Protocol):
@@ -278,9 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run" and args.failed and args.skipped:
             raise UsageError("--failed and --skipped cannot be used together; run them one by one")
-        config = load_config(args.config)
+        config, args.config_engine = load_config_and_engine(args.config)
         if args.store is not None:
             config = _with_store(config, args.store)
+            # The config's engine serves the config's own store.
+            args.config_engine = None
         command: Callable[[Config, argparse.Namespace, Writer], int] = _COMMANDS[args.command]
         return command(config, args, out)
     except (ConfigError, UsageError) as error:
@@ -430,6 +472,11 @@ def _duration(started: float, ended: float | None) -> str:
     return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}min"
 
 
+def _durable_cell(durable_run_id: str | None) -> str:
+    # Escaped: unlike our run ids, a durable run's id may come from a caller.
+    return "-" if durable_run_id is None else printable(durable_run_id)
+
+
 def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
     records = runs(config, limit=args.limit)
     if args.json:
@@ -438,6 +485,9 @@ def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
     if not records:
         print("no runs yet", file=out)
         return EXIT_OK
+    # The durable run of each run, where one owns it: a column only when one does, so the
+    # table of plain runs stays as it was.
+    durable = any(record.durable_run_id is not None for record in records)
     rows: list[list[str]] = []
     for record in records:
         parts: list[str] = []
@@ -459,11 +509,12 @@ def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
                 record.mode,
                 format_time(record.started_at),
                 _duration(record.started_at, record.ended_at),
+                *([_durable_cell(record.durable_run_id)] if durable else []),
                 detail,
             ]
         )
-    header = ["run", "status", "mode", "started", "took", "definitions"]
-    print(_table(header, rows, numeric={4}), file=out)
+    header = ["run", "status", "mode", "started", "took", *(["durable"] if durable else [])]
+    print(_table([*header, "definitions"], rows, numeric={4}), file=out)
     return EXIT_OK
 
 
@@ -516,9 +567,12 @@ def _cmd_unlock(config: Config, args: argparse.Namespace, out: Writer) -> int:
     if broken is None:
         print(f"{args.definition} was not locked", file=out)
     else:
+        durable = ""
+        if broken.durable_run_id is not None:
+            durable = f"durable run {_durable_cell(broken.durable_run_id)}, started by "
         print(
-            f"unlocked {args.definition} (was held by run {broken.run_id}, pid {broken.pid} "
-            f"on host {broken.host}, since {format_time(broken.acquired_at)})",
+            f"unlocked {args.definition} (was held by run {broken.run_id}, {durable}pid "
+            f"{broken.pid} on host {broken.host}, since {format_time(broken.acquired_at)})",
             file=out,
         )
     return EXIT_OK
@@ -780,7 +834,19 @@ def _cmd_run(config: Config, args: argparse.Namespace, out: Writer) -> int:
                 for line in lines[1:]:
                     print(f"                    {printable(line)}", file=out)
         return EXIT_REFUSED if refused else EXIT_OK
-    summary = run(config, options, progress=_progress(args.progress, args.json))
+    if args.detach and not args.durable:
+        raise UsageError("--detach starts a durable run: pass --durable too")
+    if args.durable_store is not None and not args.durable:
+        raise UsageError("--durable-store is the store of durable runs: pass --durable too")
+    shown = _progress(args.progress, args.json)
+    if args.durable:
+        outcome = _run_durable(config, args, options, shown)
+        if isinstance(outcome, str):
+            print(outcome, file=out, flush=True)
+            return EXIT_OK
+        summary = outcome
+    else:
+        summary = run(config, options, progress=shown)
     code = exit_code(summary)
     if args.json:
         _dump(summary.to_json(), out)
@@ -792,6 +858,75 @@ def _cmd_run(config: Config, args: argparse.Namespace, out: Writer) -> int:
     return code
 
 
+def _engine(config: Config, args: argparse.Namespace) -> Engine:
+    """The durable engine: ``--durable-store``'s, else the config module's, else the default."""
+    # Only durable commands pay for importing the engine.
+    from effects.durable import Engine  # noqa: PLC0415
+    from migrate import durable  # noqa: PLC0415
+
+    given: object = args.config_engine
+    if args.durable_store is None and given is not None:
+        if not isinstance(given, Engine):
+            msg = "the config's 'engine' must be an effects.durable.Engine"
+            raise ConfigError(f"{msg}, got {type(given).__name__}")
+        return given
+    return durable.engine(config, args.durable_store)
+
+
+def _durable_errors(error: Exception) -> Exception:
+    """An error of the durable store as the command's own (exit 5 or 2)."""
+    from effects.durable import DurableError  # noqa: PLC0415
+
+    if isinstance(error, DurableError):
+        return StoreError(f"durable store: {error}")
+    return ConfigError(f"durable store: {error}")
+
+
+def _run_durable(
+    config: Config,
+    args: argparse.Namespace,
+    options: RunOptions,
+    progress: Callable[[ProgressEvent], None] | None,
+) -> RunSummary | str:
+    """Start the run as a durable run; with ``--detach`` its id, else its summary once done."""
+    from migrate import durable  # noqa: PLC0415
+
+    on = _engine(config, args)
+
+    async def go() -> RunSummary | str:
+        async with on:
+            durable_run_id = await durable.start(config, on, options)
+            if args.detach:
+                return durable_run_id
+            return await durable.wait(config, on, durable_run_id, progress=progress)
+
+    try:
+        return asyncio.run(go())
+    except (MigrateError, KeyboardInterrupt):
+        raise
+    except (OSError, ValueError) as error:
+        raise _durable_errors(error) from error
+
+
+def _cmd_work(config: Config, args: argparse.Namespace, out: Writer) -> int:
+    on = _engine(config, args)
+    _error(
+        f"work: durable migration runs of the store {printable(on.store.location)}; Ctrl-C stops"
+    )
+
+    async def go() -> None:
+        async with on:
+            await on.work(poll_ms=args.poll)
+
+    try:
+        asyncio.run(go())
+    except (MigrateError, KeyboardInterrupt):
+        raise
+    except (OSError, ValueError) as error:
+        raise _durable_errors(error) from error
+    return EXIT_OK
+
+
 _COMMANDS: Final[Mapping[str, Callable[[Config, argparse.Namespace, Writer], int]]] = {
     "list": _cmd_list,
     "graph": _cmd_graph,
@@ -801,4 +936,5 @@ _COMMANDS: Final[Mapping[str, Callable[[Config, argparse.Namespace, Writer], int
     "unlock": _cmd_unlock,
     "forget": _cmd_forget,
     "run": _cmd_run,
+    "work": _cmd_work,
 }

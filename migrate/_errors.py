@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from migrate._state import LockInfo
-from migrate._text import format_time
+from migrate._text import format_time, printable
 
 __all__ = [
     "ConfigError",
@@ -138,6 +138,9 @@ class LockHeld(RefusedError):  # noqa: N818 - named in the CLI contract; reads a
     """
     Another run holds the lock of a definition this run needs.
 
+    A lock marked with a durable run (`LockInfo.durable_run_id`) names it too, and the process
+    that started it: that process may be gone while the durable run goes on elsewhere.
+
     Args:
         lock: The lock found; also kept as ``lock``, its definition as ``definition_id``.
     """
@@ -145,9 +148,13 @@ class LockHeld(RefusedError):  # noqa: N818 - named in the CLI contract; reads a
     def __init__(self, lock: LockInfo) -> None:
         self.lock = lock
         self.definition_id = lock.definition_id
+        holder = f"pid {lock.pid} on host {lock.host}"
+        if lock.durable_run_id is not None:
+            # Escaped: unlike our run ids, the durable run's id may come from a caller.
+            holder = f"durable run {printable(lock.durable_run_id)}, started by {holder}"
         super().__init__(
             f"definition {lock.definition_id!r} is locked by run {lock.run_id} "
-            f"(pid {lock.pid} on host {lock.host}, since {format_time(lock.acquired_at)}); "
+            f"({holder}, since {format_time(lock.acquired_at)}); "
             f"wait for it to finish, or if it is stale run: migrate unlock {lock.definition_id}"
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import importlib.machinery
 import importlib.util
 import os
@@ -9,16 +10,34 @@ import sys
 import traceback
 from pathlib import Path
 from types import ModuleType
+from typing import Final
 
 import attrs
 
 from migrate._definition import Config
 from migrate._errors import ConfigError
 
-__all__ = ["DEFAULT_CONFIG", "load_config"]
+__all__ = ["DEFAULT_CONFIG", "LOADING", "load_config", "load_config_and_engine", "resolved"]
 
 DEFAULT_CONFIG = "migrate_config.py"
 _MARK = "__migrate_config__"  # set on the modules load_config made
+#: The config file being loaded, while its module runs: what it builds from its own config
+#: (``engine = migrate.durable.engine(config)``) gets the base_dir the loaded config gets.
+LOADING: Final[contextvars.ContextVar[Path | None]] = contextvars.ContextVar(
+    "migrate_loading", default=None
+)
+
+
+def resolved(config: Config, file: Path | None = None) -> Config:
+    """
+    *config* with the base_dir of the config file *file* (default: the one being loaded, if
+    any): its folder, or the config's own relative base_dir under it.
+    """
+    file = LOADING.get() if file is None else file
+    if file is None:
+        return config
+    base_dir = file.parent if config.base_dir is None else file.parent / config.base_dir
+    return attrs.evolve(config, base_dir=base_dir)
 
 
 def _module_name(file: Path) -> str:
@@ -85,6 +104,14 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
             ``config``, its ``config`` is not a `Config`, or the definitions are invalid
             (duplicate or unknown ids, dependency cycles).
     """
+    return load_config_and_engine(path)[0]
+
+
+def load_config_and_engine(path: str | os.PathLike[str] | None = None) -> tuple[Config, object]:
+    """
+    `load_config`, and the config module's ``engine`` variable (``None`` when it has none):
+    the durable engine ``migrate run --durable`` and ``migrate work`` use.
+    """
     file = Path(DEFAULT_CONFIG if path is None else path).resolve()
     if file.is_dir():
         inside = file / DEFAULT_CONFIG
@@ -105,6 +132,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         sys.path.insert(0, folder)
     previous = sys.modules.get(name)
     sys.modules[name] = module
+    loading = LOADING.set(file)
     try:
         _execute(spec, module, file)
     except BaseException:
@@ -113,10 +141,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         else:
             sys.modules[name] = previous
         raise
+    finally:
+        LOADING.reset(loading)
     if not hasattr(module, "config"):
         raise ConfigError(f"{file} defines no 'config' variable (config = migrate.Config(...))")
     config = module.config
     if not isinstance(config, Config):
         raise ConfigError(f"{file}: 'config' must be a migrate.Config, got {type(config).__name__}")
-    base_dir = file.parent if config.base_dir is None else file.parent / config.base_dir
-    return attrs.evolve(config, base_dir=base_dir)
+    return resolved(config, file), getattr(module, "engine", None)

@@ -134,11 +134,17 @@ def check_contracts(config: Config, the_plan: Plan, store: Store) -> ContractChe
 
 
 def held_lock(the_plan: Plan, store: Store) -> LockInfo | None:
-    """The first lock of a planned definition that a live run holds (what acquiring meets)."""
+    """
+    The first lock of a planned definition that a live run, or any durable run, holds (what
+    acquiring meets: a lock marked with a durable run is held whatever became of its process).
+    """
     held = {lock.definition_id: lock for lock in store.locks()}
     for definition_id in the_plan.definition_ids:
         lock = held.get(definition_id)
-        if lock is not None and is_alive(ProcessId(lock.pid, lock.host, lock.token)) is not False:
+        if lock is not None and (
+            lock.durable_run_id is not None
+            or is_alive(ProcessId(lock.pid, lock.host, lock.token)) is not False
+        ):
             return lock
     return None
 

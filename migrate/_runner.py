@@ -16,7 +16,7 @@ import contextvars
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Literal, TypeVar
 
 import attrs
@@ -35,9 +35,9 @@ from migrate._reports import ErrorCount, ProgressEvent, RunSummary
 from migrate._sources import Contract
 from migrate._state import Counts, DefinitionResult
 from migrate._store import Store, WindowCommit
-from migrate._window_loop import WindowLoop, WindowResult
+from migrate._window_loop import LoopStart, WindowLoop, WindowResult
 
-__all__ = ["Progress", "new_run_id", "run"]
+__all__ = ["ErrorTally", "Progress", "new_run_id", "run"]
 
 Progress = Callable[[ProgressEvent], object]
 _T = TypeVar("_T")
@@ -92,23 +92,62 @@ def run(
         return _Run(config, the_plan, store, progress).execute()
 
 
+class ErrorTally:
+    """The failures of a run, grouped for the summary's most common errors."""
+
+    def __init__(self) -> None:
+        self._groups: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        #: One message seen per group, and whether the group's messages differ.
+        self._examples: dict[tuple[str, str, str, str], tuple[str, bool]] = {}
+
+    def count(self, definition_id: str, kind: str, type_: str, message: str) -> None:
+        """
+        Count a failure.
+
+        Messages that differ only in their numbers (ids, line numbers, sizes) are one group, so
+        "bad row 17" and "bad row 42" count together; the summary shows the message itself when
+        the group holds one, else the pattern with ``<n>`` for the numbers.
+        """
+        key = (definition_id, kind, type_, _NUMBERS.sub("<n>", message))
+        self._groups[key] += 1
+        seen = self._examples.get(key)
+        if seen is None:
+            self._examples[key] = (message, False)
+        elif not seen[1] and seen[0] != message:
+            self._examples[key] = (seen[0], True)
+
+    def top(self) -> tuple[ErrorCount, ...]:
+        """The most common groups (at most five), most common first."""
+        return tuple(
+            ErrorCount(key[0], key[1], key[2], self._shown(key), count)
+            for key, count in self._groups.most_common(_TOP_ERRORS)
+        )
+
+    def _shown(self, key: tuple[str, str, str, str]) -> str:
+        example, differs = self._examples[key]
+        return key[3] if differs else example
+
+
 class _Run:
     """One Migration Run over a plan: the lifecycle around each definition's window loop."""
 
     def __init__(
-        self, config: Config, the_plan: Plan, store: Store, progress: Progress | None
+        self,
+        config: Config,
+        the_plan: Plan,
+        store: Store,
+        progress: Progress | None,
+        run_id: str | None = None,
     ) -> None:
         self.config = config
         self.plan = the_plan
         self.store = store
         self.progress = progress
-        self.run_id = new_run_id()
+        self.run_id = new_run_id() if run_id is None else run_id
         self.results: dict[str, DefinitionResult] = {
             step.definition_id: DefinitionResult(step.mode, "queued") for step in the_plan.steps
         }
-        self.errors: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
-        #: One message seen per group of ``errors``, and whether the group's messages differ.
-        self.error_examples: dict[tuple[str, str, str, str], tuple[str, bool]] = {}
+        self.errors = ErrorTally()
         self._aio: asyncio.Runner | None = None
         self.config_ids = frozenset(config.ids)
         #: Contracts to record when their definition starts, and whether to reset its cursor.
@@ -118,24 +157,8 @@ class _Run:
     # --- the run ----------------------------------------------------------------------------
 
     def count_error(self, definition_id: str, kind: str, type_: str, message: str) -> None:
-        """
-        Count a failure for the summary's most common errors.
-
-        Messages that differ only in their numbers (ids, line numbers, sizes) are one group, so
-        "bad row 17" and "bad row 42" count together; the summary shows the message itself when
-        the group holds one, else the pattern with ``<n>`` for the numbers.
-        """
-        key = (definition_id, kind, type_, _NUMBERS.sub("<n>", message))
-        self.errors[key] += 1
-        seen = self.error_examples.get(key)
-        if seen is None:
-            self.error_examples[key] = (message, False)
-        elif not seen[1] and seen[0] != message:
-            self.error_examples[key] = (seen[0], True)
-
-    def _shown_message(self, key: tuple[str, str, str, str]) -> str:
-        example, differs = self.error_examples[key]
-        return key[3] if differs else example
+        """Count a failure for the summary's most common errors (see `ErrorTally.count`)."""
+        self.errors.count(definition_id, kind, type_, message)
 
     def execute(self) -> RunSummary:
         store = self.store
@@ -205,10 +228,7 @@ class _Run:
             "succeeded" if all(r.status == "succeeded" for r in self.results.values()) else "failed"
         )
         store.update_run(self.run_id, status=status, definitions=self.results, ended=True)
-        top = tuple(
-            ErrorCount(key[0], key[1], key[2], self._shown_message(key), count)
-            for key, count in self.errors.most_common(_TOP_ERRORS)
-        )
+        top = self.errors.top()
         return RunSummary(
             run_id=self.run_id,
             status=status,
@@ -297,6 +317,8 @@ class _Definition:
         self.run_id = owner.run_id
         self.counts = Counts()
         self.windows = 0
+        self.started = LoopStart(None)
+        self._windows: Iterator[WindowResult] = iter(())
         self.total: int | None = None
         self.error: str | None = None
         self.tally = RetryTally(self.definition_id)
@@ -354,34 +376,67 @@ class _Definition:
         # Every retried call of this definition's work, from this thread or from the tasks and
         # worker threads it starts (they copy the context), counts into its tally.
         with counting_retries(self.tally):
-            self._run()
+            self.open()
+            try:
+                while self.next_window():
+                    pass
+            finally:
+                self.loop.close()
+            self.finish()
 
-    def _run(self) -> None:
+    def open(self, resumed: DefinitionResult | None = None) -> None:
+        """
+        Start the definition: record its new contract, start its window loop.
+
+        *resumed*: the definition's stored result, when another process (or an earlier turn)
+        of the same Migration Run committed windows of it already: the counts go on from it,
+        the loop from what those windows stored, and a contract recorded then is not again.
+        """
         owner = self.owner
         pending = owner.contracts.pop(self.definition_id, None)
-        if pending is not None:
+        resuming = resumed is not None and resumed.status == "running"
+        if pending is not None and not resuming:
             contract, reset_cursor = pending
             self.store.save_contract(
                 self.definition_id, contract, self.run_id, reset_cursor=reset_cursor
             )
+        if resumed is not None and resuming:
+            self.counts = resumed.counts
+            self.tally.retries, self.tally.gave_up = resumed.retries, resumed.gave_up
         owner.results[self.definition_id] = self._result("running")
-        started = self.loop.start()
-        self.total = started.total
-        owner.notes.extend(started.notes)
+        self.started = self.loop.start(resume=resuming)
+        self.total = self.started.total
+        owner.notes.extend(self.started.notes)
+        self._windows = iter(self.loop.windows())
         self._emit("start")
-        try:
-            for result in self.loop.windows():
-                if result.stop is not None:
-                    self.error = result.stop
-                    break
-                self._commit(result)
-                if result.interrupted:
-                    raise KeyboardInterrupt
-        finally:
-            self.loop.close()
-        if started.marked_by is not None:
+
+    def next_window(self) -> bool:
+        """
+        Process and commit the next window; ``False`` when there is none left (the source is
+        done, or the loop stopped: then ``error`` says why).
+
+        Raises:
+            KeyboardInterrupt: After committing a window cut short by Ctrl-C.
+        """
+        result = next(self._windows, None)
+        if result is None:
+            return False
+        if result.stop is not None:
+            self.error = result.stop
+            return False
+        self._commit(result)
+        if result.interrupted:
+            raise KeyboardInterrupt
+        return True
+
+    def finish(self) -> DefinitionResult:
+        """Store the definition's end: its status, and the needs-update and failed counts."""
+        owner = self.owner
+        if self.started.marked_by is not None:
             # Marked by this run, or by the update it carried on: those it did not meet again.
-            marked = self.store.count_status(self.definition_id, "needs-update", started.marked_by)
+            marked = self.store.count_status(
+                self.definition_id, "needs-update", self.started.marked_by
+            )
             self.counts = attrs.evolve(self.counts, needs_update=marked)
         # Failures behind the cursor, left by earlier runs, count too: a scheduler reading
         # "succeeded" must be able to trust that nothing of this definition waits.
@@ -389,11 +444,11 @@ class _Definition:
             self.definition_id, "interrupted"
         )
         failed = self.counts.failed > 0 or self.error is not None or waiting > 0
-        owner.results[self.definition_id] = self._result(
-            "failed" if failed else "succeeded", failed_stored=waiting
-        )
+        result = self._result("failed" if failed else "succeeded", failed_stored=waiting)
+        owner.results[self.definition_id] = result
         self.store.update_run(self.run_id, definitions=owner.results)
         self._emit("end")
+        return result
 
     def _commit(self, result: WindowResult) -> None:
         owner = self.owner

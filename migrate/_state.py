@@ -315,6 +315,11 @@ class RunRecord:
         host: That process's host.
         definitions: What it did per definition.
         error: Why it failed to start or stopped, if it did.
+        durable_run_id: The durable workflow run (``effects.durable``) that owns it, if one
+            does: then *pid* and *host* name the process that started it, which may be gone
+            while the durable run goes on in other worker processes, so the run is never marked
+            failed because that process died (see `Store.recover_dead_runs`). ``None``: the run
+            belongs to its process, as every run did before.
     """
 
     run_id: str
@@ -326,11 +331,13 @@ class RunRecord:
     host: str
     definitions: Mapping[str, DefinitionResult]
     error: str | None = None
+    durable_run_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """``{"run_id", "status", "mode", "started_at", "ended_at", "pid", "host",
         "definitions": {ID: {"migrated", ..., "mode", "status", "error", "blocked", "retries",
-        "gave_up"}}, "error"}``."""
+        "gave_up"}}, "error", "durable_run_id"}`` (``durable_run_id`` is ``null`` for a run
+        that belongs to its process)."""
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -341,6 +348,7 @@ class RunRecord:
             "host": self.host,
             "definitions": {key: value.to_report() for key, value in self.definitions.items()},
             "error": self.error,
+            "durable_run_id": self.durable_run_id,
         }
 
 
@@ -357,6 +365,12 @@ class LockInfo:
         acquired_at: Epoch seconds when the lock was taken.
         token: The start token of that process (see `migrate._liveness.ProcessId`), where the
             system tells it: a pid reused by a later process does not hold the lock.
+        durable_run_id: The durable workflow run that holds the lock for *run_id*, if one
+            does (the lock is *marked* with it). *pid*, *host* and *token* then name the process
+            that took it, which may have exited while the durable run goes on elsewhere: a
+            marked lock is never broken because that process died. Only ``migrate unlock``
+            (`Store.unlock`) or `Store.release_locks` removes it. ``None``: the lock belongs to
+            its process and is broken once that process is dead.
     """
 
     definition_id: str
@@ -365,3 +379,4 @@ class LockInfo:
     host: str
     acquired_at: float
     token: str | None = None
+    durable_run_id: str | None = None

@@ -30,6 +30,7 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
+from migrate._text import storable, unstorable_part
 
 __all__ = [
     "POSITIONAL_TYPES",
@@ -38,6 +39,7 @@ __all__ = [
     "Store",
     "UpdateRequest",
     "WindowCommit",
+    "check_durable_run_id",
 ]
 
 #: Evidence types of failures stored under a positional key (``<line 17>``) because the record
@@ -45,6 +47,33 @@ __all__ = [
 POSITIONAL_TYPES = frozenset(
     {"MissingIdentity", "BadIdentity", "UndecodableRecord", "MalformedRecord"}
 )
+
+
+def check_durable_run_id(value: str | None) -> str | None:
+    """
+    Return *value* if it can mark a run or a lock (`RunRecord.durable_run_id`,
+    `LockInfo.durable_run_id`): ``None``, or a non-empty string without surrounding whitespace,
+    U+0000 or lone surrogates, which every store keeps as it is (PostgreSQL's ``text`` holds no
+    NUL, and no store takes a lone surrogate). The ids of ``effects.durable`` are names of that
+    kind already; refusing the rest here, before anything is written, keeps every store alike,
+    where each would otherwise fail in its own way or store the value altered.
+
+    Raises:
+        ValueError: If it is empty, has surrounding whitespace, or holds U+0000 or a lone
+            surrogate; the message says which.
+    """
+    if value is None:
+        return None
+    if not value or value.strip() != value:
+        raise ValueError(
+            f"durable_run_id must be a non-empty id without surrounding spaces, got {value!r}"
+        )
+    if not storable(value):
+        raise ValueError(
+            f"durable_run_id must not hold {unstorable_part(value)} (no store keeps it as it "
+            f"is), got {value!r}"
+        )
+    return value
 
 
 class PriorState(NamedTuple):
@@ -163,9 +192,22 @@ class Store(Protocol):
     # --- runs -------------------------------------------------------------------------------
 
     def create_run(
-        self, run_id: str, mode: str, definitions: Mapping[str, DefinitionResult]
+        self,
+        run_id: str,
+        mode: str,
+        definitions: Mapping[str, DefinitionResult],
+        *,
+        durable_run_id: str | None = None,
     ) -> None:
-        """Record a new run with status ``queued``, held by this process."""
+        """
+        Record a new run with status ``queued``, held by this process, or, with
+        *durable_run_id*, owned by that durable workflow run (`RunRecord.durable_run_id`):
+        this process only started it, and `recover_dead_runs` never marks it failed.
+
+        Raises:
+            ValueError: If *durable_run_id* cannot be stored as it is (see
+                `check_durable_run_id`); nothing is written.
+        """
         ...
 
     def update_run(
@@ -196,25 +238,38 @@ class Store(Protocol):
 
     def recover_dead_runs(self) -> tuple[str, ...]:
         """
-        Mark failed the ``queued`` / ``running`` runs whose process is dead, release their locks,
-        and return their ids (see `migrate._liveness.is_alive`).
+        Mark failed the ``queued`` / ``running`` runs whose process is dead, release their locks
+        (those not marked with a durable run), and return their ids (see
+        `migrate._liveness.is_alive`). A run with a `RunRecord.durable_run_id` is not owned by a
+        process: it and its locks are never touched.
         """
         ...
 
     # --- locks ------------------------------------------------------------------------------
 
-    def acquire_locks(self, run_id: str, definition_ids: Iterable[str]) -> None:
+    def acquire_locks(
+        self, run_id: str, definition_ids: Iterable[str], *, durable_run_id: str | None = None
+    ) -> None:
         """
-        Take the locks of all *definition_ids* for *run_id* atomically (all or none); a lock
-        whose process is dead is broken first.
+        Take the locks of all *definition_ids* for *run_id* atomically (all or none), marked
+        with *durable_run_id* if given (`LockInfo.durable_run_id`). A lock whose process is dead
+        is broken first, unless it is marked: a marked lock is held until `release_locks` or
+        `unlock` removes it, whatever became of the process that took it.
 
         Raises:
-            LockHeld: Naming the first definition whose lock another live run holds.
+            LockHeld: Naming the first definition whose lock another live run, or any durable
+                run, holds.
+            ValueError: If *durable_run_id* cannot be stored as it is (see
+                `check_durable_run_id`); nothing is taken.
         """
         ...
 
-    def release_locks(self, run_id: str) -> None:
-        """Release every lock *run_id* holds."""
+    def release_locks(self, run_id: str, *, durable_run_id: str | None = None) -> None:
+        """
+        Release every lock *run_id* holds; with *durable_run_id*, only those of its locks
+        marked with it (a lock not so marked, or a wrong mark, releases nothing and raises
+        nothing). Idempotent.
+        """
         ...
 
     def locks(self) -> tuple[LockInfo, ...]:

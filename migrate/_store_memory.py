@@ -25,7 +25,14 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, UpdateRequest, WindowCommit
+from migrate._store import (
+    POSITIONAL_TYPES,
+    PriorState,
+    StateWrite,
+    UpdateRequest,
+    WindowCommit,
+    check_durable_run_id,
+)
 from migrate._text import natural_key
 
 __all__ = ["MemoryStore"]
@@ -98,9 +105,16 @@ class MemoryStore:
     # --- runs -------------------------------------------------------------------------------
 
     def create_run(
-        self, run_id: str, mode: str, definitions: Mapping[str, DefinitionResult]
+        self,
+        run_id: str,
+        mode: str,
+        definitions: Mapping[str, DefinitionResult],
+        *,
+        durable_run_id: str | None = None,
     ) -> None:
-        """Record a new run with status ``queued`` for this process."""
+        """Record a new run with status ``queued`` for this process (or owned by the durable
+        run *durable_run_id*, see `Store.create_run`)."""
+        check_durable_run_id(durable_run_id)
         me = this_process()
         with self._lock:
             if run_id in self._runs:
@@ -114,6 +128,7 @@ class MemoryStore:
                 pid=me.pid,
                 host=me.host,
                 definitions=dict(definitions),
+                durable_run_id=durable_run_id,
             )
 
     def update_run(
@@ -171,13 +186,21 @@ class MemoryStore:
         return None
 
     def recover_dead_runs(self) -> tuple[str, ...]:
-        """Nothing to recover: every run of a memory store belongs to this living process."""
+        """Nothing to recover: every run of a memory store belongs to this living process (or
+        to a durable run, which no process owns)."""
         return ()
 
     # --- locks ------------------------------------------------------------------------------
 
-    def acquire_locks(self, run_id: str, definition_ids: Iterable[str]) -> None:
-        """Take the locks of all *definition_ids* for *run_id* atomically (all or none)."""
+    def acquire_locks(
+        self, run_id: str, definition_ids: Iterable[str], *, durable_run_id: str | None = None
+    ) -> None:
+        """
+        Take the locks of all *definition_ids* for *run_id* atomically (all or none), marked
+        with *durable_run_id* if given. No lock is ever broken here: every lock of a memory
+        store was taken by this living process (or, marked, is held for a durable run).
+        """
+        check_durable_run_id(durable_run_id)
         wanted = list(definition_ids)
         me = this_process()
         with self._lock:
@@ -188,13 +211,18 @@ class MemoryStore:
             now = time.time()
             for definition_id in wanted:
                 self._locks[definition_id] = LockInfo(
-                    definition_id, run_id, me.pid, me.host, now, me.token
+                    definition_id, run_id, me.pid, me.host, now, me.token, durable_run_id
                 )
 
-    def release_locks(self, run_id: str) -> None:
-        """Release every lock *run_id* holds."""
+    def release_locks(self, run_id: str, *, durable_run_id: str | None = None) -> None:
+        """Release every lock *run_id* holds (with *durable_run_id*: only those marked so)."""
         with self._lock:
-            for definition_id in [d for d, lock in self._locks.items() if lock.run_id == run_id]:
+            for definition_id in [
+                d
+                for d, lock in self._locks.items()
+                if lock.run_id == run_id
+                and (durable_run_id is None or lock.durable_run_id == durable_run_id)
+            ]:
                 del self._locks[definition_id]
 
     def locks(self) -> tuple[LockInfo, ...]:

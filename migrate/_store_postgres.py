@@ -52,10 +52,18 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import POSITIONAL_TYPES, PriorState, UpdateRequest, WindowCommit
+from migrate._store import (
+    POSITIONAL_TYPES,
+    PriorState,
+    UpdateRequest,
+    WindowCommit,
+    check_durable_run_id,
+)
 from migrate._store_rows import (
     LOCK_COLUMNS,
+    LOCK_WIDTH,
     RUN_COLUMNS,
+    RUN_WIDTH,
     STATE_COLUMNS,
     dead_run,
     definitions_json,
@@ -65,7 +73,7 @@ from migrate._store_rows import (
     lock_info,
     run_record,
 )
-from migrate._text import stored_text
+from migrate._text import storable, stored_text
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -76,7 +84,8 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 SCHEMA_NAME: Final = "migrate"
 #: The schema this version writes; a newer one is refused, an older one upgraded.
 #: 1: item states, runs, cursors, contracts, locks. 2: adds the update requests not carried out.
-SCHEMA_VERSION: Final = 2
+#: 3: adds the durable run that owns a run or holds a lock.
+SCHEMA_VERSION: Final = 3
 
 # Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
 # lacks, in one transaction, under the schema's advisory lock.
@@ -143,6 +152,12 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
             requested_at double precision NOT NULL,
             marked boolean NOT NULL DEFAULT false
         )""",
+    ),
+    # IF NOT EXISTS: a store whose version was set back by hand (as tests of the older upgrades
+    # do) may hold these columns already.
+    (
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS durable_run_id text",
+        "ALTER TABLE locks ADD COLUMN IF NOT EXISTS durable_run_id text",
     ),
 )
 
@@ -224,12 +239,17 @@ class PostgresStore:
         # The session advisory lock that says this store's runs and locks are alive (positive,
         # so its halves in pg_locks read back without a sign).
         self._holder = secrets.randbits(62) + 1
-        #: definition -> run id, for the locks this store took and has not released.
-        self._held: dict[str, str] = {}
+        #: definition -> (run id, durable run id), for the locks this store took and has not
+        #: released.
+        self._held: dict[str, tuple[str, str | None]] = {}
         #: Whether the schema holds a store (only a read-only open finds none).
         self.exists = True
         #: The schema version the store has (an older one stays so when opened read-only).
         self._version = SCHEMA_VERSION
+        #: The columns reads of runs and locks select: those an older schema opened read-only
+        #: lacks read as ``NULL AS column``.
+        self._run_columns: LiteralString = RUN_COLUMNS
+        self._lock_columns: LiteralString = LOCK_COLUMNS
         self._closed = False
         #: The server process of this store's last session.
         self._backend: int | None = None
@@ -309,6 +329,13 @@ class PostgresStore:
                 if self.read_only:
                     self.exists = version > 0
                     self._version = version
+                    if 0 < version < 3:
+                        self._run_columns = RUN_COLUMNS.replace(
+                            "durable_run_id", "NULL AS durable_run_id"
+                        )
+                        self._lock_columns = LOCK_COLUMNS.replace(
+                            "durable_run_id", "NULL AS durable_run_id"
+                        )
                     return
                 for statements in _MIGRATIONS[version:]:
                     for statement in statements:
@@ -383,11 +410,11 @@ class PostgresStore:
         self._conn = conn
         if self._held:
             rows = conn.execute(
-                "SELECT definition, run_id FROM locks WHERE definition = ANY(%s)",
+                "SELECT definition, run_id, durable_run_id FROM locks WHERE definition = ANY(%s)",
                 (sorted(self._held),),
             ).fetchall()
-            now: dict[str, str] = {row[0]: row[1] for row in rows}
-            lost = sorted(d for d, run in self._held.items() if now.get(d) != run)
+            now: dict[str, tuple[str, str | None]] = {row[0]: (row[1], row[2]) for row in rows}
+            lost = sorted(d for d, held in self._held.items() if now.get(d) != held)
             if lost:
                 for definition_id in lost:
                     del self._held[definition_id]
@@ -478,9 +505,16 @@ class PostgresStore:
     # --- runs -------------------------------------------------------------------------------
 
     def create_run(
-        self, run_id: str, mode: str, definitions: Mapping[str, DefinitionResult]
+        self,
+        run_id: str,
+        mode: str,
+        definitions: Mapping[str, DefinitionResult],
+        *,
+        durable_run_id: str | None = None,
     ) -> None:
-        """Record a new run with status ``queued`` for this process."""
+        """Record a new run with status ``queued`` for this process (or owned by the durable
+        run *durable_run_id*, see `Store.create_run`)."""
+        check_durable_run_id(durable_run_id)
         me = self._process
         params = (
             run_id,
@@ -491,13 +525,15 @@ class PostgresStore:
             me.host,
             me.token,
             self._holder,
+            durable_run_id,
         )
 
         def go(conn: Connection) -> None:
             # A retry of a commit that landed meets its own row: nothing to do.
             conn.execute(
                 "INSERT INTO runs (id, status, mode, definitions, started_at, pid, host, "
-                "process, holder) VALUES (%s, 'queued', %s, %s::json, %s, %s, %s, %s, %s) "
+                "process, holder, durable_run_id) "
+                "VALUES (%s, 'queued', %s, %s::json, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (id) DO NOTHING",
                 params,
             )
@@ -521,12 +557,14 @@ class PostgresStore:
 
     def run(self, run_id: str) -> RunRecord | None:
         """The run with this id, if any."""
-        rows = self._rows(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s", (run_id,))
+        rows = self._rows(f"SELECT {self._run_columns} FROM runs WHERE id = %s", (run_id,))
         return run_record(rows[0]) if rows else None
 
     def runs(self, limit: int | None = 20) -> tuple[RunRecord, ...]:
         """Runs, newest first; at most *limit* (``None``: all)."""
-        rows = self._rows(f"SELECT {RUN_COLUMNS} FROM runs ORDER BY seq DESC LIMIT %s", (limit,))
+        rows = self._rows(
+            f"SELECT {self._run_columns} FROM runs ORDER BY seq DESC LIMIT %s", (limit,)
+        )
         return tuple(run_record(row) for row in rows)
 
     def latest_run_for(
@@ -534,7 +572,7 @@ class PostgresStore:
     ) -> RunRecord | None:
         """The newest run that covered *definition_id* (start-failed runs skipped by default)."""
         rows = self._rows(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE (%s OR status != 'start-failed') "
+            f"SELECT {self._run_columns} FROM runs WHERE (%s OR status != 'start-failed') "
             "AND (definitions -> %s) IS NOT NULL ORDER BY seq DESC LIMIT 1",
             (include_start_failed, definition_id),
         )
@@ -548,14 +586,21 @@ class PostgresStore:
         is free) and whose process is not known alive on this host crashed (``kill -9``, power
         loss, a lost machine): ``running`` becomes ``failed``, ``queued`` becomes
         ``start-failed``, with the error "process N died". Returns the ids changed.
+
+        A run owned by a durable run (`RunRecord.durable_run_id`) is skipped: its process only
+        started it. Nor are the locks marked with a durable run released (see `acquire_locks`).
         """
         if self.read_only:
             return ()
         rows = self._rows(
             f"SELECT {RUN_COLUMNS}, process, {_HOLDER_LIVES} FROM runs "
-            "WHERE status IN ('queued', 'running') ORDER BY seq"
+            "WHERE status IN ('queued', 'running') AND durable_run_id IS NULL ORDER BY seq"
         )
-        dead = [run_record(row) for row in rows if not _lives(row[10], row[7], row[8], row[9])]
+        dead = [
+            run_record(row)
+            for row in rows
+            if not _lives(row[RUN_WIDTH + 1], row[7], row[8], row[RUN_WIDTH])
+        ]
         if not dead:
             return ()
 
@@ -575,7 +620,10 @@ class PostgresStore:
                         record.run_id,
                     ),
                 )
-                conn.execute("DELETE FROM locks WHERE run_id = %s", (record.run_id,))
+                conn.execute(
+                    "DELETE FROM locks WHERE run_id = %s AND durable_run_id IS NULL",
+                    (record.run_id,),
+                )
                 if cursor.rowcount:
                     changed.append(record.run_id)
             return tuple(changed)
@@ -584,16 +632,24 @@ class PostgresStore:
 
     # --- locks ------------------------------------------------------------------------------
 
-    def acquire_locks(self, run_id: str, definition_ids: Iterable[str]) -> None:
+    def acquire_locks(
+        self, run_id: str, definition_ids: Iterable[str], *, durable_run_id: str | None = None
+    ) -> None:
         """
-        Take the locks of all *definition_ids* for *run_id* atomically (all or none).
+        Take the locks of all *definition_ids* for *run_id* atomically (all or none), marked
+        with *durable_run_id* if given.
 
         A lock whose holder is dead (its store connection is gone, and its process is not known
-        alive on this host) is broken first.
+        alive on this host) is broken first, unless it is marked with a durable run: the
+        process that took it may have exited long ago while the durable run goes on in other
+        processes, so only `release_locks` or `unlock` removes it.
 
         Raises:
-            LockHeld: Naming the first definition whose lock another live run holds.
+            LockHeld: Naming the first definition whose lock another live run, or any durable
+                run, holds.
+            ValueError: If *durable_run_id* cannot be stored as it is; nothing is taken.
         """
+        check_durable_run_id(durable_run_id)
         wanted = list(dict.fromkeys(definition_ids))
         me = self._process
 
@@ -610,15 +666,23 @@ class PostgresStore:
             held = {row[0]: row for row in rows}
             for definition_id in wanted:
                 row = held.get(definition_id)
-                if row is not None and _lives(row[6], row[2], row[3], row[5]):
-                    raise LockHeld(lock_info(row))
+                if row is None:
+                    continue
+                lock = lock_info(row)
+                if lock.durable_run_id is not None or _lives(
+                    row[LOCK_WIDTH], lock.pid, lock.host, lock.token
+                ):
+                    raise LockHeld(lock)
             conn.execute("DELETE FROM locks WHERE definition = ANY(%s)", (wanted,))
             now = time.time()
             with conn.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO locks (definition, run_id, pid, host, acquired_at, process, "
-                    "holder) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [(d, run_id, me.pid, me.host, now, me.token, self._holder) for d in wanted],
+                    "holder, durable_run_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    [
+                        (d, run_id, me.pid, me.host, now, me.token, self._holder, durable_run_id)
+                        for d in wanted
+                    ],
                 )
 
         def landed(conn: Connection) -> bool:
@@ -630,21 +694,30 @@ class PostgresStore:
             return int(rows[0][0]) == len(wanted)
 
         self._call("taking locks", go, landed=landed)
-        self._held.update(dict.fromkeys(wanted, run_id))
+        self._held.update(dict.fromkeys(wanted, (run_id, durable_run_id)))
 
-    def release_locks(self, run_id: str) -> None:
-        """Release every lock *run_id* holds."""
+    def release_locks(self, run_id: str, *, durable_run_id: str | None = None) -> None:
+        """Release every lock *run_id* holds (with *durable_run_id*: only those marked so)."""
+        if durable_run_id is not None and not storable(durable_run_id):
+            return  # no lock can be marked with it (see check_durable_run_id)
 
         def go(conn: Connection) -> None:
-            conn.execute("DELETE FROM locks WHERE run_id = %s", (run_id,))
+            conn.execute(
+                "DELETE FROM locks WHERE run_id = %s AND (%s::text IS NULL OR durable_run_id = %s)",
+                (run_id, durable_run_id, durable_run_id),
+            )
 
         self._call(f"releasing the locks of run {run_id}", go)
-        for definition_id in [d for d, run in self._held.items() if run == run_id]:
+        for definition_id in [
+            d
+            for d, (run, mark) in self._held.items()
+            if run == run_id and durable_run_id in (None, mark)
+        ]:
             del self._held[definition_id]
 
     def locks(self) -> tuple[LockInfo, ...]:
         """The locks held now."""
-        rows = self._rows(f"SELECT {LOCK_COLUMNS} FROM locks ORDER BY definition")
+        rows = self._rows(f"SELECT {self._lock_columns} FROM locks ORDER BY definition")
         return tuple(lock_info(row) for row in rows)
 
     def unlock(self, definition_id: str) -> LockInfo | None:

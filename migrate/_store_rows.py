@@ -26,7 +26,9 @@ from migrate._text import natural_key
 
 __all__ = [
     "LOCK_COLUMNS",
+    "LOCK_WIDTH",
     "RUN_COLUMNS",
+    "RUN_WIDTH",
     "STATE_COLUMNS",
     "dead_run",
     "definitions_json",
@@ -38,12 +40,18 @@ __all__ = [
     "run_record",
 ]
 
-RUN_COLUMNS: Final = "id, status, mode, definitions, error, started_at, ended_at, pid, host"
+RUN_COLUMNS: Final = (
+    "id, status, mode, definitions, error, started_at, ended_at, pid, host, durable_run_id"
+)
 STATE_COLUMNS: Final = (
     "definition, identity, status, reason, error, version, journal, tracking, run_id, updated_at, "
     "position"
 )
-LOCK_COLUMNS: Final = "definition, run_id, pid, host, acquired_at, process"
+LOCK_COLUMNS: Final = "definition, run_id, pid, host, acquired_at, process, durable_run_id"
+#: How many columns `RUN_COLUMNS` and `LOCK_COLUMNS` hold: a query that selects more columns
+#: after them finds the first of its own at this index.
+RUN_WIDTH: Final = 10
+LOCK_WIDTH: Final = 7
 
 
 def loads(text: str | None) -> Any:
@@ -58,7 +66,7 @@ def definitions_json(definitions: Mapping[str, DefinitionResult]) -> str:
 
 def lock_info(row: Sequence[Any]) -> LockInfo:
     """A row of `LOCK_COLUMNS`."""
-    return LockInfo(row[0], row[1], row[2], row[3], row[4], row[5])
+    return LockInfo(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
 
 
 def run_record(row: Sequence[Any]) -> RunRecord:
@@ -76,6 +84,7 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         ended_at=row[6],
         pid=row[7],
         host=row[8],
+        durable_run_id=row[9],
     )
 
 

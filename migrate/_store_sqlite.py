@@ -36,11 +36,19 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import POSITIONAL_TYPES, PriorState, Store, UpdateRequest, WindowCommit
+from migrate._store import (
+    POSITIONAL_TYPES,
+    PriorState,
+    Store,
+    UpdateRequest,
+    WindowCommit,
+    check_durable_run_id,
+)
 from migrate._store_memory import MemoryStore
 from migrate._store_rows import (
     LOCK_COLUMNS,
     RUN_COLUMNS,
+    RUN_WIDTH,
     STATE_COLUMNS,
     dead_run,
     definitions_json,
@@ -50,15 +58,15 @@ from migrate._store_rows import (
     lock_info,
     run_record,
 )
-from migrate._text import stored_text
+from migrate._text import storable, stored_text
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "sqlite_exists", "store_path"]
 
 #: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
 #: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
 #: position and the start token of the process holding a run or a lock. 4: adds the update requests
-#: not carried out yet.
-SCHEMA_VERSION: Final = 4
+#: not carried out yet. 5: adds the durable run that owns a run or holds a lock.
+SCHEMA_VERSION: Final = 5
 
 DEFAULT_TIMEOUT: Final = 30.0  # seconds a write waits for another connection's lock
 
@@ -90,7 +98,8 @@ CREATE TABLE IF NOT EXISTS runs (
     ended_at REAL,
     pid INTEGER NOT NULL,
     host TEXT NOT NULL,
-    process TEXT
+    process TEXT,
+    durable_run_id TEXT
 );
 CREATE TABLE IF NOT EXISTS cursors (
     definition TEXT PRIMARY KEY,
@@ -116,7 +125,8 @@ CREATE TABLE IF NOT EXISTS locks (
     pid INTEGER NOT NULL,
     host TEXT NOT NULL,
     acquired_at REAL NOT NULL,
-    process TEXT
+    process TEXT,
+    durable_run_id TEXT
 );
 """
 
@@ -125,6 +135,8 @@ _ADDED_COLUMNS: Final = (
     ("item_states", "position", "TEXT"),
     ("runs", "process", "TEXT"),
     ("locks", "process", "TEXT"),
+    ("runs", "durable_run_id", "TEXT"),
+    ("locks", "durable_run_id", "TEXT"),
 )
 
 # The parameters are the definition, run id and time, then a StateWrite's fields in order.
@@ -290,7 +302,13 @@ class SqliteStore:
         self._process = this_process()
         #: The tables of later schema versions that a read-only store may lack.
         self._tables = frozenset({"contracts", "update_requests"})
-        self._columns = {"item_states": STATE_COLUMNS, "locks": LOCK_COLUMNS, "runs": ""}
+        #: The columns a read selects, per table: those a read-only store of an older schema
+        #: lacks read as ``NULL AS column``.
+        self._columns = {
+            "item_states": STATE_COLUMNS,
+            "locks": LOCK_COLUMNS,
+            "runs": RUN_COLUMNS,
+        }
         self.host = self._process.host
         sqlite_exists(self.path)  # a StoreError naming what is in the way, if anything is
         problem = _header_problem(self.path)
@@ -471,14 +489,21 @@ class SqliteStore:
     # --- runs -------------------------------------------------------------------------------
 
     def create_run(
-        self, run_id: str, mode: str, definitions: Mapping[str, DefinitionResult]
+        self,
+        run_id: str,
+        mode: str,
+        definitions: Mapping[str, DefinitionResult],
+        *,
+        durable_run_id: str | None = None,
     ) -> None:
-        """Record a new run with status ``queued`` for this process."""
+        """Record a new run with status ``queued`` for this process (or owned by the durable
+        run *durable_run_id*, see `Store.create_run`)."""
+        check_durable_run_id(durable_run_id)
         me = self._process
         with self.transaction(f"recording run {run_id}") as db:
             db.execute(
-                "INSERT INTO runs (id, status, mode, definitions, started_at, pid, host, process) "
-                "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (id, status, mode, definitions, started_at, pid, host, process, "
+                "durable_run_id) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     mode,
@@ -487,6 +512,7 @@ class SqliteStore:
                     me.pid,
                     me.host,
                     me.token,
+                    durable_run_id,
                 ),
             )
 
@@ -531,12 +557,12 @@ class SqliteStore:
 
     def run(self, run_id: str) -> RunRecord | None:
         """The run with this id, if any."""
-        rows = self._query(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        rows = self._query(f"SELECT {self._columns['runs']} FROM runs WHERE id = ?", (run_id,))
         return run_record(rows[0]) if rows else None
 
     def runs(self, limit: int | None = 20) -> tuple[RunRecord, ...]:
         """Runs, newest first; at most *limit* (``None``: all)."""
-        sql = f"SELECT {RUN_COLUMNS} FROM runs ORDER BY seq DESC"
+        sql = f"SELECT {self._columns['runs']} FROM runs ORDER BY seq DESC"
         params: tuple[Any, ...] = ()
         if limit is not None:
             sql += " LIMIT ?"
@@ -549,7 +575,7 @@ class SqliteStore:
         """The newest run that covered *definition_id* (start-failed runs skipped by default)."""
         skip = "" if include_start_failed else "status != 'start-failed' AND "
         rows = self._query(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE {skip}EXISTS "
+            f"SELECT {self._columns['runs']} FROM runs WHERE {skip}EXISTS "
             "(SELECT 1 FROM json_each(runs.definitions) WHERE key = ?) ORDER BY seq DESC LIMIT 1",
             (definition_id,),
         )
@@ -563,16 +589,21 @@ class SqliteStore:
         now belongs to a process started at another time) crashed (``kill -9``, power loss, a
         restarted container): ``running`` becomes ``failed``, ``queued`` becomes
         ``start-failed``, with the error "process N died". Returns the ids changed.
+
+        A run owned by a durable run (`RunRecord.durable_run_id`) is skipped: its process only
+        started it. Nor are the locks marked with a durable run released (see `acquire_locks`).
         """
         if self.read_only:
             return ()
         rows = self._query(
-            f"SELECT {RUN_COLUMNS}, process FROM runs "
-            "WHERE status IN ('queued', 'running') AND host = ?",
+            f"SELECT {RUN_COLUMNS}, process FROM runs WHERE status IN ('queued', 'running') "
+            "AND host = ? AND durable_run_id IS NULL",
             (self.host,),
         )
         dead = [
-            run_record(row) for row in rows if is_alive(ProcessId(row[7], row[8], row[9])) is False
+            record
+            for record, token in ((run_record(row), row[RUN_WIDTH]) for row in rows)
+            if is_alive(ProcessId(record.pid, record.host, token)) is False
         ]
         if not dead:
             return ()
@@ -582,20 +613,31 @@ class SqliteStore:
                 self._update_run(
                     db, record.run_id, status, definitions, f"process {record.pid} died", True
                 )
-                db.execute("DELETE FROM locks WHERE run_id = ?", (record.run_id,))
+                db.execute(
+                    "DELETE FROM locks WHERE run_id = ? AND durable_run_id IS NULL",
+                    (record.run_id,),
+                )
         return tuple(record.run_id for record in dead)
 
     # --- locks ------------------------------------------------------------------------------
 
-    def acquire_locks(self, run_id: str, definition_ids: Iterable[str]) -> None:
+    def acquire_locks(
+        self, run_id: str, definition_ids: Iterable[str], *, durable_run_id: str | None = None
+    ) -> None:
         """
-        Take the locks of all *definition_ids* for *run_id* atomically (all or none).
+        Take the locks of all *definition_ids* for *run_id* atomically (all or none), marked
+        with *durable_run_id* if given.
 
-        A lock held by a dead process on this host is broken first.
+        A lock held by a dead process on this host is broken first, unless it is marked with a
+        durable run: the process that took it may have exited long ago while the durable run
+        goes on in other processes, so only `release_locks` or `unlock` removes it.
 
         Raises:
-            LockHeld: Naming the first definition whose lock another live run holds.
+            LockHeld: Naming the first definition whose lock another live run, or any durable
+                run, holds.
+            ValueError: If *durable_run_id* cannot be stored as it is; nothing is taken.
         """
+        check_durable_run_id(durable_run_id)
         wanted = list(definition_ids)
         now = time.time()
         me = self._process
@@ -606,19 +648,30 @@ class SqliteStore:
                 ).fetchone()
                 if row is None:
                     continue
-                if is_alive(ProcessId(row[2], row[3], row[5])) is False:
+                lock = lock_info(row)
+                if lock.durable_run_id is None and (
+                    is_alive(ProcessId(lock.pid, lock.host, lock.token)) is False
+                ):
                     db.execute("DELETE FROM locks WHERE definition = ?", (definition_id,))
                     continue
-                raise LockHeld(lock_info(row))
+                raise LockHeld(lock)
             db.executemany(
-                f"INSERT INTO locks ({LOCK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                [(d, run_id, me.pid, me.host, now, me.token) for d in wanted],
+                f"INSERT INTO locks ({LOCK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(d, run_id, me.pid, me.host, now, me.token, durable_run_id) for d in wanted],
             )
 
-    def release_locks(self, run_id: str) -> None:
-        """Release every lock *run_id* holds."""
+    def release_locks(self, run_id: str, *, durable_run_id: str | None = None) -> None:
+        """Release every lock *run_id* holds (with *durable_run_id*: only those marked so)."""
+        if durable_run_id is not None and not storable(durable_run_id):
+            return  # no lock can be marked with it (see check_durable_run_id)
         with self.transaction(f"releasing the locks of run {run_id}") as db:
-            db.execute("DELETE FROM locks WHERE run_id = ?", (run_id,))
+            if durable_run_id is None:
+                db.execute("DELETE FROM locks WHERE run_id = ?", (run_id,))
+            else:
+                db.execute(
+                    "DELETE FROM locks WHERE run_id = ? AND durable_run_id = ?",
+                    (run_id, durable_run_id),
+                )
 
     def locks(self) -> tuple[LockInfo, ...]:
         """The locks held now."""

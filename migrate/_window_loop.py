@@ -207,17 +207,32 @@ class WindowLoop:
         #: Whether this run carries out an update request, cleared at the end of its pass.
         self._updating = False
 
-    def start(self) -> LoopStart:
-        """Prepare the loop: how many items it expects (when known cheaply), and notes."""
+    def start(self, *, resume: bool = False) -> LoopStart:
+        """
+        Prepare the loop: how many items it expects (when known cheaply), and notes.
+
+        *resume*: this run committed windows of the definition already (in another process, a
+        durable run recovered): a discovery goes on from the saved cursor (an ``--update``
+        whose marking was committed goes on as the update it is), and a targeted run leaves out
+        the identities whose state this run wrote.
+        """
         mode = self.mode
         definition_id = self.definition_id
         notes: tuple[str, ...] = ()
         # An update asked for and not carried out (its run died, was stopped or blocked) is
         # carried out by this run: from the top if its marking was not committed, else from the
         # saved cursor, where it stopped.
-        request = None if mode == "update" else self.store.update_request(definition_id)
+        request = (
+            None if mode == "update" and not resume else self.store.update_request(definition_id)
+        )
         if mode in ("normal", "update"):
             marked_by: str | None = None
+            if resume and mode == "update":
+                # The first window's commit marked the states; a request gone means the pass
+                # ended (its last window cleared it): the loop reads on from the end.
+                self._cursor = self.store.cursor(definition_id)
+                self._updating = request is not None
+                return LoopStart(None, (), self.run_id)
             if mode == "update" or (request is not None and not request.marked):
                 self._mark = self._updating = True
                 self._cursor = None
@@ -257,6 +272,17 @@ class WindowLoop:
             self._targets = self.store.identities(self.definition_id, "skipped")
         else:
             self._targets = list(self.ids)
+        if resume:
+            # Written by this run's committed windows: processed already.
+            mine = {
+                identity
+                for identity, state in self.store.prior_states(
+                    definition_id, [*self._targets, *self._positional]
+                ).items()
+                if state.run_id == self.run_id
+            }
+            self._targets = [t for t in self._targets if t not in mine]
+            self._positional = [t for t in self._positional if t not in mine]
         return LoopStart(len(self._targets) + len(self._positional), notes)
 
     def _is_positional(self, identity: str) -> bool:

@@ -59,12 +59,16 @@ class WorkflowDef(Generic[I, O]):
         version: The code's version; a run is resumed only by an engine with the same version.
         fn: The function.
         codec: How the input and output are stored (JSON by default).
+        requeue: Whether ``engine.requeue`` (the CLI's ``retry``) may run a finished run of
+            it again: ``True``; ``False`` refuses; a string refuses too and is what the
+            refusal says to do instead.
     """
 
     name: str
     version: str
     fn: Callable[[WorkflowContext, I], Awaitable[O]]
     codec: Codec = JSON
+    requeue: bool | str = True
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} version {self.version!r}>"
@@ -101,7 +105,7 @@ def _refuse_generators(fn: object, what: str) -> None:
 
 
 def workflow(
-    name: str, *, version: str = "1", codec: Codec | None = None
+    name: str, *, version: str = "1", codec: Codec | None = None, requeue: bool | str = True
 ) -> Callable[[Callable[[WorkflowContext, I], Awaitable[O]]], WorkflowDef[I, O]]:
     """
     Declare an ``async def`` function of ``(ctx, input)`` as a workflow.
@@ -111,10 +115,16 @@ def workflow(
         version: The code's version (default ``"1"``); runs are resumed only by an engine that
             has this version, so change it when a change would break replay of running runs.
         codec: How the input and output are stored; default strict JSON.
+        requeue: ``True`` (default): ``engine.requeue`` may run a failed, dead or cancelled
+            run again. ``False``: it refuses (a run whose steps cannot safely run again, such as
+            one that must start over as a new run). A string refuses too, and is what the
+            refusal tells the user to do instead (one line).
 
     Raises:
-        TypeError: If the function is not ``async def``, or a name is not a string.
-        ValueError: If *name* or *version* is empty.
+        TypeError: If the function is not ``async def``, a name is not a string, or
+            *requeue* is neither a bool nor a string.
+        ValueError: If *name* or *version* is empty, or *requeue* is an empty or multi-line
+            string.
 
     Example:
         >>> @workflow("greet")
@@ -125,15 +135,30 @@ def workflow(
     """
     check_name(name, "workflow name")
     check_name(version, f"version of workflow {name!r}")
+    _check_requeue(requeue, name)
 
     def define(fn: Callable[[WorkflowContext, I], Awaitable[O]]) -> WorkflowDef[I, O]:
         _refuse_generators(fn, f"workflow {name!r}")
         if not is_async_callable(fn):
             msg = f"workflow {name!r} must be an async def function, got {fn!r}"
             raise TypeError(msg)
-        return WorkflowDef(name, version, fn, JSON if codec is None else codec)
+        return WorkflowDef(name, version, fn, JSON if codec is None else codec, requeue)
 
     return define
+
+
+def _check_requeue(requeue: object, name: str) -> None:
+    if isinstance(requeue, bool):
+        return
+    if not isinstance(requeue, str):
+        msg = f"requeue of workflow {name!r} must be a bool or a string, got {requeue!r}"
+        raise TypeError(msg)
+    if not requeue.strip() or "\n" in requeue or "\r" in requeue:
+        msg = (
+            f"requeue of workflow {name!r} must be one line saying what to do instead,"
+            f" got {requeue!r}"
+        )
+        raise ValueError(msg)
 
 
 class _StepDecorator:

@@ -454,8 +454,18 @@ class Engine:
 
         Raises:
             UnknownRunError: If no run has this id.
-            ValueError: If the run is not failed, dead or cancelled.
+            ValueError: If the run is not failed, dead or cancelled, or its workflow, as this
+                engine has it, says ``requeue=False`` (or what to do instead).
         """
+        found = await self._store.get_run(run_id)
+        if found is None:
+            raise UnknownRunError(run_id)
+        definition = self._workflows.get(found.workflow)
+        if definition is not None and definition.requeue is not True:
+            msg = f"run {run_id} of workflow {found.workflow!r} is not requeued (requeue=False)"
+            if isinstance(definition.requeue, str):
+                msg = f"{msg}: {definition.requeue}"
+            raise ValueError(msg)
         try:
             run = await self._store.requeue(run_id, self._now())
         except LookupError:

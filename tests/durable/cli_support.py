@@ -112,7 +112,13 @@ async def declined(ctx, order):
     return await ctx.local_step("charge", charge)
 
 
-WORKFLOWS = [greet, pay, hold, declined, beating]
+@workflow("declined-once", requeue="start a new run: this one starts over")
+async def declined_once(ctx, order):
+    """As `declined`, but a run of it is never requeued."""
+    return await declined.fn(ctx, order)
+
+
+WORKFLOWS = [greet, pay, hold, declined, declined_once, beating]
 STEPS = [double, slow, beat]
 engine = Engine("sqlite:///durable.db", workflows=WORKFLOWS, steps=STEPS)
 

@@ -63,3 +63,23 @@ def test_retry_of_a_run_already_requeued_is_refused(cli_app: App) -> None:
     done = app.cli("--app", "app:engine", "retry", "d-1")
     assert_one_line_error(done, "refused", "d-1 is pending", code=3)
     assert before == app.shown("d-1")
+
+
+def test_retry_of_a_workflow_declared_requeue_false_is_refused_saying_what_to_do(
+    cli_app: App,
+) -> None:
+    """``requeue="..."`` on the workflow: one line naming it and the way out, exit 3, unchanged."""
+
+    async def main() -> None:
+        async with cli_app.engine() as engine:
+            await engine.start("declined-once", {"message": "no"}, run_id="o-1")
+            await engine.run_until_idle()
+
+    run_async(main)
+    before = cli_app.shown("o-1")
+    assert "failed" == before["run"]["status"]
+    done = cli_app.cli("--app", "app:engine", "retry", "o-1")
+    assert_one_line_error(
+        done, "refused", "'declined-once' is not requeued", "start a new run", code=3
+    )
+    assert before == cli_app.shown("o-1")

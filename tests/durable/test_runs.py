@@ -165,6 +165,38 @@ async def test_requeue_refuses_a_run_that_has_not_failed(
             await engine.requeue(run_id)
 
 
+@workflow("start-over", requeue=False)
+async def start_over(ctx: WorkflowContext, value: Any) -> Any:
+    """Fails at once; a run of it must never be requeued."""
+    return await ctx.local_step("boom", lambda: 1 // 0)
+
+
+async def test_requeue_of_a_workflow_that_refuses_it_changes_nothing(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """``requeue=False``: a ValueError naming the workflow; the run stays failed, as it was."""
+    async with durable_engine(workflows=[start_over]) as engine:
+        run_id = await engine.start(start_over, 1)
+        await engine.run_until_idle()
+        before = (await engine.get_run(run_id), await engine.checkpoints(run_id))
+        with pytest.raises(ValueError, match=r"'start-over' is not requeued \(requeue=False\)$"):
+            await engine.requeue(run_id)
+        assert before == (await engine.get_run(run_id), await engine.checkpoints(run_id))
+        assert "failed" == before[0].status
+        with pytest.raises(UnknownRunError):
+            await engine.requeue("no-such-run")
+
+
+@pytest.mark.parametrize(
+    ("requeue", "error"),
+    [(0, TypeError), (None, TypeError), ("", ValueError), (" ", ValueError), ("a\nb", ValueError)],
+)
+def test_requeue_must_be_a_bool_or_one_line(requeue: Any, error: type[Exception]) -> None:
+    """A ``requeue`` that is neither a bool nor one line of text is refused, naming the workflow."""
+    with pytest.raises(error, match="requeue of workflow 'w'"):
+        workflow("w", requeue=requeue)
+
+
 async def test_list_runs_filters_by_status_and_workflow(
     durable_engine: DurableEngineFactory,
 ) -> None:

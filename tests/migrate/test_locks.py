@@ -148,7 +148,9 @@ def test_lock_of_another_host_is_not_broken_automatically(tmp_path: Path) -> Non
     config = config_of(tmp_path, migrate.Migration("p", migrate.MemorySource(people(1)), noop))
     with config.open_store() as store:
         store._db.execute(  # pyright: ignore[reportPrivateUsage]
-            "INSERT INTO locks VALUES ('p', 'far-run', ?, 'elsewhere', 0, NULL)", (_dead_pid(),)
+            "INSERT INTO locks (definition, run_id, pid, host, acquired_at) "
+            "VALUES ('p', 'far-run', ?, 'elsewhere', 0)",
+            (_dead_pid(),),
         )
     with pytest.raises(migrate.LockHeld, match="on host elsewhere"):
         migrate.run(config)

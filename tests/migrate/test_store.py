@@ -200,7 +200,8 @@ def _schema_3_store(path: Path) -> None:
 
 
 def test_a_schema_3_store_gains_update_requests_keeping_its_data(tmp_path: Path) -> None:
-    """Opened for writing, a schema-3 store is upgraded in place to 4; read-only, it is not."""
+    """Opened for writing, a schema-3 store is upgraded in place (to the current version);
+    read-only, it is not."""
     path = tmp_path / "state.db"
     _schema_3_store(path)
     with migrate.open_store("sqlite:///state.db", base_dir=tmp_path, read_only=True) as store:
@@ -213,6 +214,8 @@ def test_a_schema_3_store_gains_update_requests_keeping_its_data(tmp_path: Path)
         )
     db = sqlite3.connect(path)
     try:
-        assert [(4,)] == db.execute("SELECT version FROM schema_version").fetchall()
+        assert [(migrate.SCHEMA_VERSION,)] == db.execute(
+            "SELECT version FROM schema_version"
+        ).fetchall()
     finally:
         db.close()
