@@ -40,8 +40,13 @@ a failed-item run.
    window, with psycopg; and the naive loop's PostgreSQL form (``INSERT`` and ``COMMIT`` per
    item). Items 3 and 4 are about SQLite and are left out.
 
+6. ``--durable``: in item 1, the same rows also as a durable run (``migrate.durable.run``: the
+   workflow ``migrate.run``, one local step per window, its default durable store beside the
+   migrate store), started and worked in this process; target: at least 0.8 x the plain run.
+
 Run with ``.venv/bin/python benchmarks/migrate_throughput.py [--rows N] [--failed N]
-[--naive-rows N] [--load-rows N] [--rounds N] [--profile] [--no-memory] [--store URL]``;
+[--naive-rows N] [--load-rows N] [--rounds N] [--profile] [--no-memory] [--store URL]
+[--durable]``;
 ``--profile`` prints the top of a cProfile of one throughput run.
 """
 
@@ -69,8 +74,11 @@ from _memory import Figures, emit, fresh, peak_rss
 from _postgres_floor import PostgresBench
 
 import migrate
+import migrate.durable as migrate_durable
 
 THROUGHPUT_TARGET = 20_000  # items per second
+#: A durable run against the plain one, items/s over items/s (at least).
+DURABLE_TARGET = 0.8
 WINDOW = 1_000  # rows per window: the sources' default window_size
 
 
@@ -120,15 +128,27 @@ def counting_opens(path: Path) -> Iterator[list[int]]:
         yield opened
 
 
-def ours(store: str, source: Path, rows: int, profiler: cProfile.Profile | None) -> float:
-    """Migrate the *rows* rows of *source* with a no-op process into the fresh *store*; seconds."""
+def ours(
+    store: str,
+    source: Path,
+    rows: int,
+    profiler: cProfile.Profile | None,
+    *,
+    durable: bool = False,
+) -> float:
+    """
+    Migrate the *rows* rows of *source* with a no-op process into the fresh *store*; seconds.
+    *durable*: as a durable run (``migrate.durable.run``: its default durable store, each window
+    a step), started and worked in this process.
+    """
     config = migrate.Config(
         [migrate.Migration("rows", migrate.CsvSource(source), do_nothing)], store=store
     )
+    options = migrate.RunOptions(definitions=("rows",))
     started = time.perf_counter()
     if profiler is not None:
         profiler.enable()
-    summary = migrate.run(config, migrate.RunOptions(definitions=("rows",)))
+    summary = migrate_durable.run(config, options) if durable else migrate.run(config, options)
     if profiler is not None:
         profiler.disable()
     took = time.perf_counter() - started
@@ -197,13 +217,19 @@ def throughput(
     pg: PostgresBench | None,
     *,
     profile: bool,
+    durable: bool = False,
 ) -> float:
-    """Time ours, the floor and the naive loop in interleaved rounds; print; return our rate."""
+    """
+    Time ours, the floor and the naive loop (and with *durable* ours as a durable run) in
+    interleaved rounds; print; return our rate.
+    """
     source = work / "rows.csv"
     write_csv(source, rows)
     naive_rows = min(naive_rows, rows)
     profiler = cProfile.Profile() if profile else None
     best = {"ours": float("inf"), "floor": float("inf"), "naive": float("inf")}
+    if durable:
+        best["durable"] = float("inf")
     for round_ in range(rounds):
         # Only the first round is profiled: the profile is of one run, not of several.
         chosen = profiler if round_ == 0 else None
@@ -219,6 +245,13 @@ def throughput(
                 "floor": pg.floor(f"floor_{round_}", source, rows, WINDOW),
                 "naive": pg.naive(f"naive_{round_}", source, naive_rows),
             }
+        if durable:
+            store = (
+                f"sqlite:///{work / f'durable-{round_}.db'}"
+                if pg is None
+                else pg.store(f"durable_{round_}")
+            )
+            took["durable"] = ours(store, source, rows, None, durable=True)
         for name, seconds in took.items():
             best[name] = min(best[name], seconds)
     rates = {
@@ -226,6 +259,8 @@ def throughput(
         "floor": rows / best["floor"],
         "naive": naive_rows / best["naive"],
     }
+    if durable:
+        rates["durable"] = rows / best["durable"]
     rate = rates["ours"]
     verdict = "meets" if rate >= THROUGHPUT_TARGET else "MISSES"
     kind = "SQLite" if pg is None else f"PostgreSQL ({pg.describe()})"
@@ -240,6 +275,8 @@ def throughput(
         "floor": f"floor: DictReader + {batch}/commit per {WINDOW:,}, {rows:,} rows",
         "naive": f"naive: DictReader + INSERT/commit per item, {naive_rows:,} rows",
     }
+    if durable:
+        labels["durable"] = f"migrate run --durable (a step per window), {rows:,} rows"
     width = max(len(label) for label in labels.values()) + 2
     print(f"  {'loop':<{width}}{'items/s':>10}{'ours / it':>11}")
     for name, label in labels.items():
@@ -249,6 +286,13 @@ def throughput(
         "contract or prior-state check"
     )
     print(f"  ours / naive = {rate / rates['naive']:.1f}: ours is that many times faster")
+    if durable:
+        ratio = rates["durable"] / rate
+        verdict = "meets" if ratio >= DURABLE_TARGET else "MISSES"
+        print(
+            f"  durable / plain = {ratio:.2f} ({verdict} the target of {DURABLE_TARGET}x): the "
+            "same run as a durable workflow, a checkpoint per window"
+        )
     if profiler is not None:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
@@ -466,6 +510,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile one throughput run")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory comparison")
     parser.add_argument(
+        "--durable", action="store_true", help="also run the throughput run as a durable run"
+    )
+    parser.add_argument(
         "--store",
         default="sqlite",
         help="sqlite (default), a postgresql:// URL, or postgresql: a throwaway server",
@@ -490,7 +537,15 @@ def main() -> None:
         pg = None
         if args.store != "sqlite":
             pg = stack.enter_context(PostgresBench.at(args.store))
-        throughput(work, args.rows, args.naive_rows, args.rounds, pg, profile=args.profile)
+        throughput(
+            work,
+            args.rows,
+            args.naive_rows,
+            args.rounds,
+            pg,
+            profile=args.profile,
+            durable=args.durable,
+        )
         failed_run_reads(work, args.failed, pg)
         if pg is not None:
             print("SqlDestination load and memory: SQLite figures, left out with --store")

@@ -892,17 +892,24 @@ def _run_durable(
     from migrate import durable  # noqa: PLC0415
 
     on = _engine(config, args)
+    started: list[str] = []
 
     async def go() -> RunSummary | str:
         async with on:
             durable_run_id = await durable.start(config, on, options)
+            started.append(durable_run_id)
             if args.detach:
                 return durable_run_id
             return await durable.wait(config, on, durable_run_id, progress=progress)
 
     try:
         return asyncio.run(go())
-    except (MigrateError, KeyboardInterrupt):
+    except KeyboardInterrupt:
+        if started:
+            # The run is durable: stopping this process leaves it to the workers.
+            _error(f"durable run {started[0]} goes on with `migrate work` (here or elsewhere)")
+        raise
+    except MigrateError:
         raise
     except (OSError, ValueError) as error:
         raise _durable_errors(error) from error

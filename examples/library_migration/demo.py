@@ -122,6 +122,100 @@ def show_stats(server: RunningServer) -> dict[str, Any]:
     return stats
 
 
+def migrate_json(args: Sequence[str], env: dict[str, str]) -> Any:
+    """The JSON document ``migrate --config migrate_config.py ARGS --json`` prints."""
+    done = subprocess.run(
+        [*migrate_command(), "--config", str(CONFIG), *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def until(what: str, check: Any, seconds: float = 120) -> None:
+    """Wait until *check()* is true (or exit, saying what did not happen)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"demo: {what} did not happen within {seconds:.0f} s")
+        time.sleep(0.05)
+
+
+def durable_run(env: dict[str, str], books: int) -> None:
+    """
+    ``migrate run books --update --durable --detach``, a worker that is killed (kill -9) in the
+    middle of a window, and a second worker that finishes the run from the saved cursor.
+    """
+    work = Path(env["LIBRARY_DEMO_DIR"])
+    print("\n$ migrate run books --update --durable --detach", flush=True)
+    start = ["run", "books", "--update", "--durable", "--detach"]
+    started = subprocess.run(
+        [*migrate_command(), "--config", str(CONFIG), *start],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    durable_run_id = started.stdout.strip()
+    print(durable_run_id)
+    print("(the starting process has exited; the run waits for a worker)")
+    pause_at = str(books // 2)
+    worker = [*migrate_command(), "--config", str(CONFIG), "work", "--poll", "100"]
+    print(f"\n$ migrate work &    # worker A; it will stop for good at book {pause_at}")
+    first = subprocess.Popen(
+        worker, env={**env, "LIBRARY_DEMO_PAUSE_AT": pause_at}, stderr=subprocess.DEVNULL
+    )
+    until(f"worker A reaching book {pause_at}", (work / "paused").exists)
+    record = migrate_json(["runs", "--limit", "1"], env)["runs"][0]
+    done = record["definitions"]["books"]
+    committed = done["migrated"] + done["unchanged"] + done["failed"] + done["skipped"]
+    print(f"worker A (pid {first.pid}) is mid-window at book {pause_at}: {committed:,} books")
+    print("committed so far; kill -9 it")
+    first.kill()
+    first.wait()
+    print("\n$ migrate work &    # worker B: takes the run over once A's lease (2 s) lapses")
+    second = subprocess.Popen(worker, env=env, stderr=subprocess.DEVNULL)
+    try:
+
+        def ended() -> bool:
+            runs = migrate_json(["runs", "--limit", "1"], env)["runs"]
+            return bool(runs) and runs[0]["status"] in ("succeeded", "failed")
+
+        until("the durable run's end", ended)
+    finally:
+        second.terminate()
+        second.wait()
+    migrate_cli(["runs", "--limit", "1"], env)
+    record = migrate_json(["runs", "--limit", "1"], env)["runs"][0]
+    done = record["definitions"]["books"]
+    total = sum(done[k] for k in ("migrated", "unchanged", "failed", "skipped", "needs_update"))
+    if (record["status"], total) != ("succeeded", books):
+        raise SystemExit(f"demo: the durable run ended {record['status']} with {total} books")
+    print(
+        f"\nthe run ended {record['status']}: {total:,} books, each counted once, though worker A"
+        " died mid-window; worker B re-read the source from the last committed cursor"
+    )
+    durable_cli = [sys.executable, "-m", "effects.durable", "--app", "migrate_config:engine"]
+    print(f"\n$ python -m effects.durable --app migrate_config:engine show {durable_run_id}")
+    shown = subprocess.run(
+        [*durable_cli, "show", durable_run_id, "--json"],
+        env=env,
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    document = json.loads(shown.stdout)
+    names = [c["name"] for c in document["checkpoints"]]
+    windows = names.count("migrate.window")
+    print(
+        f"durable run {document['run']['status']}: migrate.begin, {windows} x migrate.window "
+        f"(each 1 attempt), {names[-1]}; recovered {document['run']['recovery_attempts']} time(s)"
+    )
+
+
 def run_demo(work: Path, authors: int = 2_000) -> float:
     """Run every step of the demo with *work* as the data and state folder; return seconds."""
     started = time.monotonic()
@@ -174,7 +268,10 @@ def run_demo(work: Path, authors: int = 2_000) -> float:
         migrate_cli(["run", "books", "--failed"], env)
         print(f"requests made by this run: {server.catalogue.stats()['requests'] - before:,}")
 
-        section("9. All done")
+        section("9. A durable run: a worker killed mid-migration, another finishes it")
+        durable_run(env, data.books)
+
+        section("10. All done")
         migrate_cli(["status"], env)
         migrate_cli(["runs"], env)
         stats = show_stats(server)

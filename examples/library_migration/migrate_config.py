@@ -7,6 +7,11 @@ demo's work folder and the running catalogue (``demo.py`` sets both):
 - ``LIBRARY_DEMO_DIR``: folder holding ``authors.csv``, ``books.db`` and the state store
   (default: ``./library-demo``).
 - ``LIBRARY_API``: the catalogue's base URL (default: ``http://127.0.0.1:8765``).
+- ``LIBRARY_DEMO_PAUSE_AT``: a book id at which this process's work stops for good (the demo
+  then kills it, to show another worker finishing a durable run).
+
+``engine`` is the durable engine of ``migrate run --durable`` and ``migrate work``: a lease of 2 s,
+so a worker that dies is replaced within about 2 s.
 
 Every destination call is an effect wrapped in ``destination_retry``: jittered exponential
 backoff capped at 0.5 s, at least what a ``Retry-After`` header asks (up to 60 s), transient
@@ -21,11 +26,13 @@ import json
 import os
 import sqlite3
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import migrate
+import migrate.durable
 from effects import retry
 from effects.http import ApiRequestError, request_failure, respect_retry_after
 from schedules import exponential
@@ -113,8 +120,16 @@ def migrate_author(item: migrate.Item, scope: migrate.Scope) -> None:
     scope.track({"catalogue_id": author_id})
 
 
+def pause_at(identity: str) -> None:
+    """Stop this process's work at the book ``LIBRARY_DEMO_PAUSE_AT`` names, until it is killed."""
+    if os.environ.get("LIBRARY_DEMO_PAUSE_AT") == identity:
+        (WORK / "paused").write_text(f"{os.getpid()} {identity}")
+        time.sleep(3600)
+
+
 def migrate_book(item: migrate.Item, scope: migrate.Scope) -> None:
     """Send one book, pointing at its author's catalogue id (from the authors' tracking)."""
+    pause_at(item.identity)
     row = item.data
     author = scope.lookup("authors", row["author_id"])
     if author is None:
@@ -148,3 +163,5 @@ config = migrate.Config(
     ],
     store=f"sqlite:///{WORK / 'state.db'}",
 )
+
+engine = migrate.durable.engine(config, lease_ms=2_000)
