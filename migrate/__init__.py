@@ -7,7 +7,7 @@ each item with a Pipeline Execution `Scope`, and records every item's state (``m
 fixed and reprocessed alone. ``python -m migrate`` / ``migrate`` is the command line.
 """
 
-from migrate._definition import Config, Migration, Process, SourceRetryStrategy
+from migrate._definition import Config, Migration, Process, Rollback, SourceRetryStrategy
 from migrate._destinations import SqlDestination, destination
 from migrate._errors import (
     ConfigError,
@@ -37,6 +37,7 @@ from migrate._reports import (
     RunSummary,
     StatusReport,
 )
+from migrate._rollback_item import RollbackItem
 from migrate._runner import run
 from migrate._sources import (
     Contract,
@@ -103,6 +104,8 @@ __all__ = [
     "Process",
     "ProgressEvent",
     "RefusedError",
+    "Rollback",
+    "RollbackItem",
     "RunOptions",
     "RunRecord",
     "RunRef",

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from collections.abc import Generator
 
     from migrate._pipeline import Scope
+    from migrate._rollback_item import RollbackItem
 
-__all__ = ["DEFAULT_STORE", "Config", "Migration", "Process", "SourceRetryStrategy"]
+__all__ = ["DEFAULT_STORE", "Config", "Migration", "Process", "Rollback", "SourceRetryStrategy"]
 
 _A = TypeVar("_A")
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -45,6 +46,10 @@ class SourceRetryStrategy(Protocol):
 
 Process: TypeAlias = "Callable[[Item, Scope], Any]"
 """``process(item, scope)``: a plain or ``async`` function; its return value is ignored."""
+
+Rollback: TypeAlias = "Callable[[RollbackItem, Scope], Any]"
+"""``rollback(item, scope)``: a plain or ``async`` function undoing one item from its stored
+journal (`RollbackItem`); it never reads the source. Raising fails that item's rollback."""
 
 
 def _ids(value: Iterable[str] | str, name: str) -> tuple[str, ...]:
@@ -121,6 +126,9 @@ class Migration:
             ``TimeoutError`` in its evidence. An ``async`` process is cancelled; a plain one
             cannot be stopped, so it is left to finish in its thread and its outcome ignored
             (with a timeout, a plain process always runs in a worker thread).
+        rollback: ``rollback(item, scope)`` (plain or ``async``): undoes one item from its
+            stored journal (a `RollbackItem`), for ``migrate rollback`` and
+            ``--rollback-orphans``; ``None``: the definition cannot be rolled back.
 
     Raises:
         ConfigError: For a bad id, a non-positive *concurrency*, a bad *timeout*, a *source*
@@ -137,6 +145,7 @@ class Migration:
     source_lookup_retry: SourceRetryStrategy | None = attrs.field(default=None, kw_only=True)
     concurrency: int = attrs.field(default=1, kw_only=True)
     timeout: float | None = attrs.field(default=None, kw_only=True, converter=_timeout)
+    rollback: Rollback | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         source = cast(object, self.source)
@@ -162,7 +171,7 @@ class Migration:
             raise ConfigError(
                 f"migration {self.id!r}: concurrency must be >= 1, got {self.concurrency!r}"
             )
-        for name in ("source_cursor_retry", "source_lookup_retry"):
+        for name in ("source_cursor_retry", "source_lookup_retry", "rollback"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise ConfigError(f"migration {self.id!r}: {name} must be callable or None")
