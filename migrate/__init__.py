@@ -17,6 +17,7 @@ from migrate._errors import (
     MigrateError,
     PreflightRefused,
     RefusedError,
+    RollbackRefused,
     Skip,
     SourceError,
     StoreError,
@@ -37,6 +38,7 @@ from migrate._reports import (
     RunSummary,
     StatusReport,
 )
+from migrate._rollback import rollback
 from migrate._rollback_item import RollbackItem
 from migrate._runner import run
 from migrate._sources import (
@@ -64,7 +66,7 @@ from migrate._state import (
     RunRecord,
     RunStatus,
 )
-from migrate._store import StateWrite, Store, UpdateRequest, WindowCommit
+from migrate._store import RollbackCommit, StateWrite, Store, UpdateRequest, WindowCommit
 from migrate._store_memory import MemoryStore
 from migrate._store_open import open_store
 from migrate._store_sqlite import SCHEMA_VERSION, SqliteStore
@@ -105,7 +107,9 @@ __all__ = [
     "ProgressEvent",
     "RefusedError",
     "Rollback",
+    "RollbackCommit",
     "RollbackItem",
+    "RollbackRefused",
     "RunOptions",
     "RunRecord",
     "RunRef",
@@ -140,6 +144,7 @@ __all__ = [
     "open_store",
     "plan",
     "refusals",
+    "rollback",
     "run",
     "runs",
     "status",

@@ -2,7 +2,8 @@
 The ``migrate`` command line.
 
 ``migrate [--config FILE] [--store URL] COMMAND``; commands: ``list``, ``graph``, ``status``,
-``runs``, ``failures``, ``unlock`` and ``run``. ``--store`` replaces the config's store.
+``runs``, ``failures``, ``unlock``, ``forget``, ``run``, ``work`` and ``rollback``. ``--store``
+replaces the config's store.
 ``--json`` prints one JSON document on stdout for scripts; progress and messages go to stderr.
 
 Exit codes: 0 done, and no failed item is stored for the definitions run; 1 the run finished
@@ -25,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, Protocol, TextIO
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TextIO, cast
 
 import attrs
 
@@ -50,6 +51,7 @@ from migrate import (
     unlock,
 )
 from migrate._loading import load_config_and_engine
+from migrate._rollback import plan_rollback, preview_rollback, run_rollback
 
 if TYPE_CHECKING:
     from effects.durable import Engine
@@ -69,6 +71,7 @@ __all__ = [
     "Writer",
     "exit_code",
     "main",
+    "rollback_summary_text",
     "summary_text",
 ]
 
@@ -214,6 +217,40 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --durable: start the run, print its durable run id and exit 0; workers run it",
     )
+
+    p = commands.add_parser(
+        "rollback",
+        help="undo stored items through their definitions' rollback= (dependents first); each "
+        "item undone loses its state, so the next run migrates it again",
+    )
+    p.add_argument("definitions", nargs="*", metavar="DEF")
+    p.add_argument("--all", action="store_true", help="every definition (the default)")
+    p.add_argument(
+        "--with-dependencies",
+        action="store_true",
+        help="also roll back the definitions that depend on these, before them",
+    )
+    _identities(p, "roll back this identity only (repeatable; one definition)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="roll back although a definition depending on these still holds states",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what would be rolled back and the refusals it would meet, and exit "
+        "(3 if refused)",
+    )
+    p.add_argument(
+        "-c",
+        "--concurrency",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="items undone at once (async rollbacks as tasks, plain ones in threads)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON document")
 
     p = commands.add_parser(
         "work", help="work the durable migration runs of this config until stopped (Ctrl-C)"
@@ -486,8 +523,9 @@ def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
         print("no runs yet", file=out)
         return EXIT_OK
     # The durable run of each run, where one owns it: a column only when one does, so the
-    # table of plain runs stays as it was.
+    # table of plain runs stays as it was; the kind alike, only when a rollback is listed.
     durable = any(record.durable_run_id is not None for record in records)
+    kinds = any(record.kind != "run" for record in records)
     rows: list[list[str]] = []
     for record in records:
         parts: list[str] = []
@@ -505,6 +543,7 @@ def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
         rows.append(
             [
                 record.run_id,
+                *([record.kind] if kinds else []),
                 record.status,
                 record.mode,
                 format_time(record.started_at),
@@ -513,38 +552,88 @@ def _cmd_runs(config: Config, args: argparse.Namespace, out: Writer) -> int:
                 detail,
             ]
         )
-    header = ["run", "status", "mode", "started", "took", *(["durable"] if durable else [])]
-    print(_table([*header, "definitions"], rows, numeric={4}), file=out)
+    header = [
+        "run",
+        *(["kind"] if kinds else []),
+        "status",
+        "mode",
+        "started",
+        "took",
+        *(["durable"] if durable else []),
+    ]
+    print(_table([*header, "definitions"], rows, numeric={5 if kinds else 4}), file=out)
     return EXIT_OK
 
 
 def _cmd_failures(config: Config, args: argparse.Namespace, out: Writer) -> int:
     config.get(args.definition)
-    records = failures(config, args.definition, limit=args.limit)
+    every = failures(config, args.definition)
+    records = every if args.limit is None else every[: args.limit]
     if args.json:
         _dump([r.to_json() for r in records], out)
         return EXIT_OK
     if not records:
         print(f"{args.definition}: no failed items", file=out)
         return EXIT_OK
-    total = status(config, definitions=(args.definition,)).definitions[args.definition].failed
-    shown = f" (showing {_n(len(records))})" if total > len(records) else ""
-    print(f"{args.definition}: {plural(total, 'failed item')}{shown}", file=out)
+    total = sum(1 for r in every if r.status == "failed")
+    # States of other statuses are listed because their rollback failed.
+    rollbacks = len(every) - total
+    shown = f" (showing {_n(len(records))})" if len(every) > len(records) else ""
+    counted = [plural(total, "failed item")] if total or not rollbacks else []
+    if rollbacks:
+        counted.append(f"{plural(rollbacks, 'item')} whose rollback failed")
+    print(f"{args.definition}: {', '.join(counted)}{shown}", file=out)
     for record in records:
         error = record.error
         tries = "attempt" if error.attempts == 1 else "attempts"
         # Everything below comes from source data and error messages: escaped, so no control
         # or escape sequence in a record reaches the terminal.
         where = f", {printable(record.position)}" if record.position else ""
-        print(f"\n{printable(record.identity)}  (run {record.run_id}{where})", file=out)
-        print(f"  {error.kind} error {printable(error.type)}: {printable(error.message)}", file=out)
-        print(f"  after {error.attempts} {tries}", file=out)
-        for key, value in error.details.items():
-            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-            print(f"  {printable(key)}: {printable(text)}", file=out)
+        if record.status != "failed":
+            print(
+                f"\n{printable(record.identity)}  ({printable(record.status)}, run "
+                f"{record.run_id}{where})",
+                file=out,
+            )
+        else:
+            print(f"\n{printable(record.identity)}  (run {record.run_id}{where})", file=out)
+            print(
+                f"  {error.kind} error {printable(error.type)}: {printable(error.message)}",
+                file=out,
+            )
+            print(f"  after {error.attempts} {tries}", file=out)
+            for key, value in error.details.items():
+                text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+                print(f"  {printable(key)}: {printable(text)}", file=out)
         for entry in record.journal:
             print(f"  journal: {printable(json.dumps(entry, sort_keys=True))}", file=out)
+        _print_rollback_attempts(record.rollback_attempts, out)
     return EXIT_OK
+
+
+def _print_rollback_attempts(attempts: Sequence[Mapping[str, object]], out: Writer) -> None:
+    """The failed rollbacks of a state, oldest first, with the entries each had undone."""
+    for number, attempt in enumerate(attempts, 1):
+        found = attempt.get("error")
+        error: Mapping[str, object] = (
+            cast("Mapping[str, object]", found) if isinstance(found, Mapping) else {}
+        )
+        failed_at = attempt.get("failed_at")
+        when = (
+            f", {format_time(failed_at)}"
+            if isinstance(failed_at, int | float) and not isinstance(failed_at, bool)
+            else ""
+        )
+        entries = attempt.get("entries")
+        undone = cast("list[object]", entries) if isinstance(entries, list) else []
+        text = f"{error.get('type', '')}: {error.get('message', '')}"
+        print(
+            f"  rollback attempt {number} (run {printable(str(attempt.get('run_id')))}{when}): "
+            f"{printable(text)}; {plural(len(undone), 'entry', 'entries')} undone before it failed",
+            file=out,
+        )
+        for entry in undone:
+            print(f"    undone: {printable(json.dumps(entry, sort_keys=True))}", file=out)
 
 
 def _cmd_forget(config: Config, args: argparse.Namespace, out: Writer) -> int:
@@ -584,7 +673,7 @@ def _cmd_unlock(config: Config, args: argparse.Namespace, out: Writer) -> int:
 def _counts_brief(counts: Counts, retries: int = 0) -> str:
     parts = [
         f"{label} {_n(getattr(counts, key))}"
-        for key, label in _COUNT_COLUMNS
+        for key, label in (("rolled_back", "rolled-back"), *_COUNT_COLUMNS)
         if getattr(counts, key)
     ]
     if retries:
@@ -858,6 +947,92 @@ def _cmd_run(config: Config, args: argparse.Namespace, out: Writer) -> int:
     return code
 
 
+_ROLLBACK_COLUMNS: Final = (
+    ("rolled_back", "rolled-back"),
+    ("failed", "failed"),
+    ("skipped", "skipped"),
+)
+
+
+def rollback_summary_text(summary: RunSummary) -> str:
+    """
+    A rollback's summary for people, in the style of `summary_text`: per definition, items
+    rolled back, failed (their states kept, with the attempt) and skipped (``--id`` without a
+    stored state), then notes, the most common errors and what to do about failures.
+    """
+    took = max(0.0, summary.ended_at - summary.started_at)
+    lines = [f"rollback {summary.run_id} {summary.status} in {took:.1f}s", ""]
+    rows: list[list[str]] = []
+    totals = dict.fromkeys((key for key, _ in _ROLLBACK_COLUMNS), 0)
+    total_retries = 0
+    for definition_id, result in summary.definitions.items():
+        counts = result.counts
+        rows.append(
+            [
+                definition_id,
+                *(_n(getattr(counts, key)) for key, _ in _ROLLBACK_COLUMNS),
+                _n(result.retries),
+            ]
+        )
+        for key in totals:
+            totals[key] += getattr(counts, key)
+        total_retries += result.retries
+    if len(rows) > 1:
+        rows.append(
+            ["total", *(_n(totals[key]) for key, _ in _ROLLBACK_COLUMNS), _n(total_retries)]
+        )
+    header = ["definition", *(label for _, label in _ROLLBACK_COLUMNS), "retries"]
+    lines.append(_table(header, rows, numeric=set(range(1, len(header)))))
+    if summary.notes:
+        lines += ["", *(printable(note) for note in summary.notes)]
+    if summary.top_errors:
+        lines += ["", "most common errors:"]
+        error_rows = [
+            [_n(e.count), e.definition_id, printable(f"{e.type}: {_one_line(e.message)}")]
+            for e in summary.top_errors
+        ]
+        lines.append(_table(["count", "definition", "error"], error_rows, numeric={0}))
+    failed = [d for d, r in summary.definitions.items() if r.counts.failed]
+    if failed:
+        lines += [
+            "",
+            f"their states are kept; see the attempts: migrate failures {failed[0]}",
+            f"after fixing the cause: migrate rollback {' '.join(failed)}",
+        ]
+    return "\n".join(lines)
+
+
+def _cmd_rollback(config: Config, args: argparse.Namespace, out: Writer) -> int:
+    if args.all and args.definitions:
+        raise UsageError("name definitions or pass --all, not both")
+    the_plan = plan_rollback(
+        config,
+        tuple(args.definitions),
+        ids=tuple(args.ids),
+        with_dependencies=args.with_dependencies,
+        force=args.force,
+        concurrency=args.concurrency,
+    )
+    if args.plan:
+        states, refused = preview_rollback(config, the_plan)
+        if args.json:
+            _dump({**the_plan.to_json(states), "refusals": [str(r) for r in refused]}, out)
+        else:
+            print(the_plan.describe(states), file=out)
+            for refusal in refused:
+                lines = str(refusal).split("\n")
+                print(f"  would be refused: {printable(lines[0])}", file=out)
+                for line in lines[1:]:
+                    print(f"                    {printable(line)}", file=out)
+        return EXIT_REFUSED if refused else EXIT_OK
+    summary = run_rollback(config, the_plan)
+    if args.json:
+        _dump(summary.to_json(), out)
+    else:
+        print(rollback_summary_text(summary), file=out, flush=True)
+    return EXIT_FAILED_ITEMS if summary.status == "failed" else EXIT_OK
+
+
 def _engine(config: Config, args: argparse.Namespace) -> Engine:
     """The durable engine: ``--durable-store``'s, else the config module's, else the default."""
     # Only durable commands pay for importing the engine.
@@ -944,4 +1119,5 @@ _COMMANDS: Final[Mapping[str, Callable[[Config, argparse.Namespace, Writer], int
     "forget": _cmd_forget,
     "run": _cmd_run,
     "work": _cmd_work,
+    "rollback": _cmd_rollback,
 }

@@ -15,6 +15,8 @@ builtin it means, so ``except MigrateError`` never hides a bug::
      |         +-- LockHeld            another run holds a definition's lock
      |         +-- PreflightRefused    a required dependency is not in a good state
      |         +-- ContractChanged     a definition's source contract differs from the stored one
+     |         +-- RollbackRefused     a rollback would leave a dependent's states, or has no
+     |         |                       ``rollback=`` to undo a definition's states with
      |         +-- StoreSchemaError    the store was written by a newer ``migrate``
      +-- ValueError
           +-- ConfigError          the config file or a config value is wrong (CLI exit code 2)
@@ -38,6 +40,7 @@ __all__ = [
     "MigrateError",
     "PreflightRefused",
     "RefusedError",
+    "RollbackRefused",
     "Skip",
     "SourceError",
     "StoreError",
@@ -187,6 +190,23 @@ class ContractChanged(RefusedError):  # noqa: N818 - named like its siblings Loc
     def __init__(self, message: str, changes: Mapping[str, tuple[str, ...]]) -> None:
         self.changes = dict(changes)
         super().__init__(message)
+
+
+class RollbackRefused(RefusedError):  # noqa: N818 - named like its siblings LockHeld, ...
+    """
+    A rollback refused before anything was recorded or undone: a definition with stored states
+    has no ``rollback=`` to undo them with, or a definition that depends on one being rolled
+    back still holds states (``--with-dependencies`` rolls it back first, ``--force`` goes on
+    without it).
+
+    Args:
+        problems: One message per refusal, saying which definition and how to proceed; kept
+            as ``problems``.
+    """
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
 
 
 class StoreSchemaError(RefusedError):

@@ -7,7 +7,7 @@ refusals the run would make (as of now: another run may take a lock in between).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -20,7 +20,7 @@ from migrate._state import LockInfo
 from migrate._store import Store
 from migrate._text import plural
 
-__all__ = ["ContractCheck", "check_contracts", "held_lock", "preflight", "refusals"]
+__all__ = ["ContractCheck", "check_contracts", "held_lock", "held_lock_of", "preflight", "refusals"]
 
 
 def preflight(store: Store, definition_id: str, dependency: str) -> str | None:
@@ -38,6 +38,9 @@ def preflight(store: Store, definition_id: str, dependency: str) -> str | None:
     latest = store.latest_run_for(dependency)
     if latest is None:
         return f"{refused} has never run; {advice}"
+    if latest.kind == "rollback":
+        # Its states (some or all) were undone and deleted: it must migrate them again.
+        return f"{refused} was rolled back by run {latest.run_id}; {advice}"
     result = latest.definitions.get(dependency)
     if latest.status in ("queued", "running"):
         return f"{refused} is still running in run {latest.run_id}; wait for it, or pass --force"
@@ -138,8 +141,14 @@ def held_lock(the_plan: Plan, store: Store) -> LockInfo | None:
     The first lock of a planned definition that a live run, or any durable run, holds (what
     acquiring meets: a lock marked with a durable run is held whatever became of its process).
     """
+    return held_lock_of(the_plan.definition_ids, store)
+
+
+def held_lock_of(definition_ids: Iterable[str], store: Store) -> LockInfo | None:
+    """The first lock of *definition_ids* that a live run, or any durable run, holds (see
+    `held_lock`)."""
     held = {lock.definition_id: lock for lock in store.locks()}
-    for definition_id in the_plan.definition_ids:
+    for definition_id in definition_ids:
         lock = held.get(definition_id)
         if lock is not None and (
             lock.durable_run_id is not None

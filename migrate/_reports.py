@@ -67,6 +67,8 @@ class RunSummary:
         top_errors: The failures' most common errors, most common first (at most 5).
         notes: Things the user should know, such as a changed source contract accepted by
             ``force``.
+        kind: ``"run"``, or ``"rollback"`` for what `migrate.rollback` returns: then each
+            definition's counts are ``rolled_back``, ``failed`` and ``skipped``.
     """
 
     run_id: str
@@ -76,11 +78,22 @@ class RunSummary:
     definitions: Mapping[str, DefinitionResult]
     top_errors: tuple[ErrorCount, ...] = ()
     notes: tuple[str, ...] = ()
+    kind: str = "run"
 
     def to_json(self) -> dict[str, Any]:
         """``{"run_id", "status", "definitions": {ID: {"migrated", "skipped", "failed",
         "unchanged", "needs_update", "mode", "status", "error", "blocked", "retries",
-        "gave_up"}}, "started_at", "ended_at", "top_errors", "notes"}``."""
+        "gave_up"}}, "started_at", "ended_at", "top_errors", "notes"}``; a rollback's is
+        ``{"run_id", "kind": "rollback", "definitions": {ID: {"rolled_back", "failed",
+        "skipped"}}}`` (what ``migrate rollback --json`` prints)."""
+        if self.kind == "rollback":
+            return {
+                "run_id": self.run_id,
+                "kind": "rollback",
+                "definitions": {
+                    key: value.counts.rollback_json() for key, value in self.definitions.items()
+                },
+            }
         return {
             "run_id": self.run_id,
             "status": self.status,

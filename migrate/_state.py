@@ -24,8 +24,8 @@ run was stopped (Ctrl-C) while the item's process ran; it is processed again lik
 RunStatus: TypeAlias = Literal["queued", "running", "succeeded", "failed", "start-failed"]
 """A Migration Run's status; ``failed`` means the run finished with a failed item or error."""
 
-ErrorKind: TypeAlias = Literal["source", "process", "destination", "tracking"]
-ERROR_KINDS: Final = ("source", "process", "destination", "tracking")
+ErrorKind: TypeAlias = Literal["source", "process", "destination", "tracking", "rollback"]
+ERROR_KINDS: Final = ("source", "process", "destination", "tracking", "rollback")
 
 
 def _no_details() -> dict[str, Any]:
@@ -39,7 +39,8 @@ class ErrorEvidence:
 
     Attributes:
         kind: Where it failed: ``"source"`` (reading it), ``"process"`` (the pipeline's own
-            code), ``"destination"`` (a destination call) or ``"tracking"`` (its tracking record).
+            code), ``"destination"`` (a destination call), ``"tracking"`` (its tracking record)
+            or ``"rollback"`` (its ``rollback=`` function, in ``migrate rollback``).
         type: The error's class name.
         message: The error's message.
         details: JSON-able facts: the provider's error (``cause``), an HTTP ``status``, where the
@@ -90,6 +91,10 @@ class Counts:
         needs_update: Items marked by ``--update`` and not processed again (yet).
         interrupted: Items whose process was running when the run was stopped (Ctrl-C); a
             normal or ``--failed`` run processes them again.
+        rolled_back: Items undone by a rollback (``migrate rollback``): their states were
+            deleted. Only rollback runs count these; in a rollback run, *failed* counts items
+            whose undo failed (their states are kept, with the attempt) and *skipped* the
+            identities asked for (``--id``) that had no stored state.
 
     Example:
         >>> Counts(migrated=97, failed=3).total
@@ -102,6 +107,7 @@ class Counts:
     unchanged: int = 0
     needs_update: int = 0
     interrupted: int = 0
+    rolled_back: int = 0
 
     @property
     def total(self) -> int:
@@ -113,6 +119,7 @@ class Counts:
             + self.unchanged
             + self.needs_update
             + self.interrupted
+            + self.rolled_back
         )
 
     def __add__(self, other: Counts) -> Counts:
@@ -124,10 +131,12 @@ class Counts:
             self.unchanged + other.unchanged,
             self.needs_update + other.needs_update,
             self.interrupted + other.interrupted,
+            self.rolled_back + other.rolled_back,
         )
 
     def to_json(self) -> dict[str, int]:
-        """``{"migrated", "skipped", "failed", "unchanged", "needs_update", "interrupted"}``."""
+        """``{"migrated", "skipped", "failed", "unchanged", "needs_update", "interrupted"}``: the
+        counts of a run (see `rollback_json` for those of a rollback)."""
         return {
             "migrated": self.migrated,
             "skipped": self.skipped,
@@ -136,6 +145,10 @@ class Counts:
             "needs_update": self.needs_update,
             "interrupted": self.interrupted,
         }
+
+    def rollback_json(self) -> dict[str, int]:
+        """``{"rolled_back", "failed", "skipped"}``: the counts of a rollback run."""
+        return {"rolled_back": self.rolled_back, "failed": self.failed, "skipped": self.skipped}
 
     @classmethod
     def of_statuses(cls, by_status: Mapping[str, int]) -> Counts:
@@ -158,6 +171,7 @@ class Counts:
             unchanged=int(data.get("unchanged", 0)),
             needs_update=int(data.get("needs_update", 0)),
             interrupted=int(data.get("interrupted", 0)),
+            rolled_back=int(data.get("rolled_back", 0)),
         )
 
 
@@ -179,6 +193,14 @@ class ItemState:
         updated_at: When, in epoch seconds.
         position: Where its source held it when it was last read (``"line 17"``), if the
             source says.
+        rollback_attempts: The failed rollbacks of this state (``migrate rollback``), oldest
+            first: each ``{"run_id", "entries", "error": {"type", "message"}, "failed_at"}``.
+            A run that writes the state again starts it with none (they were made against the
+            journal it replaces).
+        journal_problem: Why the stored journal could not be read as a list of entries (it is
+            not JSON, not a list, or holds entries that are not objects), if it could not;
+            *journal* then holds what could be read of it. A rollback does not undo such an
+            item (it fails, saying so).
     """
 
     definition_id: str
@@ -192,19 +214,28 @@ class ItemState:
     run_id: str | None
     updated_at: float
     position: str | None = None
+    rollback_attempts: tuple[dict[str, Any], ...] = ()
+    journal_problem: str | None = None
 
 
 @attrs.frozen
 class FailureRecord:
     """
-    A failed item as ``migrate failures`` shows it.
+    A failed item as ``migrate failures`` shows it: a ``failed`` state, or a state of any
+    status whose rollback failed (``migrate rollback``).
 
     Attributes:
         identity: The item's identity.
-        run_id: The run in which it last failed.
-        error: The evidence of the failure.
+        run_id: The run in which it last failed (for a state whose rollback failed: the run
+            that wrote the state).
+        error: The evidence of the failure; for a state whose rollback failed and that is not
+            ``failed`` itself, the last rollback attempt's error (kind ``rollback``, its
+            ``attempts`` the number of rollback attempts).
         journal: Its journal entries up to the failure (destination writes already made).
         position: Where its source held it (``"line 17"``), if the source says.
+        status: Its stored status (``failed``, or any other for a state whose rollback failed).
+        rollback_attempts: Its failed rollbacks, oldest first (see
+            `ItemState.rollback_attempts`).
     """
 
     identity: str
@@ -212,15 +243,21 @@ class FailureRecord:
     error: ErrorEvidence
     journal: tuple[dict[str, Any], ...] = ()
     position: str | None = None
+    status: str = "failed"
+    rollback_attempts: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """``{"identity", "run_id", "position", "error": {...}, "journal": [...]}``."""
+        """``{"identity", "run_id", "position", "error": {...}, "journal": [...], "status",
+        "rollback_attempts": [{"run_id", "entries", "error": {"type", "message"},
+        "failed_at"}]}``."""
         return {
             "identity": self.identity,
             "run_id": self.run_id,
             "position": self.position,
             "error": self.error.to_json(),
             "journal": list(self.journal),
+            "status": self.status,
+            "rollback_attempts": [dict(attempt) for attempt in self.rollback_attempts],
         }
 
 
@@ -230,7 +267,8 @@ class DefinitionResult:
     What one run did for one definition.
 
     Attributes:
-        mode: How it ran (``normal``, ``failed``, ``skipped``, ``ids``, ``update``).
+        mode: How it ran (``normal``, ``failed``, ``skipped``, ``ids``, ``update``; ``rollback``
+            in a rollback run, whose counts are ``rolled_back``, ``failed`` and ``skipped``).
         status: ``queued``, ``running``, ``succeeded``, ``failed`` or ``blocked``.
         counts: What happened to its items in this run.
         error: Why it stopped early (a window read that failed), if it did.
@@ -261,7 +299,9 @@ class DefinitionResult:
         return {
             "mode": self.mode,
             "status": self.status,
-            "counts": self.counts.to_json(),
+            "counts": (
+                self.counts.rollback_json() if self.mode == "rollback" else self.counts.to_json()
+            ),
             "error": self.error,
             "blocked": self.blocked,
             "retries": self.retries,
@@ -287,9 +327,11 @@ class DefinitionResult:
     def to_report(self) -> dict[str, Any]:
         """The run's view for ``--json``: ``{"migrated", "skipped", "failed", "unchanged",
         "needs_update", "interrupted", "mode", "status", "error", "blocked", "retries",
-        "gave_up", "failed_stored"}``."""
+        "gave_up", "failed_stored"}`` (a rollback's: ``{"rolled_back", "failed", "skipped",
+        "mode", ...}``)."""
+        counts = self.counts.rollback_json() if self.mode == "rollback" else self.counts.to_json()
         return {
-            **self.counts.to_json(),
+            **counts,
             "mode": self.mode,
             "status": self.status,
             "error": self.error,
@@ -320,6 +362,9 @@ class RunRecord:
             while the durable run goes on in other worker processes, so the run is never marked
             failed because that process died (see `Store.recover_dead_runs`). ``None``: the run
             belongs to its process, as every run did before.
+        kind: ``"run"`` (a Migration Run of ``migrate run``) or ``"rollback"`` (one of
+            ``migrate rollback``, whose definitions count ``rolled_back``, ``failed`` and
+            ``skipped``).
     """
 
     run_id: str
@@ -332,12 +377,14 @@ class RunRecord:
     definitions: Mapping[str, DefinitionResult]
     error: str | None = None
     durable_run_id: str | None = None
+    kind: str = "run"
 
     def to_json(self) -> dict[str, Any]:
         """``{"run_id", "status", "mode", "started_at", "ended_at", "pid", "host",
         "definitions": {ID: {"migrated", ..., "mode", "status", "error", "blocked", "retries",
-        "gave_up"}}, "error", "durable_run_id"}`` (``durable_run_id`` is ``null`` for a run
-        that belongs to its process)."""
+        "gave_up"}}, "error", "durable_run_id", "kind"}`` (``durable_run_id`` is ``null`` for a
+        run that belongs to its process; a rollback's definitions count ``rolled_back``,
+        ``failed`` and ``skipped``)."""
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -349,6 +396,7 @@ class RunRecord:
             "definitions": {key: value.to_report() for key, value in self.definitions.items()},
             "error": self.error,
             "durable_run_id": self.durable_run_id,
+            "kind": self.kind,
         }
 
 

@@ -8,7 +8,9 @@ another backend implements the same methods. A store never sees a table row: a r
 The one rule every implementation keeps: `Store.commit_window` is atomic. A window's item
 states, the run's per-definition record (its counts) and the definition's cursor are committed
 together or not at all, so a crash or a failed commit never leaves states without counts, counts
-without states, or a cursor past states that were not written.
+without states, or a cursor past states that were not written. `Store.commit_rollback` is atomic
+alike: the states a rollback undid are deleted, and its failed attempts appended, together with
+the rollback run's counts.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from migrate._text import storable, unstorable_part
 __all__ = [
     "POSITIONAL_TYPES",
     "PriorState",
+    "RollbackCommit",
     "StateWrite",
     "Store",
     "UpdateRequest",
@@ -162,6 +165,32 @@ class WindowCommit:
     update_done: bool = False
 
 
+@attrs.frozen
+class RollbackCommit:
+    """
+    What one batch of a rollback changes, committed in one transaction by
+    `Store.commit_rollback`.
+
+    Attributes:
+        definition_id: The definition whose states are undone.
+        run_id: The rollback run; its per-definition record becomes *results*.
+        deleted: Identities whose undo is done: their states go, journal and all, so the next
+            run migrates them again. One missing already is no error.
+        attempts: ``(identity, attempt)`` pairs for the items whose undo failed: *attempt* is
+            the JSON text of one ``{"run_id", "entries", "error": {"type", "message"},
+            "failed_at"}`` object, appended to the state's `ItemState.rollback_attempts` (the
+            state itself is kept as it was). An attempt equal to the state's last one is not
+            appended again (a commit sent twice), nor is one for a state that is gone.
+        results: The run's per-definition record after this batch (counts included).
+    """
+
+    definition_id: str
+    run_id: str
+    deleted: Sequence[str]
+    attempts: Sequence[tuple[str, str]]
+    results: Mapping[str, DefinitionResult]
+
+
 @runtime_checkable
 class Store(Protocol):
     """
@@ -198,11 +227,13 @@ class Store(Protocol):
         definitions: Mapping[str, DefinitionResult],
         *,
         durable_run_id: str | None = None,
+        kind: str = "run",
     ) -> None:
         """
         Record a new run with status ``queued``, held by this process, or, with
         *durable_run_id*, owned by that durable workflow run (`RunRecord.durable_run_id`):
-        this process only started it, and `recover_dead_runs` never marks it failed.
+        this process only started it, and `recover_dead_runs` never marks it failed. *kind*:
+        ``"run"``, or ``"rollback"`` for a run of ``migrate rollback`` (`RunRecord.kind`).
 
         Raises:
             ValueError: If *durable_run_id* cannot be stored as it is (see
@@ -320,6 +351,13 @@ class Store(Protocol):
         """Mark every ``migrated`` item ``needs-update`` and forget the cursor; return how many."""
         ...
 
+    def commit_rollback(self, commit: RollbackCommit) -> None:
+        """
+        Commit one batch of a rollback atomically (see `RollbackCommit`): its states deleted,
+        its failed attempts appended, the run's counts recorded; all or nothing.
+        """
+        ...
+
     def request_update(self, definition_id: str, run_id: str) -> None:
         """
         Record that *run_id* asks for an update of *definition_id*: an `UpdateRequest`, not
@@ -360,7 +398,8 @@ class Store(Protocol):
         ...
 
     def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:
-        """Failed items of *definition_id* with their evidence, in natural identity order."""
+        """Failed items of *definition_id* with their evidence, and its states of any status
+        whose rollback failed (with their attempts), in natural identity order."""
         ...
 
     def forget(self, definition_id: str, identities: Sequence[str]) -> tuple[ItemState, ...]:

@@ -28,10 +28,17 @@ from migrate._state import (
 from migrate._store import (
     POSITIONAL_TYPES,
     PriorState,
+    RollbackCommit,
     StateWrite,
     UpdateRequest,
     WindowCommit,
     check_durable_run_id,
+)
+from migrate._store_rows import (
+    decode_attempts,
+    decode_journal,
+    next_attempts,
+    rollback_evidence,
 )
 from migrate._text import natural_key
 
@@ -42,6 +49,8 @@ class _Stored(NamedTuple):
     state: StateWrite
     run_id: str | None
     updated_at: float
+    #: The failed rollback attempts as a JSON array, ``None``: none.
+    rollback_attempts: str | None = None
 
 
 def _loads(text: str | None) -> Any:
@@ -111,9 +120,10 @@ class MemoryStore:
         definitions: Mapping[str, DefinitionResult],
         *,
         durable_run_id: str | None = None,
+        kind: str = "run",
     ) -> None:
         """Record a new run with status ``queued`` for this process (or owned by the durable
-        run *durable_run_id*, see `Store.create_run`)."""
+        run *durable_run_id*; of *kind*, see `Store.create_run`)."""
         check_durable_run_id(durable_run_id)
         me = this_process()
         with self._lock:
@@ -129,6 +139,7 @@ class MemoryStore:
                 host=me.host,
                 definitions=dict(definitions),
                 durable_run_id=durable_run_id,
+                kind=kind,
             )
 
     def update_run(
@@ -324,7 +335,9 @@ class MemoryStore:
         changed = 0
         for identity, hit in list(stored.items()):
             if hit.state.status == "migrated":
-                stored[identity] = _Stored(hit.state._replace(status="needs-update"), run_id, now)
+                stored[identity] = hit._replace(
+                    state=hit.state._replace(status="needs-update"), run_id=run_id, updated_at=now
+                )
                 changed += 1
         self._cursors[definition_id] = None
         return changed
@@ -333,6 +346,21 @@ class MemoryStore:
         """Mark every ``migrated`` item ``needs-update`` and forget the cursor; return how many."""
         with self._lock:
             return self._mark(definition_id, run_id)
+
+    def commit_rollback(self, commit: RollbackCommit) -> None:
+        """Commit one batch of a rollback atomically (one lock held throughout)."""
+        with self._lock:
+            stored = self._states.setdefault(commit.definition_id, {})
+            for identity in commit.deleted:
+                stored.pop(identity, None)
+            for identity, attempt in commit.attempts:
+                hit = stored.get(identity)
+                if hit is None:
+                    continue
+                attempts = next_attempts(hit.rollback_attempts, attempt)
+                if attempts is not None:
+                    stored[identity] = hit._replace(rollback_attempts=attempts)
+            self._update_run(commit.run_id, None, commit.results, None, False)
 
     def request_update(self, definition_id: str, run_id: str) -> None:
         """Record an update of *definition_id* asked for by *run_id* (see `UpdateRequest`)."""
@@ -380,6 +408,7 @@ class MemoryStore:
     def _item_state(self, definition_id: str, hit: _Stored) -> ItemState:
         state = hit.state
         error = _loads(state.error)
+        journal, problem = decode_journal(state.journal)
         return ItemState(
             definition_id=definition_id,
             identity=state.identity,
@@ -387,11 +416,13 @@ class MemoryStore:
             reason=state.reason,
             error=None if error is None else ErrorEvidence.from_json(error),
             version=state.version,
-            journal=tuple(_loads(state.journal) or ()),
+            journal=journal,
             tracking=_loads(state.tracking),
             run_id=hit.run_id,
             updated_at=hit.updated_at,
             position=state.position,
+            rollback_attempts=decode_attempts(hit.rollback_attempts),
+            journal_problem=problem,
         )
 
     def item(self, definition_id: str, identity: str) -> ItemState | None:
@@ -407,16 +438,25 @@ class MemoryStore:
         return tuple(self._item_state(definition_id, stored[i]) for i in sorted(stored))
 
     def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:
-        """Failed items of *definition_id* with their evidence, in natural identity order."""
-        failed = [s for s in self.items(definition_id) if s.status == "failed"]
+        """Failed items of *definition_id* with their evidence, and its states whose rollback
+        failed, in natural identity order."""
+        failed = [
+            s for s in self.items(definition_id) if s.status == "failed" or s.rollback_attempts
+        ]
         failed.sort(key=lambda s: natural_key(s.identity))
         return tuple(
             FailureRecord(
                 identity=s.identity,
                 run_id=s.run_id,
-                error=s.error or ErrorEvidence("process", "", ""),
+                error=(
+                    rollback_evidence(s.rollback_attempts)
+                    if s.status != "failed" and s.rollback_attempts
+                    else s.error or ErrorEvidence("process", "", "")
+                ),
                 journal=s.journal,
                 position=s.position,
+                status=s.status,
+                rollback_attempts=s.rollback_attempts,
             )
             for s in (failed if limit is None else failed[:limit])
         )

@@ -55,11 +55,13 @@ from migrate._state import (
 from migrate._store import (
     POSITIONAL_TYPES,
     PriorState,
+    RollbackCommit,
     UpdateRequest,
     WindowCommit,
     check_durable_run_id,
 )
 from migrate._store_rows import (
+    FAILURE_COLUMNS,
     LOCK_COLUMNS,
     LOCK_WIDTH,
     RUN_COLUMNS,
@@ -71,6 +73,7 @@ from migrate._store_rows import (
     item_state,
     loads,
     lock_info,
+    next_attempts,
     run_record,
 )
 from migrate._text import storable, stored_text
@@ -84,8 +87,9 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 SCHEMA_NAME: Final = "migrate"
 #: The schema this version writes; a newer one is refused, an older one upgraded.
 #: 1: item states, runs, cursors, contracts, locks. 2: adds the update requests not carried out.
-#: 3: adds the durable run that owns a run or holds a lock.
-SCHEMA_VERSION: Final = 3
+#: 3: adds the durable run that owns a run or holds a lock. 4: adds each run's kind (a run or a
+#: rollback) and each state's failed rollback attempts.
+SCHEMA_VERSION: Final = 4
 
 # Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
 # lacks, in one transaction, under the schema's advisory lock.
@@ -159,6 +163,10 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS durable_run_id text",
         "ALTER TABLE locks ADD COLUMN IF NOT EXISTS durable_run_id text",
     ),
+    (
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'run'",
+        "ALTER TABLE item_states ADD COLUMN IF NOT EXISTS rollback_attempts json",
+    ),
 )
 
 # Whether the store connection whose key is in ``holder`` still lives: its session advisory lock
@@ -182,7 +190,7 @@ _UPSERT_STATES: Final = (
     "ON CONFLICT (definition, identity) DO UPDATE SET run_id = excluded.run_id, "
     "updated_at = excluded.updated_at, status = excluded.status, version = excluded.version, "
     "reason = excluded.reason, error = excluded.error, journal = excluded.journal, "
-    "tracking = excluded.tracking, position = excluded.position"
+    "tracking = excluded.tracking, position = excluded.position, rollback_attempts = NULL"
 )
 # The texts of a JSON array parameter (cheaper to send than a text[] of a window's identities).
 _JSON_TEXTS: Final = "(SELECT json_array_elements_text(%s::json))"
@@ -250,6 +258,8 @@ class PostgresStore:
         #: lacks read as ``NULL AS column``.
         self._run_columns: LiteralString = RUN_COLUMNS
         self._lock_columns: LiteralString = LOCK_COLUMNS
+        self._state_columns: LiteralString = STATE_COLUMNS
+        self._failure_columns: LiteralString = FAILURE_COLUMNS
         self._closed = False
         #: The server process of this store's last session.
         self._backend: int | None = None
@@ -330,11 +340,19 @@ class PostgresStore:
                     self.exists = version > 0
                     self._version = version
                     if 0 < version < 3:
-                        self._run_columns = RUN_COLUMNS.replace(
+                        self._run_columns = self._run_columns.replace(
                             "durable_run_id", "NULL AS durable_run_id"
                         )
-                        self._lock_columns = LOCK_COLUMNS.replace(
+                        self._lock_columns = self._lock_columns.replace(
                             "durable_run_id", "NULL AS durable_run_id"
+                        )
+                    if 0 < version < 4:
+                        self._run_columns = self._run_columns.replace("kind", "NULL AS kind")
+                        self._state_columns = self._state_columns.replace(
+                            "rollback_attempts", "NULL AS rollback_attempts"
+                        )
+                        self._failure_columns = self._failure_columns.replace(
+                            "rollback_attempts", "NULL AS rollback_attempts"
                         )
                     return
                 for statements in _MIGRATIONS[version:]:
@@ -511,9 +529,10 @@ class PostgresStore:
         definitions: Mapping[str, DefinitionResult],
         *,
         durable_run_id: str | None = None,
+        kind: str = "run",
     ) -> None:
         """Record a new run with status ``queued`` for this process (or owned by the durable
-        run *durable_run_id*, see `Store.create_run`)."""
+        run *durable_run_id*; of *kind*, see `Store.create_run`)."""
         check_durable_run_id(durable_run_id)
         me = self._process
         params = (
@@ -526,14 +545,15 @@ class PostgresStore:
             me.token,
             self._holder,
             durable_run_id,
+            kind,
         )
 
         def go(conn: Connection) -> None:
             # A retry of a commit that landed meets its own row: nothing to do.
             conn.execute(
                 "INSERT INTO runs (id, status, mode, definitions, started_at, pid, host, "
-                "process, holder, durable_run_id) "
-                "VALUES (%s, 'queued', %s, %s::json, %s, %s, %s, %s, %s, %s) "
+                "process, holder, durable_run_id, kind) "
+                "VALUES (%s, 'queued', %s, %s::json, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (id) DO NOTHING",
                 params,
             )
@@ -855,6 +875,63 @@ class PostgresStore:
             lambda conn: _mark_needs_update(conn, definition_id, run_id),
         )
 
+    def commit_rollback(self, commit: RollbackCommit) -> None:
+        """Commit one batch of a rollback: states deleted, attempts appended and the run's
+        counts, atomically (see `RollbackCommit`)."""
+        definition_id = commit.definition_id
+        run_id = commit.run_id
+        deleted = json.dumps(list(commit.deleted), ensure_ascii=False)
+        attempts = list(commit.attempts)
+        results = definitions_json(commit.results)
+        token = secrets.token_hex(8)
+        what = (
+            f"committing a rollback batch of {definition_id!r} "
+            f"({len(commit.deleted):,} state{'' if len(commit.deleted) == 1 else 's'} deleted, "
+            f"{len(attempts):,} failed attempt{'' if len(attempts) == 1 else 's'})"
+        )
+
+        def go(conn: Connection) -> None:
+            if commit.deleted:
+                conn.execute(
+                    f"DELETE FROM item_states WHERE definition = %s AND identity IN {_JSON_TEXTS}",
+                    (definition_id, deleted),
+                )
+            if attempts:
+                # Read and written back as text: json's operators refuse a value holding a
+                # \u0000 escape, which an error message or an undone entry may quote.
+                rows = conn.execute(
+                    "SELECT identity, rollback_attempts FROM item_states WHERE definition = %s "
+                    "AND identity = ANY(%s) FOR UPDATE",
+                    (definition_id, [identity for identity, _ in attempts]),
+                ).fetchall()
+                stored: dict[str, str | None] = {row[0]: row[1] for row in rows}
+                changed: list[tuple[str, str, str]] = []
+                for identity, attempt in attempts:
+                    if identity not in stored:
+                        continue  # gone: nothing to keep an attempt for
+                    after = next_attempts(stored[identity], attempt)
+                    if after is not None:
+                        stored[identity] = after
+                        changed.append((after, definition_id, identity))
+                if changed:
+                    with conn.cursor() as cursor:
+                        cursor.executemany(
+                            "UPDATE item_states SET rollback_attempts = %s::json "
+                            "WHERE definition = %s AND identity = %s",
+                            changed,
+                        )
+            # The token tells a retry whether a commit cut off at COMMIT landed.
+            conn.execute(
+                "UPDATE runs SET definitions = %s::json, last_commit = %s WHERE id = %s",
+                (results, token, run_id),
+            )
+
+        def landed(conn: Connection) -> bool:
+            rows = conn.execute("SELECT last_commit FROM runs WHERE id = %s", (run_id,)).fetchall()
+            return bool(rows) and rows[0][0] == token
+
+        self._call(what, go, landed=landed)
+
     def request_update(self, definition_id: str, run_id: str) -> None:
         """Record an update of *definition_id* asked for by *run_id* (see `UpdateRequest`)."""
         params = (definition_id, run_id, time.time())
@@ -911,7 +988,8 @@ class PostgresStore:
     def item(self, definition_id: str, identity: str) -> ItemState | None:
         """The stored state of one item, or ``None``."""
         rows = self._rows(
-            f"SELECT {STATE_COLUMNS} FROM item_states WHERE definition = %s AND identity = %s",
+            f"SELECT {self._state_columns} FROM item_states WHERE definition = %s "
+            "AND identity = %s",
             (definition_id, identity),
         )
         return item_state(rows[0]) if rows else None
@@ -919,7 +997,7 @@ class PostgresStore:
     def items(self, definition_id: str) -> tuple[ItemState, ...]:
         """Every stored state of *definition_id*, in identity order."""
         rows = self._rows(
-            f"SELECT {STATE_COLUMNS} FROM item_states WHERE definition = %s {_BY_IDENTITY}",
+            f"SELECT {self._state_columns} FROM item_states WHERE definition = %s {_BY_IDENTITY}",
             (definition_id,),
         )
         return tuple(item_state(row) for row in rows)
@@ -929,9 +1007,11 @@ class PostgresStore:
         Failed items of *definition_id* with their evidence, in natural identity order (see
         `natural_key`: ``"7"`` before ``"13"``), the first *limit* of them (``None``: all).
         """
+        # A store older than rollbacks (read-only) has no attempts to ask for.
+        attempts: LiteralString = "" if self._version < 4 else " OR rollback_attempts IS NOT NULL"
         rows = self._rows(
-            "SELECT identity, run_id, error, journal, position FROM item_states "
-            "WHERE definition = %s AND status = 'failed'",
+            f"SELECT {self._failure_columns} FROM item_states "
+            f"WHERE definition = %s AND (status = 'failed'{attempts})",
             (definition_id,),
         )
         return failure_records(rows, limit)

@@ -39,6 +39,7 @@ from migrate._state import (
 from migrate._store import (
     POSITIONAL_TYPES,
     PriorState,
+    RollbackCommit,
     Store,
     UpdateRequest,
     WindowCommit,
@@ -46,6 +47,7 @@ from migrate._store import (
 )
 from migrate._store_memory import MemoryStore
 from migrate._store_rows import (
+    FAILURE_COLUMNS,
     LOCK_COLUMNS,
     RUN_COLUMNS,
     RUN_WIDTH,
@@ -56,17 +58,19 @@ from migrate._store_rows import (
     item_state,
     loads,
     lock_info,
+    next_attempts,
     run_record,
 )
-from migrate._text import storable, stored_text
+from migrate._text import plural, storable, stored_text
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "sqlite_exists", "store_path"]
 
 #: The schema this version writes; a store with a higher version is refused, a lower one upgraded.
 #: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
 #: position and the start token of the process holding a run or a lock. 4: adds the update requests
-#: not carried out yet. 5: adds the durable run that owns a run or holds a lock.
-SCHEMA_VERSION: Final = 5
+#: not carried out yet. 5: adds the durable run that owns a run or holds a lock. 6: adds each run's
+#: kind (a run or a rollback) and each state's failed rollback attempts.
+SCHEMA_VERSION: Final = 6
 
 DEFAULT_TIMEOUT: Final = 30.0  # seconds a write waits for another connection's lock
 
@@ -84,6 +88,7 @@ CREATE TABLE IF NOT EXISTS item_states (
     run_id TEXT,
     updated_at REAL NOT NULL,
     position TEXT,
+    rollback_attempts TEXT,
     PRIMARY KEY (definition, identity)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS item_states_by_status ON item_states (definition, status);
@@ -99,7 +104,8 @@ CREATE TABLE IF NOT EXISTS runs (
     pid INTEGER NOT NULL,
     host TEXT NOT NULL,
     process TEXT,
-    durable_run_id TEXT
+    durable_run_id TEXT,
+    kind TEXT NOT NULL DEFAULT 'run'
 );
 CREATE TABLE IF NOT EXISTS cursors (
     definition TEXT PRIMARY KEY,
@@ -137,6 +143,8 @@ _ADDED_COLUMNS: Final = (
     ("locks", "process", "TEXT"),
     ("runs", "durable_run_id", "TEXT"),
     ("locks", "durable_run_id", "TEXT"),
+    ("runs", "kind", "TEXT NOT NULL DEFAULT 'run'"),
+    ("item_states", "rollback_attempts", "TEXT"),
 )
 
 # The parameters are the definition, run id and time, then a StateWrite's fields in order.
@@ -308,6 +316,7 @@ class SqliteStore:
             "item_states": STATE_COLUMNS,
             "locks": LOCK_COLUMNS,
             "runs": RUN_COLUMNS,
+            "failures": FAILURE_COLUMNS,
         }
         self.host = self._process.host
         sqlite_exists(self.path)  # a StoreError naming what is in the way, if anything is
@@ -408,7 +417,11 @@ class SqliteStore:
             for table, column, _kind in _ADDED_COLUMNS:
                 present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
                 if column not in present:
-                    self._columns[table] = self._columns[table].replace(column, f"NULL AS {column}")
+                    keys: tuple[str, ...] = (
+                        ("item_states", "failures") if table == "item_states" else (table,)
+                    )
+                    for key in keys:
+                        self._columns[key] = self._columns[key].replace(column, f"NULL AS {column}")
             return
         try:
             db.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
@@ -495,15 +508,16 @@ class SqliteStore:
         definitions: Mapping[str, DefinitionResult],
         *,
         durable_run_id: str | None = None,
+        kind: str = "run",
     ) -> None:
         """Record a new run with status ``queued`` for this process (or owned by the durable
-        run *durable_run_id*, see `Store.create_run`)."""
+        run *durable_run_id*; of *kind*, see `Store.create_run`)."""
         check_durable_run_id(durable_run_id)
         me = self._process
         with self.transaction(f"recording run {run_id}") as db:
             db.execute(
                 "INSERT INTO runs (id, status, mode, definitions, started_at, pid, host, process, "
-                "durable_run_id) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
+                "durable_run_id, kind) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     mode,
@@ -513,6 +527,7 @@ class SqliteStore:
                     me.host,
                     me.token,
                     durable_run_id,
+                    kind,
                 ),
             )
 
@@ -803,6 +818,40 @@ class SqliteStore:
         with self.transaction(f"marking the items of {definition_id!r} needs-update") as db:
             return self._mark_needs_update(db, definition_id, run_id)
 
+    def commit_rollback(self, commit: RollbackCommit) -> None:
+        """Commit one batch of a rollback: states deleted, attempts appended and the run's
+        counts, atomically (see `RollbackCommit`)."""
+        definition_id = commit.definition_id
+        deleted = list(commit.deleted)
+        what = (
+            f"committing a rollback batch of {definition_id!r} "
+            f"({plural(len(deleted), 'state')} deleted, "
+            f"{plural(len(commit.attempts), 'failed attempt')})"
+        )
+        with self.transaction(what) as db:
+            if deleted:
+                db.execute(
+                    "DELETE FROM item_states WHERE definition = ? "
+                    "AND identity IN (SELECT value FROM json_each(?))",
+                    (definition_id, json.dumps(deleted)),
+                )
+            for identity, attempt in commit.attempts:
+                row = db.execute(
+                    "SELECT rollback_attempts FROM item_states WHERE definition = ? "
+                    "AND identity = ?",
+                    (definition_id, identity),
+                ).fetchone()
+                if row is None:
+                    continue  # gone: nothing to keep an attempt for
+                attempts = next_attempts(row[0], attempt)
+                if attempts is not None:
+                    db.execute(
+                        "UPDATE item_states SET rollback_attempts = ? WHERE definition = ? "
+                        "AND identity = ?",
+                        (attempts, definition_id, identity),
+                    )
+            self._update_run(db, commit.run_id, None, commit.results, None, False)
+
     def request_update(self, definition_id: str, run_id: str) -> None:
         """Record an update of *definition_id* asked for by *run_id* (see `UpdateRequest`)."""
         with self.transaction(f"recording the update request of {definition_id!r}") as db:
@@ -873,11 +922,14 @@ class SqliteStore:
         Failed items of *definition_id* with their evidence, in natural identity order (see
         `natural_key`: ``"7"`` before ``"13"``), the first *limit* of them (``None``: all).
         """
-        old_schema = "NULL AS position" in self._columns["item_states"]
-        position = "NULL" if old_schema else "position"
+        columns = self._columns["failures"]
+        # A store older than rollbacks has no attempts to ask for.
+        attempts = (
+            "" if "NULL AS rollback_attempts" in columns else (" OR rollback_attempts IS NOT NULL")
+        )
         rows = self._query(
-            f"SELECT identity, run_id, error, journal, {position} FROM item_states "
-            "WHERE definition = ? AND status = 'failed'",
+            f"SELECT {columns} FROM item_states "
+            f"WHERE definition = ? AND (status = 'failed'{attempts})",
             (definition_id,),
         )
         return failure_records(rows, limit)
