@@ -1,0 +1,91 @@
+"""
+A rollback killed with SIGKILL mid-way (a real ``migrate rollback`` process) loses nothing, and
+a rerun finishes it, undoing again only what the crash bound allows.
+
+The bound: undos are committed in batches (`migrate._rollback.BATCH` items or
+`BATCH_SECONDS` of undo work), so the undos done since the last commit, whose deletes had not
+committed when the process died, are undone again by the rerun; every other item exactly once.
+The test counts each undo done (in a file, once its destination delete is done) and asserts
+exactly that: the identities undone twice are the ones undone before the kill whose state
+survived it, and no more than a batch of them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from migrate._rollback import BATCH
+from tests.migrate.rollback_support import make_rollback_project
+
+N = 300
+BLOCK_AT = 155
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+def test_a_killed_rollback_is_finished_by_the_next_with_no_undo_done_twice_but_its_batch(
+    tmp_path: Path, store_url: str, concurrency: str
+) -> None:
+    """kill -9 while the undo of item 155 blocks: committed deletes stay deleted, the lock
+    holds while it runs (a run is refused), and a rerun undoes the rest: every identity once,
+    except the batch whose deletes the kill lost, twice."""
+    project = make_rollback_project(tmp_path, store_url, people=N, window=50)
+    assert 0 == project.main("run", "people").returncode
+    (tmp_path / "slow").write_text("0.01")  # batches commit every 0.25 s of undo work
+    (tmp_path / "block_at").write_text(str(BLOCK_AT))
+
+    crashed = project.popen("rollback", "people", "-c", concurrency)
+    wait_for_blocked(tmp_path, crashed)
+    refused = project.main("run", "people")
+    assert 3 == refused.returncode
+    assert "definition 'people' is locked by run" in refused.stderr
+    crashed.kill()  # SIGKILL: no clean-up of any kind
+    crashed.communicate()
+    assert crashed.returncode < 0
+
+    before = project.call_counts("people")
+    survived = set(project.states("people"))
+    assert str(BLOCK_AT) in survived
+    assert str(BLOCK_AT) not in before
+    assert len(survived) < N  # batches were committed before the kill
+    deleted = {str(i) for i in range(1, N + 1)} - survived
+    assert deleted <= set(before)  # a state is deleted only once its undo is done
+    lost = set(before) & survived  # undone, but the batch's deletes did not commit
+    assert len(lost) <= BATCH
+    assert all(count == 1 for count in before.values())
+
+    (tmp_path / "block_at").unlink()
+    (tmp_path / "slow").unlink()
+    finished = project.json("rollback", "people", "-c", concurrency)
+    assert {"rolled_back": len(survived), "failed": 0, "skipped": 0} == finished["definitions"][
+        "people"
+    ]
+    counts = project.call_counts("people")
+    assert {str(i) for i in range(1, N + 1)} == set(counts)
+    assert lost == {identity for identity, count in counts.items() if count == 2}
+    assert all(count in (1, 2) for count in counts.values())
+    assert ({}, []) == (project.states("people"), project.dest_ids("people"))
+
+    newest, refused_run, killed, migrated = project.runs()
+    assert ("run", "start-failed") == (refused_run["kind"], refused_run["status"])
+    assert ("rollback", "succeeded") == (newest["kind"], newest["status"])
+    assert ("rollback", "failed") == (killed["kind"], killed["status"])
+    assert "died" in (killed["error"] or "")
+    assert N - len(survived) == killed["definitions"]["people"]["rolled_back"]
+    assert ("run", "succeeded") == (migrated["kind"], migrated["status"])
+
+
+def wait_for_blocked(root: Path, process: subprocess.Popen[str], timeout: float = 120) -> None:
+    """Wait until the undo at `BLOCK_AT` blocks (while the process still runs)."""
+    deadline = time.monotonic() + timeout
+    while not (root / "blocked").exists():
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"process ended first ({process.returncode}): {out}{err}")
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the blocked undo")
+        time.sleep(0.01)
