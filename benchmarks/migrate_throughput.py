@@ -44,6 +44,11 @@ a failed-item run.
    workflow ``migrate.run``, one local step per window, its default durable store beside the
    migrate store), started and worked in this process; target: at least 0.8 x the plain run.
 
+7. Rollback: in item 1, after each round's run, ``migrate.rollback`` of the states it migrated
+   (``--rows`` of them) with a no-op ``rollback=``, in the same store: items per second beside the
+   run's; target: at least 0.5 x the run's items/s. Its deletes are committed in batches
+   (``migrate._rollback.BATCH`` states or ``BATCH_SECONDS`` of undo work per transaction).
+
 Run with ``.venv/bin/python benchmarks/migrate_throughput.py [--rows N] [--failed N]
 [--naive-rows N] [--load-rows N] [--rounds N] [--profile] [--no-memory] [--store URL]
 [--durable]``;
@@ -77,6 +82,8 @@ import migrate
 import migrate.durable as migrate_durable
 
 THROUGHPUT_TARGET = 20_000  # items per second
+#: A rollback of the run's states against the run, items/s over items/s (at least).
+ROLLBACK_TARGET = 0.5
 #: A durable run against the plain one, items/s over items/s (at least).
 DURABLE_TARGET = 0.8
 WINDOW = 1_000  # rows per window: the sources' default window_size
@@ -99,6 +106,10 @@ def write_csv(path: Path, rows: int) -> None:
 
 def do_nothing(item: migrate.Item, scope: migrate.Scope) -> None:
     """The process of the throughput run: nothing at all."""
+
+
+def undo_nothing(item: migrate.RollbackItem, scope: migrate.Scope) -> None:
+    """The rollback of the throughput run: nothing at all."""
 
 
 class CountingCsvSource(migrate.CsvSource):
@@ -135,14 +146,17 @@ def ours(
     profiler: cProfile.Profile | None,
     *,
     durable: bool = False,
+    timings: dict[str, float] | None = None,
 ) -> float:
     """
     Migrate the *rows* rows of *source* with a no-op process into the fresh *store*; seconds.
     *durable*: as a durable run (``migrate.durable.run``: its default durable store, each window
-    a step), started and worked in this process.
+    a step), started and worked in this process. With *timings*, then roll the states back with a
+    no-op ``rollback=`` and put its seconds there as ``"rollback"``.
     """
     config = migrate.Config(
-        [migrate.Migration("rows", migrate.CsvSource(source), do_nothing)], store=store
+        [migrate.Migration("rows", migrate.CsvSource(source), do_nothing, rollback=undo_nothing)],
+        store=store,
     )
     options = migrate.RunOptions(definitions=("rows",))
     started = time.perf_counter()
@@ -155,6 +169,12 @@ def ours(
     migrated = summary.definitions["rows"].counts.migrated
     if migrated != rows:
         raise SystemExit(f"expected {rows} migrated items, got {migrated}")
+    if timings is not None:
+        started = time.perf_counter()
+        undone = migrate.rollback(config, ("rows",)).definitions["rows"].counts.rolled_back
+        timings["rollback"] = time.perf_counter() - started
+        if undone != rows:
+            raise SystemExit(f"expected {rows} rolled back items, got {undone}")
     return took
 
 
@@ -227,24 +247,30 @@ def throughput(
     write_csv(source, rows)
     naive_rows = min(naive_rows, rows)
     profiler = cProfile.Profile() if profile else None
-    best = {"ours": float("inf"), "floor": float("inf"), "naive": float("inf")}
+    best = {
+        "ours": float("inf"),
+        "rollback": float("inf"),
+        "floor": float("inf"),
+        "naive": float("inf"),
+    }
     if durable:
         best["durable"] = float("inf")
     for round_ in range(rounds):
         # Only the first round is profiled: the profile is of one run, not of several.
         chosen = profiler if round_ == 0 else None
+        took: dict[str, float] = {}
+        store = (
+            f"sqlite:///{work / f'throughput-{round_}.db'}"
+            if pg is None
+            else pg.store(f"ours_{round_}")
+        )
+        took["ours"] = ours(store, source, rows, chosen, timings=took)
         if pg is None:
-            took = {
-                "ours": ours(f"sqlite:///{work / f'throughput-{round_}.db'}", source, rows, chosen),
-                "floor": floor(work / f"floor-{round_}.db", source, rows),
-                "naive": naive(work / f"naive-{round_}.db", source, naive_rows),
-            }
+            took["floor"] = floor(work / f"floor-{round_}.db", source, rows)
+            took["naive"] = naive(work / f"naive-{round_}.db", source, naive_rows)
         else:
-            took = {
-                "ours": ours(pg.store(f"ours_{round_}"), source, rows, chosen),
-                "floor": pg.floor(f"floor_{round_}", source, rows, WINDOW),
-                "naive": pg.naive(f"naive_{round_}", source, naive_rows),
-            }
+            took["floor"] = pg.floor(f"floor_{round_}", source, rows, WINDOW)
+            took["naive"] = pg.naive(f"naive_{round_}", source, naive_rows)
         if durable:
             store = (
                 f"sqlite:///{work / f'durable-{round_}.db'}"
@@ -256,6 +282,7 @@ def throughput(
             best[name] = min(best[name], seconds)
     rates = {
         "ours": rows / best["ours"],
+        "rollback": rows / best["rollback"],
         "floor": rows / best["floor"],
         "naive": naive_rows / best["naive"],
     }
@@ -272,6 +299,7 @@ def throughput(
     batch = "executemany" if pg is None else "one INSERT ... ON CONFLICT"
     labels = {
         "ours": f"migrate run (CsvSource, no-op, store), {rows:,} rows",
+        "rollback": f"migrate rollback of its states (no-op rollback=), {rows:,} states",
         "floor": f"floor: DictReader + {batch}/commit per {WINDOW:,}, {rows:,} rows",
         "naive": f"naive: DictReader + INSERT/commit per item, {naive_rows:,} rows",
     }
@@ -286,6 +314,12 @@ def throughput(
         "contract or prior-state check"
     )
     print(f"  ours / naive = {rate / rates['naive']:.1f}: ours is that many times faster")
+    ratio = rates["rollback"] / rate
+    verdict = "meets" if ratio >= ROLLBACK_TARGET else "MISSES"
+    print(
+        f"  rollback / run = {ratio:.2f} ({verdict} the target of {ROLLBACK_TARGET}x): the "
+        "run's states undone and deleted, a transaction per batch"
+    )
     if durable:
         ratio = rates["durable"] / rate
         verdict = "meets" if ratio >= DURABLE_TARGET else "MISSES"

@@ -40,6 +40,23 @@ def _check_loop_rates(stdout: str) -> None:
     ours = rows["migrate run"][0]
     for rate, ratio in rows.values():
         assert abs(ours / rate - ratio) <= 0.01 + 0.01 * ratio
+    # The rollback of the run's states, beside it, and its rate over the run's.
+    found = re.search(
+        r"^  migrate rollback of its states \(no-op rollback=\), 1,500 states +(?P<rate>[\d,]+) "
+        r"+(?P<ratio>[\d.]+)$",
+        stdout,
+        re.MULTILINE,
+    )
+    assert found is not None, stdout
+    rollback = float(found["rate"].replace(",", ""))
+    assert abs(ours / rollback - float(found["ratio"])) <= 0.01 + 0.01 * float(found["ratio"])
+    shown = re.search(
+        r"^  rollback / run = (?P<ratio>[\d.]+) \((meets|MISSES) the target of 0.5x\)",
+        stdout,
+        re.MULTILINE,
+    )
+    assert shown is not None, stdout
+    assert abs(rollback / ours - float(shown["ratio"])) <= 0.01 + 0.01 * float(shown["ratio"])
 
 
 def test_benchmark_prints_each_loop_rate_and_our_ratio_to_it() -> None:
