@@ -149,7 +149,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser(
         "failures",
-        help="failed items of a definition, with evidence, in natural identity order (7 before 13)",
+        help="failed items of a definition, with evidence, in natural identity order (7 before "
+        "13), and items whose rollback failed, with their attempts",
     )
     p.add_argument("definition", metavar="DEF")
     p.add_argument("--limit", type=_positive_int, default=None, metavar="N")

@@ -278,7 +278,8 @@ def summary_of(store: Store, record: RunRecord, notes: list[str] | tuple[str, ..
     errors = ErrorTally()
     for definition_id in record.definitions:
         for failure in store.failures(definition_id):
-            if failure.run_id == record.run_id:
+            # A state whose rollback failed is listed too: not a failure of this run.
+            if failure.run_id == record.run_id and failure.status == "failed":
                 error = failure.error
                 errors.count(definition_id, error.kind, error.type, error.message)
     return RunSummary(

@@ -99,7 +99,9 @@ def failures(
     config: Config, definition_id: str, *, limit: int | None = None
 ) -> tuple[FailureRecord, ...]:
     """
-    The failed items of a definition with their evidence, in natural identity order.
+    The failed items of a definition with their evidence, in natural identity order, and its
+    states of any other status whose rollback failed (``migrate rollback``): each record's
+    ``status`` says which, and ``rollback_attempts`` lists the failed rollbacks.
 
     Natural order compares runs of digits as numbers, so ``"7"`` comes before ``"13"`` and
     ``"b2"`` before ``"b10"``; the rest compares as text. (Not the order the items failed: the

@@ -26,8 +26,9 @@ undoes the items of that batch again (at most `BATCH` items, or the undos of the
 `BATCH_SECONDS`, plus with ``-c N`` the undos in flight); every other item is undone exactly
 once, since a committed delete stays deleted. A ``rollback=`` must therefore be idempotent (a
 row already gone is a success), as `SqlDestination.rollback` is. Ctrl-C stops after the undo
-running (that item keeps its state, with an ``Interrupted`` attempt), commits what was done and
-stores the run failed, as ``migrate run`` does.
+running, which ends as it would (a second Ctrl-C stops it too: that item keeps its state, with
+an ``Interrupted`` attempt; with ``-c N`` the undos running are stopped at once, alike), commits
+what was done and stores the run failed, interrupted, as ``migrate run`` does.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
+import signal
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 import attrs
@@ -341,6 +344,25 @@ def rollback(
             with the batches committed before it).
         KeyboardInterrupt: After Ctrl-C, once what was undone is committed (the run is stored
             failed, ``interrupted``).
+
+    Example:
+        >>> import migrate
+        >>> written = {}
+        >>> def process(item, scope):
+        ...     written[item.identity] = item.data
+        ...     scope.journal.change("dict:written", "insert", key=item.identity)
+        >>> def undo(item, scope):
+        ...     for entry in reversed(item.journal):
+        ...         written.pop(entry["key"], None)  # already gone: a success too
+        >>> source = migrate.MemorySource([{"id": 1}, {"id": 2}])
+        >>> migration = migrate.Migration("p", source, process, rollback=undo)
+        >>> config = migrate.Config([migration], store=migrate.MemoryStore())
+        >>> migrate.run(config).definitions["p"].counts.migrated
+        2
+        >>> migrate.rollback(config).to_json()["definitions"]
+        {'p': {'rolled_back': 2, 'failed': 0, 'skipped': 0}}
+        >>> written, migrate.status(config).definitions["p"].migrated
+        ({}, 0)
     """
     the_plan = plan_rollback(
         config,
@@ -674,13 +696,15 @@ class _DefinitionRollback:
         return self._returned(result, scope)
 
     def _undo_one_by_one(self, fn: Rollback, targets: Sequence[ItemState]) -> bool:
-        """Undo *targets* in order in this thread; whether Ctrl-C stopped it."""
+        """Undo *targets* in order in this thread; whether Ctrl-C stopped it (after the undo it
+        came in, see `_stop_after_the_item`)."""
         note = self._note
         undo = self._undo_sync
-        for state in targets:
-            note(state.identity, undo(fn, state))
-            if self._stopping:
-                return True
+        with _stop_after_the_item() as asked:
+            for state in targets:
+                note(state.identity, undo(fn, state))
+                if self._stopping or asked.is_set():
+                    return True
         return False
 
     # --- concurrently: async rollbacks as tasks, plain ones in threads ----------------------
@@ -763,6 +787,33 @@ class _DefinitionRollback:
                     self._add_attempt(state.identity, attempt)
             raise _Interrupted from None
         return self._stopping
+
+
+@contextlib.contextmanager
+def _stop_after_the_item() -> Generator[threading.Event]:
+    """
+    While undos run one by one in the main thread: the first Ctrl-C (SIGINT) only asks to stop
+    after the undo running, which then ends as it would (a half-done undo is the one thing a
+    rollback must not leave behind); a second one raises `KeyboardInterrupt` at once, in it.
+    Elsewhere (another thread, a handler of the program's own) SIGINT is left as it is.
+    """
+    asked = threading.Event()
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield asked
+        return
+
+    def ask(signum: int, frame: object) -> None:
+        asked.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, ask)
+    try:
+        yield asked
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _entries_of(error: BaseException) -> object:

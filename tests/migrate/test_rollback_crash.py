@@ -12,6 +12,7 @@ survived it, and no more than a batch of them.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -89,3 +90,33 @@ def wait_for_blocked(root: Path, process: subprocess.Popen[str], timeout: float 
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the blocked undo")
         time.sleep(0.01)
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_a_rollback_after_the_undo_running(tmp_path: Path, store_url: str) -> None:
+    """SIGINT while the undo of item 8 runs: that undo ends as it would, nothing after it is
+    undone, what was done is committed, the run is stored failed (interrupted), exit 130; a
+    rerun undoes the rest, each identity once."""
+    project = make_rollback_project(tmp_path, store_url, people=20, window=5)
+    assert 0 == project.main("run", "people").returncode
+    (tmp_path / "block_at").write_text("8")
+    stopped = project.popen("rollback", "people")
+    wait_for_blocked(tmp_path, stopped)
+    stopped.send_signal(signal.SIGINT)
+    time.sleep(0.2)  # the signal is taken while the undo still waits
+    (tmp_path / "release").write_text("")
+    _out, err = stopped.communicate(timeout=60)
+    assert 130 == stopped.returncode, err
+    assert "interrupted" in err
+    assert [str(i) for i in range(1, 9)] == [i for _d, i in project.calls()]
+    kept = project.states("people")
+    assert [str(i) for i in range(9, 21)] == sorted(kept, key=int)
+    assert all(not state.rollback_attempts for state in kept.values())
+    newest = project.runs()[0]
+    assert ("rollback", "failed") == (newest["kind"], newest["status"])
+    assert (newest["error"] or "").startswith("interrupted: KeyboardInterrupt")
+    assert 8 == newest["definitions"]["people"]["rolled_back"]
+
+    (tmp_path / "block_at").unlink()
+    assert 12 == project.json("rollback", "people")["definitions"]["people"]["rolled_back"]
+    assert {str(i): 1 for i in range(1, 21)} == dict(project.call_counts("people"))
