@@ -786,6 +786,13 @@ class _DefinitionRollback:
                 else:
                     self._add_attempt(state.identity, attempt)
             raise _Interrupted from None
+        except BaseException:
+            # A commit failed (the store): no undo goes on behind the error.
+            for task in workers:
+                task.cancel()
+            if self._pool is not None:
+                self._pool.abandon_all()
+            raise
         return self._stopping
 
 

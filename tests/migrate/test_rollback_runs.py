@@ -414,3 +414,48 @@ def test_the_rollback_item_holds_the_stored_evidence(tmp_path: Path, store_url: 
     again = seen[2][0]
     (attempt,) = again.rollback_attempts
     assert (first.run_id, [entries[1]]) == (attempt["run_id"], attempt["entries"])
+
+
+class _FailingCommits(migrate.MemoryStore):
+    """A memory store whose second rollback commit fails, as a full disk would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+
+    def commit_rollback(self, commit: migrate.RollbackCommit) -> None:
+        self.commits += 1
+        if self.commits == 2:
+            raise migrate.StoreError("store memory failed while committing: disk full")
+        super().commit_rollback(commit)
+
+
+@pytest.mark.parametrize("concurrency", [None, 3])
+def test_a_failed_commit_stops_the_rollback_keeping_what_was_committed(
+    concurrency: int | None,
+) -> None:
+    """A StoreError on a batch's commit: that batch's states are kept (undone again by the
+    next rollback), the run is stored failed (stopped), its locks released."""
+    store = _FailingCommits()
+
+    def undo(item: migrate.RollbackItem, scope: migrate.Scope) -> None:
+        pass
+
+    source = migrate.MemorySource([{"id": i} for i in range(1, 3001)])
+    config = migrate.Config(
+        [migrate.Migration("p", source, _journaled, rollback=undo)], store=store
+    )
+    migrate.run(config)
+    with pytest.raises(migrate.StoreError, match="disk full"):
+        migrate.rollback(config, concurrency=concurrency)
+    stopped = store.runs(1)[0]
+    assert ("rollback", "failed") == (stopped.kind, stopped.status)
+    assert (stopped.error or "").startswith("stopped: store memory failed")
+    assert () == store.locks()
+    committed = stopped.definitions["p"].counts.rolled_back
+    assert 0 < committed == 3000 - len(store.items("p"))
+    assert 3000 - committed == migrate.rollback(config).definitions["p"].counts.rolled_back
+
+
+def _journaled(item: migrate.Item, scope: migrate.Scope) -> None:
+    scope.journal.change("d", "insert", key=item.identity)
