@@ -547,6 +547,7 @@ class _DefinitionRollback:
             fn = self.fn
             if fn is None:  # pragma: no cover - the preflight refused it, under the lock
                 raise RollbackRefused((f"{self.definition_id!r} has no rollback=",))
+            self._batch_started = time.monotonic()
             try:
                 if is_async_callable(fn) or self.concurrency > 1:
                     stopped = owner.run_async(self._undo_concurrently(fn, targets))
