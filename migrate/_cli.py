@@ -1065,6 +1065,7 @@ def _run_durable(
     progress: Callable[[ProgressEvent], None] | None,
 ) -> RunSummary | str:
     """Start the run as a durable run; with ``--detach`` its id, else its summary once done."""
+    from effects.durable import DurableError  # noqa: PLC0415
     from migrate import durable  # noqa: PLC0415
 
     on = _engine(config, args)
@@ -1087,11 +1088,15 @@ def _run_durable(
         raise
     except MigrateError:
         raise
-    except (OSError, ValueError) as error:
+    # DurableError too: the engine's own StoreError (an unusable durable store) is neither an
+    # OSError nor a ValueError, and escaped as a traceback (exit 1) instead of exit 5.
+    except (OSError, ValueError, DurableError) as error:
         raise _durable_errors(error) from error
 
 
 def _cmd_work(config: Config, args: argparse.Namespace, out: Writer) -> int:
+    from effects.durable import DurableError  # noqa: PLC0415
+
     on = _engine(config, args)
     _error(
         f"work: durable migration runs of the store {printable(on.store.location)}; Ctrl-C stops"
@@ -1105,7 +1110,7 @@ def _cmd_work(config: Config, args: argparse.Namespace, out: Writer) -> int:
         asyncio.run(go())
     except (MigrateError, KeyboardInterrupt):
         raise
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, DurableError) as error:  # DurableError: see _run_durable
         raise _durable_errors(error) from error
     return EXIT_OK
 

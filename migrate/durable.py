@@ -173,6 +173,12 @@ def engine(config: Config, store: str | None = None, **engine_options: Any) -> E
     # Called by a config file as it loads: its relative paths mean what the loaded config's do.
     config = resolved(config)
     url = default_store_url(config) if store is None else store
+    if store is None and url.startswith("sqlite:///"):
+        # The SQLite store refuses a missing folder, and the migrate store beside it creates
+        # its own only when first opened (after the engine): `migrate run --durable` of a new
+        # project (store "sqlite:///state/migrate.db") failed. An error is the engine's to say.
+        with contextlib.suppress(OSError):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return Engine(url, workflows=[_Workflows(config).definition()], **engine_options)
 
 
