@@ -22,7 +22,7 @@ import attrs
 
 from effects import FatalError, add_hook
 from migrate._definition import Config
-from migrate._errors import MigrateError, RefusedError, StoreError, UsageError
+from migrate._errors import MigrateError, RefusedError, StaleWindowError, StoreError, UsageError
 from migrate._pipeline import counting_retries, record_attempts
 from migrate._planner import RunOptions, plan
 from migrate._refusals import check_contracts, preflight_refusal
@@ -166,6 +166,11 @@ class LiveRun:
         owner.progress = progress[1] if progress and progress[0] == self.durable_run_id else None
         try:
             return self._window(owner, definition_id, n, contracts)
+        except StaleWindowError:
+            # Another process took the run over (this one was paused past its lease): what
+            # this process knew is stale, and the engine refuses this step's checkpoint.
+            self._current = None
+            raise
         except StoreError as error:
             raise FatalError(f"store error: {error}", "store") from None
 
@@ -207,6 +212,8 @@ class LiveRun:
                     bool(pending["reset_cursor"]),
                 )
             definition = _Definition(owner, owner.config.get(definition_id), step)
+            if stored is not None:
+                definition.fence = stored.definitions
             with counting_retries(definition.tally):
                 definition.open(resumed=stored_result)
         notes_before = len(owner.notes)

@@ -133,6 +133,13 @@ class StoreError(MigrateError):
             self.__cause__ = cause
 
 
+class StaleWindowError(StoreError):
+    """
+    A window's commit was refused, nothing written: the run's stored counts moved since the
+    window started, so another process works the run (see `WindowCommit.based_on`).
+    """
+
+
 class RefusedError(MigrateError):
     """A run was refused before it processed anything (lock held, preflight, newer store)."""
 

@@ -16,7 +16,7 @@ import contextvars
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 import attrs
@@ -317,6 +317,9 @@ class _Definition:
         self.run_id = owner.run_id
         self.counts = Counts()
         self.windows = 0
+        #: The run's stored per-definition record, when each window's commit is refused if the
+        #: stored one moved since (a durable run, which another process may have taken over).
+        self.fence: Mapping[str, DefinitionResult] | None = None
         self.started = LoopStart(None)
         self._windows: Iterator[WindowResult] = iter(())
         self.total: int | None = None
@@ -460,6 +463,7 @@ class _Definition:
                 self.run_id,
                 result.states,
                 results,
+                based_on=self.fence,
                 cursor=result.cursor,
                 save_cursor=result.save_cursor,
                 mark_needs_update=result.mark_needs_update,
@@ -470,6 +474,8 @@ class _Definition:
         )
         # Counted only now that the window is stored: a failed commit counts nothing.
         self.counts = counts
+        if self.fence is not None:
+            self.fence = results
         owner.results = results
         owner.notes.extend(result.notes)
         self.windows += 1

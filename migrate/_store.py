@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
+from migrate._errors import StaleWindowError
 from migrate._sources import Contract, Cursor
 from migrate._state import (
     Counts,
@@ -43,6 +44,7 @@ __all__ = [
     "UpdateRequest",
     "WindowCommit",
     "check_durable_run_id",
+    "stale_window",
 ]
 
 #: Evidence types of failures stored under a positional key (``<line 17>``) because the record
@@ -151,6 +153,10 @@ class WindowCommit:
             the whole source found no such record at those positions any more.
         update_done: Clear the definition's `UpdateRequest`: this window ends the update's
             pass over the source.
+        based_on: The run's per-definition record this window started from; when given, the
+            commit is refused with `StaleWindowError` (nothing written) unless the stored record
+            is still exactly that: another process that took the run over (a durable run whose
+            worker was paused past its lease) committed meanwhile.
     """
 
     definition_id: str
@@ -163,6 +169,7 @@ class WindowCommit:
     mark_needs_update: bool = False
     clear_positional: bool = False
     update_done: bool = False
+    based_on: Mapping[str, DefinitionResult] | None = None
 
 
 @attrs.frozen
@@ -405,3 +412,11 @@ class Store(Protocol):
     def forget(self, definition_id: str, identities: Sequence[str]) -> tuple[ItemState, ...]:
         """Remove the stored states of these identities; return the states removed."""
         ...
+
+
+def stale_window(commit: WindowCommit) -> StaleWindowError:
+    """The refusal of *commit*, whose run's stored counts moved since it started."""
+    return StaleWindowError(
+        f"the window of {commit.definition_id!r} in run {commit.run_id} was not committed: the "
+        "run's stored counts moved since it started (another process works the run)"
+    )

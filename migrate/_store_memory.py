@@ -33,6 +33,7 @@ from migrate._store import (
     UpdateRequest,
     WindowCommit,
     check_durable_run_id,
+    stale_window,
 )
 from migrate._store_rows import (
     decode_attempts,
@@ -304,6 +305,10 @@ class MemoryStore:
         # The cursor is encoded first: a cursor JSON cannot hold fails before anything changes.
         cursor_text = json.dumps(commit.cursor) if commit.save_cursor else None
         with self._lock:
+            if commit.based_on is not None:
+                record = self._runs.get(commit.run_id)
+                if record is None or dict(record.definitions) != dict(commit.based_on):
+                    raise stale_window(commit)
             definition_id = commit.definition_id
             stored = self._states.setdefault(definition_id, {})
             if commit.mark_needs_update:

@@ -59,6 +59,7 @@ from migrate._store import (
     UpdateRequest,
     WindowCommit,
     check_durable_run_id,
+    stale_window,
 )
 from migrate._store_rows import (
     FAILURE_COLUMNS,
@@ -836,7 +837,17 @@ class PostgresStore:
             f"({len(states):,} item state{'' if len(states) == 1 else 's'})"
         )
 
+        based_on = None if commit.based_on is None else definitions_json(commit.based_on)
+
         def go(conn: Connection) -> None:
+            if based_on is not None:
+                # The row lock holds off another process's commit until this one ends.
+                row = conn.execute(
+                    "SELECT definitions::text FROM runs WHERE id = %s FOR UPDATE", (run_id,)
+                ).fetchone()
+                # Compared as values: key order is not the question.
+                if row is None or json.loads(row[0]) != json.loads(based_on):
+                    raise stale_window(commit)
             if commit.mark_needs_update:
                 _mark_needs_update(conn, definition_id, run_id)
                 conn.execute(

@@ -44,6 +44,7 @@ from migrate._store import (
     UpdateRequest,
     WindowCommit,
     check_durable_run_id,
+    stale_window,
 )
 from migrate._store_memory import MemoryStore
 from migrate._store_rows import (
@@ -772,7 +773,15 @@ class SqliteStore:
             f"committing a window of {definition_id!r} "
             f"({len(states):,} item state{'' if len(states) == 1 else 's'})"
         )
+        based_on = None if commit.based_on is None else definitions_json(commit.based_on)
         with self.transaction(what) as db:
+            if based_on is not None:
+                row = db.execute(
+                    "SELECT definitions FROM runs WHERE id = ?", (commit.run_id,)
+                ).fetchone()
+                # Compared as values: key order is not the question.
+                if row is None or json.loads(row[0]) != json.loads(based_on):
+                    raise stale_window(commit)
             if commit.mark_needs_update:
                 self._mark_needs_update(db, definition_id, commit.run_id)
                 db.execute(

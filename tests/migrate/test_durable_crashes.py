@@ -565,15 +565,10 @@ def test_many_workers_two_killed_at_random(project: Project) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("project", ["sqlite"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a window's commit is not fenced by the durable lease: a worker that lost its lease "
-    "while alive commits its window over the newer one (the cursor and the run's counts go back)",
-)
 def test_a_paused_worker_past_its_lease_commits_nothing(project: Project) -> None:
     """A worker paused (SIGSTOP) mid-window past its lease is not dead: B recovers and finishes
     the run; A, resumed, must not commit its stale window over B's (the run's counts, the
-    cursor). Known to fail: the store takes any commit of the Migration Run's windows."""
+    cursor): its commit is refused (``WindowCommit.based_on``), and its checkpoint too."""
     durable_run_id = project.detach("rows")
     a = project.worker("a", BLOCK_AT=str(BLOCK_AT))
     project.wait_for("blocked", a)
