@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import pickle
+import secrets
 import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import migrate
 from effects import Effect
 from migrate import RollbackItem, Scope, SqlDestination
 from tests.migrate.helpers import config_of
+from tests.postgres_server import PostgresServer
 
 Connect = Callable[[], sqlite3.Connection]
 Process = Callable[[migrate.Item, Scope], None]
@@ -320,6 +323,32 @@ def test_a_failing_delete_is_a_destination_error_and_keeps_every_row(tmp_path: P
         table.rollback(item, _scope())
     assert "rollback of item '1'" in str(caught.value)
     assert [(1, "a"), (2, "b")] == _rows(connect)
+
+
+def test_created_and_rollback_on_a_postgresql_destination(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """On PostgreSQL (format paramstyle), the query, the created flags and the rollback."""
+    schema = f"dest_{secrets.token_hex(6)}"
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+        admin.execute(f"CREATE TABLE {schema}.people (id integer PRIMARY KEY, name text)")
+        admin.execute(f"INSERT INTO {schema}.people VALUES (2, 'by hand')")
+
+    def connect() -> Any:
+        return psycopg.connect(postgres_server.dsn(), options=f"-c search_path={schema}")
+
+    table = SqlDestination(connect, "people", "id", paramstyle="format")
+    records = [{"id": 1, "name": "Ada"}, {"id": 2, "name": "Alan"}]
+    config = _config(tmp_path, records, _upserting(table))
+    migrate.run(config)
+    migrate.run(config, migrate.RunOptions(update=True))
+    assert (_upserted(1, True),) == _item(config, "1").journal
+    assert (_upserted(2, False),) == _item(config, "2").journal
+    for identity in ("1", "2", "1"):
+        table.rollback(_item(config, identity), _scope(identity))
+    with connect() as db:
+        assert [(2, "Alan")] == db.execute("SELECT id, name FROM people").fetchall()
 
 
 # --- compensate ---------------------------------------------------------------------------------
