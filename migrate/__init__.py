@@ -7,9 +7,11 @@ each item with a Pipeline Execution `Scope`, and records every item's state (``m
 fixed and reprocessed alone. ``python -m migrate`` / ``migrate`` is the command line.
 """
 
+from migrate._compensate import compensate, compensate_async
 from migrate._definition import Config, Migration, Process, Rollback, SourceRetryStrategy
 from migrate._destinations import SqlDestination, destination
 from migrate._errors import (
+    CompensationError,
     ConfigError,
     ContractChanged,
     DestinationError,
@@ -73,6 +75,7 @@ from migrate._store_sqlite import SCHEMA_VERSION, SqliteStore
 from migrate._text import format_time
 
 __all__ = [
+    "CompensationError",
     "Config",
     "ConfigError",
     "Contract",
@@ -134,6 +137,8 @@ __all__ = [
     "UsageError",
     "Window",
     "WindowCommit",
+    "compensate",
+    "compensate_async",
     "current_scope",
     "destination",
     "failures",

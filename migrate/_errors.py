@@ -9,6 +9,7 @@ builtin it means, so ``except MigrateError`` never hides a bug::
      +-- MigrateError
      |    +-- SourceError          a source read or lookup failed; ``cause`` is the provider's error
      |    +-- DestinationError     a destination call failed; ``cause`` is the provider's error
+     |    +-- CompensationError    a `compensate` handler failed; ``entries`` were undone before
      |    +-- StoreError           the store cannot be used: not a migrate store, corrupt,
      |    |                        read-only, or a commit failed (disk full, ...) (CLI exit code 5)
      |    +-- RefusedError         the run was refused before it started (CLI exit code 3)
@@ -28,11 +29,13 @@ builtin it means, so ``except MigrateError`` never hides a bug::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from migrate._state import LockInfo
 from migrate._text import format_time, printable
 
 __all__ = [
+    "CompensationError",
     "ConfigError",
     "ContractChanged",
     "DestinationError",
@@ -102,6 +105,43 @@ class DestinationError(MigrateError):
         self.cause = cause
         #: False when the cause says so (e.g. an ``effects.FatalError``): retries then stop.
         self.retryable = getattr(cause, "retryable", True) is not False
+        if cause is not None:
+            self.__cause__ = cause
+
+
+class CompensationError(MigrateError):
+    """
+    A handler of `migrate.compensate` failed: the item's walk stopped there, part undone.
+
+    What a rollback runner records as the item's rollback attempt: ``entries`` are that
+    attempt's ``entries`` (a later attempt skips them), the error itself its ``error``
+    (``{"type": "CompensationError", "message": str(error)}``; the message names the entry and
+    the cause), or the cause's type and text for a narrower record.
+
+    Args:
+        message: What failed: the entry, its destination and the cause.
+        entries: The journal entries undone in this attempt before the failure, in the order
+            they were undone (newest first), as plain dicts; kept as ``entries``.
+        entry: The entry whose handler failed; kept as ``entry``.
+        destination: That entry's destination; kept as ``destination``.
+        cause: The handler's error (also ``__cause__``); kept as ``cause``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        entries: tuple[dict[str, Any], ...] = (),
+        entry: dict[str, Any] | None = None,
+        destination: str | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.entries = entries
+        self.entry = entry
+        self.destination = destination
+        self.cause = cause
         if cause is not None:
             self.__cause__ = cause
 

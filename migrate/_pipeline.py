@@ -8,10 +8,11 @@ import os
 import sysconfig
 import threading
 import traceback
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, cast
 
 import effects
@@ -100,11 +101,22 @@ class Scope:
         journal: The item's `Journal`.
         tracking: The item's tracking record so far: the one saved by an earlier run (e.g. the
             destination id it got), or the one set with `track` in this run; ``None`` if neither.
+
+    Args:
+        run_id: The current Migration Run.
+        definition_id: The item's definition.
+        identity: The item's identity.
+        tracking: Its tracking record so far, if any.
+        lookup: Reads another item's tracking record (`lookup`); ``None``: there is none.
+        prior_journal: The journal stored with the item's state before this run processed it,
+            as the store keeps it (JSON text, decoded on first use of `prior_journal`) or as
+            entries; ``None``: none.
     """
 
     __slots__ = (
         "_attempts",
         "_lookup",
+        "_prior_journal",
         "_tracked",
         "definition_id",
         "identity",
@@ -120,6 +132,8 @@ class Scope:
         identity: str,
         tracking: dict[str, Any] | None = None,
         lookup: TrackingLookup | None = None,
+        *,
+        prior_journal: str | Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.definition_id = definition_id
@@ -127,6 +141,11 @@ class Scope:
         self.journal = Journal()
         self.tracking = tracking
         self._lookup = lookup
+        self._prior_journal: str | tuple[Mapping[str, Any], ...] | None = (
+            prior_journal
+            if prior_journal is None or isinstance(prior_journal, str)
+            else _entries(prior_journal)
+        )
         self._tracked = False
         self._attempts: dict[int, tuple[BaseException, int]] | None = None
 
@@ -157,6 +176,44 @@ class Scope:
             raise TrackingError(f"tracking record is not JSON-able: {error}") from error
         self.tracking = dict(record)
         self._tracked = True
+
+    @property
+    def prior_journal(self) -> tuple[Mapping[str, Any], ...]:
+        """
+        The journal stored with the item's state before this run processed it: the entries the
+        run that last wrote its state recorded (change and diagnostic entries, in order); ``()``
+        if the item had no state or its state no journal. Read-only evidence of what earlier
+        runs did, e.g. whether a destination created a row the item's first migration wrote
+        (`SqlDestination` reads it so): this run's entries are in `journal`.
+
+        Decoded from the store's text on first use; entries that are not JSON objects are
+        left out, and a journal that cannot be decoded reads as ``()``. The entries are
+        read-only mappings.
+
+        Example:
+            >>> scope = Scope("r1", "authors", "7", prior_journal='[{"kind": "change"}, 3]')
+            >>> [dict(entry) for entry in scope.prior_journal]
+            [{'kind': 'change'}]
+            >>> Scope("r1", "authors", "7").prior_journal
+            ()
+        """
+        prior = self._prior_journal
+        if prior is None:
+            return ()
+        if isinstance(prior, str):
+            try:
+                decoded: object = json.loads(prior)
+            except ValueError:
+                decoded = None
+            listed = cast("list[object]", decoded) if isinstance(decoded, list) else []
+            # Freshly decoded: no one else holds these dicts, so a view of each is enough.
+            prior = tuple(
+                MappingProxyType(cast("dict[str, Any]", entry))
+                for entry in listed
+                if isinstance(entry, dict)
+            )
+            self._prior_journal = prior
+        return prior
 
     @property
     def tracked(self) -> bool:
@@ -201,6 +258,15 @@ class Scope:
         if self._lookup is None:
             return None
         return self._lookup(definition_id, str(identity))
+
+
+def _entries(entries: Sequence[object]) -> tuple[Mapping[str, Any], ...]:
+    """The entries of *entries* that are mappings, as read-only copies."""
+    return tuple(
+        MappingProxyType(dict(cast("Mapping[str, Any]", entry)))
+        for entry in entries
+        if isinstance(entry, Mapping)
+    )
 
 
 _CURRENT: ContextVar[Scope | None] = ContextVar("migrate_scope", default=None)

@@ -90,6 +90,8 @@ class PriorState(NamedTuple):
     tracking: str | None
     #: The run that last wrote the state.
     run_id: str | None
+    #: Its journal as JSON text (``Scope.prior_journal``), decoded only if a destination asks.
+    journal: str | None = None
 
 
 class StateWrite(NamedTuple):

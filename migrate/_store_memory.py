@@ -296,7 +296,7 @@ class MemoryStore:
                 if hit is not None:
                     state = hit.state
                     found[identity] = PriorState(
-                        state.status, state.version, state.tracking, hit.run_id
+                        state.status, state.version, state.tracking, hit.run_id, state.journal
                     )
             return found
 

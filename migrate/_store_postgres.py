@@ -811,15 +811,16 @@ class PostgresStore:
         )
 
     def prior_states(self, definition_id: str, identities: Sequence[str]) -> dict[str, PriorState]:
-        """Stored status, version, tracking json and run of these identities, in one query."""
+        """Stored status, version, tracking and journal json and run of these identities, in one
+        query."""
         if not identities:
             return {}
         rows = self._rows(
-            "SELECT identity, status, version, tracking, run_id FROM item_states "
+            "SELECT identity, status, version, tracking, run_id, journal FROM item_states "
             f"WHERE definition = %s AND identity IN {_JSON_TEXTS}",
             (definition_id, json.dumps(identities, ensure_ascii=False)),
         )
-        return {row[0]: PriorState(row[1], row[2], row[3], row[4]) for row in rows}
+        return {row[0]: PriorState(row[1], row[2], row[3], row[4], row[5]) for row in rows}
 
     def commit_window(self, commit: WindowCommit) -> None:
         """Commit one window: its item states, the run's counts and the cursor, atomically."""

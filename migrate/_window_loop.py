@@ -825,8 +825,18 @@ class WindowLoop:
         self.next_tick = time.monotonic() + _TICK_EVERY
 
     def _scope(self, item: Item, state: PriorState | None) -> Scope:
-        tracking = None if state is None or state.tracking is None else json.loads(state.tracking)
-        return Scope(self.run_id, self.definition_id, item.identity, tracking, self.lookup)
+        if state is None:
+            return Scope(self.run_id, self.definition_id, item.identity, None, self.lookup)
+        tracking = None if state.tracking is None else json.loads(state.tracking)
+        # The stored journal stays text until a destination asks for it (Scope.prior_journal).
+        return Scope(
+            self.run_id,
+            self.definition_id,
+            item.identity,
+            tracking,
+            self.lookup,
+            prior_journal=state.journal,
+        )
 
     def _process_sync(
         self, item: Item, state: PriorState | None, now: float, tally: _Tally

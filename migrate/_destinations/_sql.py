@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from effects import Effect
+from migrate._compensate import describe_entry, pending_changes
 from migrate._errors import DestinationError
-from migrate._pipeline import current_scope
+from migrate._json import safe_text
+from migrate._pipeline import Scope, current_scope
+from migrate._rollback_item import RollbackItem
 from migrate._sources._sql import (
     DbApiConnection,
     ParamStyle,
@@ -54,10 +57,13 @@ class SqlDestination:
     opens one), build the destination with ``batch=False``: each call then commits on its own
     connection, as outside a run, at one commit per write.
 
-    On success a call adds a change entry to the journal of the item being processed
-    (``{"kind": "change", "destination": "sql:TABLE", "operation": "upsert" | "delete", "key":
-    KEY}``). The upsert uses ``INSERT ... ON CONFLICT (key) DO UPDATE`` (SQLite 3.24+,
-    PostgreSQL); the key column needs a unique index.
+    On success a call adds a change entry to the journal of the item being processed:
+    ``{"kind": "change", "destination": "sql:TABLE", "operation": "upsert", "key": KEY,
+    "created": BOOL}`` or ``{..., "operation": "delete", "key": KEY}``. ``created`` says whether
+    the row is the migration's: it did not exist before the definition first migrated the
+    item (see `upsert`), which is what `rollback` and `undo` go by. The upsert uses ``INSERT
+    ... ON CONFLICT (key) DO UPDATE`` (SQLite 3.24+, PostgreSQL); the key column needs a unique
+    index.
 
     Args:
         connect: Returns a new DB-API connection, e.g. ``lambda: sqlite3.connect("dest.db")``.
@@ -94,7 +100,10 @@ class SqlDestination:
     ) -> None:
         self._table = quote_identifier(table, argument="table")
         self._key = quote_identifier(key, argument="key")
-        placeholder(paramstyle, 1, "x")
+        where = f"WHERE {self._key} = {placeholder(paramstyle, 1, 'key')}"
+        #: The query finding the row of a key (a row if it exists), and its deletion.
+        self._find_sql = f"SELECT 1 FROM {self._table} {where}"
+        self._delete_sql = f"DELETE FROM {self._table} {where}"
         self.connect = connect
         self.table = table
         self.key = key
@@ -107,27 +116,45 @@ class SqlDestination:
         return f"SqlDestination(<connect>, {self.table!r}, {self.key!r}{more})"
 
     def _execute(
-        self, sql: str, params: Any, what: str, *, fetch: bool = False
+        self,
+        sql: str,
+        params: Any,
+        what: str,
+        *,
+        fetch: bool = False,
+        probe: _Statement | None = None,
     ) -> list[tuple[Any, ...]]:
+        """
+        Run *sql* in the window's transaction (a savepoint of it), or alone; return its rows
+        (*fetch*), else, with a *probe*, the rows the probe's query returned just before *sql*
+        in the same savepoint or transaction, else ``[]``.
+        """
+        statements: list[_Step] = (
+            [(sql, params, fetch)] if probe is None else [(*probe, True), (sql, params, False)]
+        )
         writes = current_writes() if self.batch else None
         if writes is not None:
             batch = writes.batch(
                 self.connect, self.name, lambda: _SqlBatch(self.connect, self.name)
             )
             if isinstance(batch, _SqlBatch):
-                rows = batch.execute(sql, params, what, fetch=fetch)
+                rows = batch.execute(statements, what)
                 scope = current_scope()
                 if scope is not None:
                     writes.wrote(self.connect, scope.identity)
                 return rows
+        return self._alone(statements, what)
+
+    def _alone(self, statements: Sequence[_Step], what: str) -> list[tuple[Any, ...]]:
+        """Run *statements* on a connection of their own in one transaction, and commit; the
+        rows of the first one fetched."""
         try:
             connection = self.connect()
         except Exception as error:
             raise DestinationError(f"{self.name}: cannot connect: {error}", error) from error
         try:
             cursor = connection.cursor()
-            cursor.execute(sql, params)
-            rows = _fetched(cursor) if fetch else []
+            rows = _run(cursor, statements)
             connection.commit()
         except Exception as error:
             # The first error is the one to report; a failing rollback adds nothing.
@@ -195,6 +222,16 @@ class SqlDestination:
         """
         An effect inserting *record*, or updating the row with its key.
 
+        In a run, its journal entry says whether the row is the migration's (``"created":
+        true``) or existed before the definition first migrated the item (``false``): the
+        item's earlier journal entries for this key decide, first the ones stored with its
+        state by an earlier run (`Scope.prior_journal`), then this run's; without any, a
+        ``SELECT`` of the key just before the upsert, in the same savepoint, finds whether
+        the row exists. So a row the migration created stays ``created`` through later runs
+        that update it, and a row that was there first stays not created. Forgetting an
+        item's state (``migrate forget``, or a rollback) forgets that evidence too: the next
+        run finds the row (if one is left) as if it had been there first.
+
         Args:
             record: Column name to value; must hold the key column.
 
@@ -220,18 +257,44 @@ class SqlDestination:
         key = record[self.key]
 
         def write() -> None:
-            self._execute(sql, params, f"upsert of key {key!r}")
+            what = f"upsert of key {key!r}"
             scope = current_scope()
-            if scope is not None:
-                scope.journal.change(self.name, "upsert", key=key)
+            if scope is None:
+                self._execute(sql, params, what)
+                return
+            created = self._created_before(scope, key)
+            if created is None:
+                created = not self._execute(sql, params, what, probe=self._probe(key))
+            else:
+                self._execute(sql, params, what)
+            scope.journal.change(self.name, "upsert", key=key, created=created)
 
         return Effect.attempt(write, catch=DestinationError)
 
+    def _probe(self, key: Any) -> _Statement:
+        """The query finding the row with *key*: a row if it exists, none if not."""
+        return self._find_sql, parameters(self.paramstyle, [("key", key)])
+
+    def _created_before(self, scope: Scope, key: Any) -> bool | None:
+        """What the item's earliest upsert entry of *key* (an earlier run's, else this run's)
+        says of ``created``; ``None`` if it has none."""
+        name = self.name
+        for entries in (scope.prior_journal, scope.journal.entries):
+            for entry in entries:
+                if (
+                    entry.get("destination") == name
+                    and entry.get("operation") == "upsert"
+                    and "key" in entry
+                    and _same_key(entry["key"], key)
+                ):
+                    created = entry.get("created")
+                    if isinstance(created, bool):
+                        return created
+        return None
+
     def delete(self, key: Any) -> Effect[None, DestinationError]:
         """An effect deleting the row with *key* (deleting a missing row succeeds)."""
-        style = self.paramstyle
-        sql = f"DELETE FROM {self._table} WHERE {self._key} = {placeholder(style, 1, 'key')}"
-        params = parameters(style, [("key", key)])
+        sql, params = self._deletion(key)
 
         def remove() -> None:
             self._execute(sql, params, f"delete of key {key!r}")
@@ -240,6 +303,128 @@ class SqlDestination:
                 scope.journal.change(self.name, "delete", key=key)
 
         return Effect.attempt(remove, catch=DestinationError)
+
+    def _deletion(self, key: Any) -> _Statement:
+        return self._delete_sql, parameters(self.paramstyle, [("key", key)])
+
+    def undo(self, entry: Mapping[str, Any], scope: Scope | None = None) -> None:
+        """
+        Undo one change entry this destination recorded: delete the row an upsert created.
+
+        An ``upsert`` entry with ``"created": true`` deletes the row with its key (a row that
+        is gone already is a success, so undoing twice is harmless). A row that existed before
+        the migration (``"created": false``, or no ``created`` at all: an entry of an older
+        version, which cannot tell) is left as it is, with the values the migration wrote: a
+        rollback does not restore the old values of an updated row. A ``delete`` entry is left
+        too: the deleted row's values are not in the journal. The delete runs on a connection
+        of its own and is committed before `undo` returns, also during a run.
+
+        A handler for `migrate.compensate` (``{table.name: table.undo}``); for an item that
+        only this destination changed, `rollback` undoes them all in one transaction.
+
+        Args:
+            entry: A change entry of this destination, as the journal holds it.
+            scope: The rollback's scope (unused: the entry says everything).
+
+        Raises:
+            TypeError: If *entry* is not a mapping.
+            ValueError: If *entry* is not a change entry of this destination, has an operation
+                other than ``upsert`` and ``delete``, or is a created row without a usable key
+                (none, or not a string or number).
+            DestinationError: If connecting or the delete failed.
+
+        Example:
+            >>> import sqlite3, tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "dest.db")
+            >>> with sqlite3.connect(path) as db:
+            ...     _ = db.execute("CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT)")
+            ...     _ = db.execute("INSERT INTO people VALUES (1, 'Ada'), (2, 'Alan')")
+            >>> people = SqlDestination(lambda: sqlite3.connect(path), "people", "id")
+            >>> change = {"kind": "change", "destination": "sql:people", "operation": "upsert"}
+            >>> people.undo({**change, "key": 1, "created": True})
+            >>> people.undo({**change, "key": 1, "created": True})  # gone already: a success
+            >>> people.undo({**change, "key": 2, "created": False})  # there before: kept
+            >>> sqlite3.connect(path).execute("SELECT * FROM people").fetchall()
+            [(2, 'Alan')]
+        """
+        deletion = self._undoing(entry)
+        if deletion is not None:
+            self._alone([(*deletion, False)], f"undo of {describe_entry(entry)}")
+
+    def rollback(self, item: RollbackItem, scope: Scope | None = None) -> None:
+        """
+        Undo an item whose journal holds changes of this destination only: deletes the rows
+        its upserts created, newest first, in one transaction; ``Migration(...,
+        rollback=table.rollback)``.
+
+        Each entry is undone as `undo` says: rows the migration created are deleted, rows that
+        existed before it are kept as they are (a rollback does not restore the old values of
+        an updated pre-existing row, nor a deleted row); a row already gone is a success, so a
+        second rollback of the same item is harmless. Entries an earlier failed attempt undid
+        are skipped. Every entry is checked before anything is deleted, and the deletes are
+        committed together or not at all.
+
+        Args:
+            item: The item to undo (`RollbackItem`).
+            scope: The rollback's scope (unused).
+
+        Raises:
+            ValueError: Before deleting anything, if the item's journal holds a change of
+                another destination (`migrate.compensate` undoes several destinations, with
+                `undo` as this one's handler), or an entry `undo` refuses.
+            DestinationError: If connecting or a delete failed (none of them is kept).
+        """
+        pending = pending_changes(item)
+        others = sorted(
+            {
+                safe_text(repr(destination), 200)
+                for entry in pending
+                if (destination := entry.get("destination")) != self.name
+            }
+        )
+        if others:
+            raise ValueError(
+                f"{self!r}.rollback undoes the changes of {self.name!r} only, but the journal "
+                f"of item {item.identity!r} also holds changes of {', '.join(others)}: undo "
+                f"them all with migrate.compensate(item, scope, {{{self.name!r}: "
+                "table.undo, ...}); nothing was undone"
+            )
+        deletions = [d for entry in pending if (d := self._undoing(entry)) is not None]
+        if deletions:
+            self._alone(
+                [(sql, params, False) for sql, params in deletions],
+                f"rollback of item {item.identity!r}",
+            )
+
+    def _undoing(self, entry: Mapping[str, Any]) -> _Statement | None:
+        """The delete undoing *entry*, ``None`` if it leaves the row as it is; checks it."""
+        candidate = cast(object, entry)
+        if not isinstance(candidate, Mapping):
+            raise TypeError(
+                f"{self.name}: a journal entry must be a mapping, got {safe_text(repr(entry))}"
+            )
+        if entry.get("kind", "change") != "change" or entry.get("destination") != self.name:
+            raise ValueError(
+                f"{self.name}: {safe_text(dict(entry))} is not a change entry of {self.name!r}"
+            )
+        operation = entry.get("operation")
+        if operation == "delete":
+            return None
+        if operation != "upsert":
+            raise ValueError(
+                f"{self.name}: cannot undo {describe_entry(entry)}: only upsert and delete "
+                "entries are this destination's"
+            )
+        if entry.get("created") is not True:
+            return None
+        key: object = entry.get("key")
+        if not isinstance(key, str | int | float):
+            problem = "has no key" if key is None else f"has a key of type {type(key).__name__}"
+            raise ValueError(
+                f"{self.name}: cannot undo {describe_entry(entry)}: the entry {problem}, so "
+                "the row it created cannot be found"
+            )
+        return self._deletion(key)
 
 
 class _SqlBatch:
@@ -257,18 +442,16 @@ class _SqlBatch:
         #: Why the window's transaction cannot be trusted any more (a statement ended it).
         self._broken: str | None = None
 
-    def execute(
-        self, sql: str, params: Any, what: str, *, fetch: bool = False
-    ) -> list[tuple[Any, ...]]:
-        """Run one statement inside a savepoint of the window's transaction; *fetch*: return
-        the rows it returned.
+    def execute(self, statements: Sequence[_Step], what: str) -> list[tuple[Any, ...]]:
+        """Run *statements* inside one savepoint of the window's transaction; return the rows
+        of the first one to be fetched (``[]`` if none is).
 
         Raises:
-            DestinationError: If connecting or the statement failed (it is undone alone).
+            DestinationError: If connecting or a statement failed (they are undone alone).
         """
-        return self._thread.submit(self._execute, sql, params, what, fetch).result()
+        return self._thread.submit(self._execute, statements, what).result()
 
-    def _execute(self, sql: str, params: Any, what: str, fetch: bool) -> list[tuple[Any, ...]]:
+    def _execute(self, statements: Sequence[_Step], what: str) -> list[tuple[Any, ...]]:
         if self._broken is not None:
             raise DestinationError(f"{self._name}: {what} was not run: {self._broken}")
         connection = self._connection
@@ -290,12 +473,9 @@ class _SqlBatch:
                 ) from error
             self._connection = connection
         cursor = connection.cursor()
-        rows: list[tuple[Any, ...]] = []
         try:
             cursor.execute("SAVEPOINT migrate_write")
-            cursor.execute(sql, params)
-            if fetch:
-                rows = _fetched(cursor)
+            rows = _run(cursor, statements)
         except Exception as error:
             with contextlib.suppress(Exception):
                 cursor.execute("ROLLBACK TO SAVEPOINT migrate_write")
@@ -350,6 +530,30 @@ class _SqlBatch:
         finally:
             with contextlib.suppress(Exception):
                 connection.close()
+
+
+#: A statement and its parameters.
+_Statement: TypeAlias = tuple[str, Any]
+#: A statement, its parameters, and whether its rows are wanted.
+_Step: TypeAlias = tuple[str, Any, bool]
+
+
+def _run(cursor: Any, statements: Sequence[_Step]) -> list[tuple[Any, ...]]:
+    """Execute *statements* in order on *cursor*; the rows of the first one fetched."""
+    rows: list[tuple[Any, ...]] | None = None
+    for sql, params, fetch in statements:
+        cursor.execute(sql, params)
+        if fetch and rows is None:
+            rows = _fetched(cursor)
+    return [] if rows is None else rows
+
+
+def _same_key(stored: object, key: object) -> bool:
+    """Whether a journal entry's key (JSON) is *key*; never raises."""
+    try:
+        return bool(stored == key)
+    except Exception:  # noqa: BLE001 - a key whose comparison fails is another key
+        return False
 
 
 def _fetched(cursor: Any) -> list[tuple[Any, ...]]:

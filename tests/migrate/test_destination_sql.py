@@ -76,7 +76,13 @@ def test_success_records_a_journal_change_entry(tmp_path: Path) -> None:
     )
     migrate.run(config)
     expected = [
-        {"kind": "change", "destination": "sql:people", "operation": "upsert", "key": 3},
+        {
+            "kind": "change",
+            "destination": "sql:people",
+            "operation": "upsert",
+            "key": 3,
+            "created": True,
+        },
         {"kind": "change", "destination": "sql:people", "operation": "delete", "key": 3},
     ]
     assert [expected] == seen

@@ -45,7 +45,10 @@ def test_every_store_is_a_store(store: migrate.Store) -> None:
 def test_window_states_counts_and_cursor_commit_together(store: migrate.Store) -> None:
     """commit_window writes the states, the run's counts and the cursor in one go."""
     store.create_run("r1", "normal", {})
-    write = StateWrite("1", "migrated", "v1", tracking='{"n": 1}', position="line 2")
+    journal = '[{"kind": "change", "destination": "crm", "operation": "put"}]'
+    write = StateWrite(
+        "1", "migrated", "v1", journal=journal, tracking='{"n": 1}', position="line 2"
+    )
     store.commit_window(
         WindowCommit("d", "r1", [write], _running(1), cursor={"position": 1}, save_cursor=True)
     )
@@ -63,7 +66,7 @@ def test_window_states_counts_and_cursor_commit_together(store: migrate.Store) -
         state.position,
         state.run_id,
     )
-    assert {"1": ("migrated", "v1", '{"n": 1}', "r1")} == {
+    assert {"1": ("migrated", "v1", '{"n": 1}', "r1", journal)} == {
         k: tuple(v) for k, v in store.prior_states("d", ["1", "2"]).items()
     }
 

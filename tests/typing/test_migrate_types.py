@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from typing import Any, Literal, assert_type
 
 import migrate
@@ -53,6 +54,37 @@ assert_type(source.read(None).pipe(transient), Effect[migrate.Window, SourceErro
 people = migrate.SqlDestination(lambda: sqlite3.connect("dest.db"), "people", "id")
 assert_type(people.upsert({"id": 1}), Effect[None, DestinationError])
 assert_type(people.delete(1), Effect[None, DestinationError])
+
+# Rollback: the table's own rollback, or compensate over several destinations' handlers.
+undoing_people = migrate.Migration("people", source, process, rollback=people.rollback)
+
+
+def undo_crm(entry: dict[str, Any], scope: migrate.Scope) -> None:
+    assert_type(entry["key"], Any)
+
+
+async def undo_crm_async(entry: dict[str, Any], scope: migrate.Scope) -> None:
+    pass
+
+
+def rollback_two(item: migrate.RollbackItem, scope: migrate.Scope) -> None:
+    assert_type(scope.prior_journal, tuple[Mapping[str, Any], ...])
+    undone = migrate.compensate(item, scope, {people.name: people.undo, "crm": undo_crm})
+    assert_type(undone, tuple[dict[str, Any], ...])
+
+
+async def rollback_two_async(item: migrate.RollbackItem, scope: migrate.Scope) -> None:
+    # Inline: mypy joins a plain and an async function held in a variable to `function`.
+    await migrate.compensate_async(item, scope, {people.name: people.undo, "crm": undo_crm_async})
+
+
+try:
+    rollback_two(migrate.RollbackItem("1", "migrated", None), migrate.Scope("r", "people", "1"))
+except migrate.CompensationError as failed:
+    assert_type(failed.entries, tuple[dict[str, Any], ...])
+    assert_type(failed.cause, BaseException | None)
+undoing_both = migrate.Migration("both", source, process, rollback=rollback_two)
+undoing_async = migrate.Migration("both_async", source, process, rollback=rollback_two_async)
 
 
 @migrate.destination(name="crm")
