@@ -99,7 +99,11 @@ class LiveRun:
         store: Store = self._stack.enter_context(self.config.using_store())
         record = store.run(self.run_id)
         if record is None:
-            msg = f"migration run {self.run_id} is not in {store.describe()}"
+            msg = (
+                f"migration run {self.run_id} is not in {store.describe()}: this worker's config "
+                "has another migrate store that shares the durable store; give each migrate store "
+                "a durable store of its own (--durable-store, migrate.durable.engine(store=...))"
+            )
             raise BeginRefused(msg, "preflight")
         owner = _Run(self.config, the_plan, store, None, run_id=self.run_id)
         owner.results.update(record.definitions)

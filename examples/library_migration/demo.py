@@ -271,7 +271,18 @@ def run_demo(work: Path, authors: int = 2_000) -> float:
         section("9. A durable run: a worker killed mid-migration, another finishes it")
         durable_run(env, data.books)
 
-        section("10. All done")
+        section("10. Roll the books back, from their journals, then migrate them again")
+        migrate_cli(["rollback", "books", "--plan"], env)
+        before = server.catalogue.stats()["books"]
+        migrate_cli(["rollback", "books"], env)
+        after = server.catalogue.stats()["books"]
+        print(f"catalogue books: {before:,} before the rollback, {after:,} after")
+        if server.catalogue.stats()["books"] != 0:
+            raise SystemExit("demo: the rollback left books in the catalogue")
+        migrate_cli(["runs", "--limit", "1"], env)
+        migrate_cli(["run", "books"], env)
+
+        section("11. All done")
         migrate_cli(["status"], env)
         migrate_cli(["runs"], env)
         stats = show_stats(server)

@@ -101,6 +101,18 @@ class Catalogue:
             self.statuses[status] += 1
             return status, answer, None
 
+    def delete(self, kind: str, key: str) -> tuple[int, dict[str, Any]]:
+        """Handle one DELETE (no failures planned): 200, or 404 for a record that is not there."""
+        with self.lock:
+            table = self.authors if kind == "authors" else self.books
+            found = table.pop(key, None)
+            self.ids.pop(f"{kind}/{key}", None)
+            status = 404 if found is None else 200
+            self.statuses[status] += 1
+            return status, {"deleted": f"{kind}/{key}"} if found is not None else {
+                "error": "not found"
+            }
+
     def _store(self, kind: str, path: str, key: str, body: Any) -> tuple[int, dict[str, Any]]:
         if not isinstance(body, dict):
             return 400, {"error": "body must be a JSON object"}
@@ -179,6 +191,14 @@ def _handler(catalogue: Catalogue) -> type[BaseHTTPRequestHandler]:
                 return
             status, answer, retry_after = catalogue.put(parts[0], parts[1], body)
             self._send(status, answer, retry_after)
+
+        def do_DELETE(self) -> None:
+            parts = self.path.strip("/").split("/")
+            if len(parts) != 2 or parts[0] not in ("authors", "books"):
+                self._send(404, {"error": "not found"})
+                return
+            status, answer = catalogue.delete(parts[0], parts[1])
+            self._send(status, answer)
 
     return Handler
 

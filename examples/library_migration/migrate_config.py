@@ -88,6 +88,22 @@ class Catalogue:
             )
         return str(answer["id"])
 
+    def delete(self, path: str) -> None:
+        """``DELETE path``; a record that is not there (404) is deleted already."""
+        connection = self._connection()
+        try:
+            connection.request("DELETE", path)
+            response = connection.getresponse()
+            response.read()
+        except (OSError, http.client.HTTPException) as error:
+            connection.close()
+            self._local.connection = None
+            raise ApiRequestError(
+                None, transient=True, message=f"DELETE {path}: {error}"
+            ) from error
+        if response.status >= 400 and response.status != 404:
+            raise ApiRequestError(response.status, message=f"DELETE {path}: {response.reason}")
+
 
 catalogue = Catalogue(API)
 
@@ -140,6 +156,13 @@ def migrate_book(item: migrate.Item, scope: migrate.Scope) -> None:
     scope.track({"catalogue_id": book_id})
 
 
+def unput_book(item: migrate.RollbackItem, scope: migrate.Scope) -> None:
+    """Roll one book back: delete what its journal says it PUT (``migrate rollback books``)."""
+    for entry in reversed(item.journal):
+        if entry.get("destination") == "catalogue":
+            catalogue.delete(str(entry["key"]))
+
+
 def connect_books() -> sqlite3.Connection:
     """Open the books database (the source's connection factory)."""
     return sqlite3.connect(WORK / "books.db")
@@ -157,6 +180,7 @@ config = migrate.Config(
             "books",
             migrate.SqlSource(connect_books, "books", identity="id", version="revision"),
             migrate_book,
+            rollback=unput_book,
             requires=("authors",),
             concurrency=8,
         ),
