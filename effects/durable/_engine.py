@@ -119,6 +119,9 @@ class Engine:
             with ``remote_step_lost``; default 10.
         max_recovery_attempts: After this many recoveries of an expired run lease the run is
             ``dead``; ``None`` (default) for no limit.
+        compensation_retries: Each compensation's attempts, the first included (default 1),
+            whatever its ``StepDef`` declares; a compensation that spends them is recorded
+            (``step.compensation_failed``) and the others still run.
 
     Raises:
         TypeError: If a definition is not one made by ``@workflow`` / ``@step`` / ``Queue``.
@@ -139,6 +142,7 @@ class Engine:
         remote_redispatch_ms: int | None = None,
         remote_redispatch_max: int = 10,
         max_recovery_attempts: int | None = None,
+        compensation_retries: int = 1,
     ) -> None:
         self._workflows: dict[str, WorkflowDef[Any, Any]] = _by_name(
             workflows, WorkflowDef, "workflow"
@@ -158,6 +162,7 @@ class Engine:
             if max_recovery_attempts is None
             else checked_count(max_recovery_attempts, "max_recovery_attempts", least=0)
         )
+        undo_attempts = checked_count(compensation_retries, "compensation_retries", least=1)
         for definition in self._steps.values():
             queue = definition.policy.queue
             if queue is not None and queue not in queues_by_name:
@@ -181,6 +186,7 @@ class Engine:
             redispatch_ms=redispatch,
             redispatch_max=redispatch_max,
             max_recovery=max_recovery,
+            compensation_retries=undo_attempts,
             workflows=self._workflows,
             steps=self._steps,
             queues=queues_by_name,

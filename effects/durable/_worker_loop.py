@@ -59,6 +59,7 @@ class WorkerLoop:
         redispatch_ms: int | None,
         redispatch_max: int,
         max_recovery: int | None,
+        compensation_retries: int,
         workflows: Mapping[str, WorkflowDef[Any, Any]],
         steps: Mapping[str, StepDef[Any, Any]],
         queues: Mapping[str, Queue],
@@ -75,6 +76,7 @@ class WorkerLoop:
         self.redispatch_ms = redispatch_ms
         self.redispatch_max = redispatch_max
         self.reconcile_ms = reconcile_ms
+        self.compensation_retries = compensation_retries
         self.poll_ms = 1000
         self._turns = TurnRunner(
             store=store,

@@ -140,6 +140,7 @@ class _RunRow:
     lease_token: str | None = None
     lease_until: int | None = None
     recovery_attempts: int = 0
+    cancel: str | None = None
 
 
 @attrs.frozen
@@ -168,6 +169,7 @@ class _CheckpointRow:
     timeout_ms: int | None = None
     lease_ms: int | None = None
     redispatches: int = 0
+    handler: str | None = None
 
 
 @attrs.frozen

@@ -14,7 +14,7 @@ from typing import Final, LiteralString
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -138,6 +138,12 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         # withdraw them): nobody may run them now.
         "DELETE FROM tasks t WHERE status IN ('queued', 'waiting') AND EXISTS (SELECT 1 FROM"
         f" checkpoints c WHERE c.run_id = t.run_id AND c.seq = t.seq AND {SETTLED})",
+    ),
+    (
+        # Sagas: how a run was asked to cancel (plainly, or with its compensations first), and
+        # the step a dispatched compensation runs (its tasks carry that name).
+        "ALTER TABLE runs ADD COLUMN cancel text",
+        "ALTER TABLE checkpoints ADD COLUMN handler text",
     ),
 )
 
@@ -353,14 +359,15 @@ def checkpoint_from_held(n: int) -> str:
     return (
         f" {p}w AS (INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
         " wake_at, output, error, final, retry_state, grp, queue, dispatched_at, input,"
-        " timeout_ms, lease_ms, redispatches, heartbeat_at, created_at, updated_at)"
+        " timeout_ms, lease_ms, redispatches, heartbeat_at, handler, created_at, updated_at)"
         f" SELECT held.run_id, %({p}seq)s::integer, %({p}name)s::text, %({p}kind)s::text,"
         f" %({p}step_id)s::text, %({p}status)s::text, %({p}attempts)s::integer,"
         f" %({p}wake_at)s::bigint, %({p}output)s::text, %({p}error)s::text,"
         f" %({p}final)s::boolean, %({p}retry_state)s::text, %({p}grp)s::text,"
         f" %({p}queue)s::text, %({p}dispatched_at)s::bigint, %({p}input)s::text,"
         f" %({p}timeout_ms)s::bigint, %({p}lease_ms)s::bigint, %({p}redispatches)s::integer,"
-        f" %({p}heartbeat_at)s::bigint, %({p}created_at)s::bigint, %({p}updated_at)s::bigint"
+        f" %({p}heartbeat_at)s::bigint, %({p}handler)s::text, %({p}created_at)s::bigint,"
+        f" %({p}updated_at)s::bigint"
         " FROM held),"
     )
 

@@ -17,6 +17,7 @@ from effects.durable._store import NewTask
 from effects.durable._store.rows import dumps
 
 __all__ = [
+    "COMPENSATION_PREFIX",
     "REQUEUEABLE",
     "Admission",
     "Verdict",
@@ -36,11 +37,15 @@ __all__ = [
     "runnable",
     "settled",
     "stale_dispatch",
+    "task_name",
     "wakes",
 ]
 
 #: The run statuses ``requeue`` accepts: runs that ended without completing.
 REQUEUEABLE: Final = ("failed", "dead", "cancelled")
+#: How the checkpoints of compensations are named: ``compensate:<the step it undoes>`` (a name a
+#: workflow's own steps cannot take).
+COMPENSATION_PREFIX: Final = "compensate:"
 
 Verdict = Literal["reconciling", "dead", "recovered"]
 Admission = Literal["queued", "waiting"]
@@ -206,6 +211,14 @@ def admits(held: int, limit: int | None) -> bool:
     return held < (limit or 1)
 
 
+def task_name(cp: Checkpoint) -> str:
+    """
+    The step name the attempts of *cp* carry (what handler a worker runs): a dispatched
+    compensation's ``handler`` (its checkpoint is named ``compensate:<step>``), else its name.
+    """
+    return cp.handler or cp.name
+
+
 def redispatchable(cp: Checkpoint) -> bool:
     """Whether ``redispatch_pending`` sends *cp* again: a dispatched step pending or running."""
     return cp.kind == "remote" and awaited(cp.status)
@@ -220,7 +233,7 @@ def redispatch(cp: Checkpoint, now: int, queue_limit: int | None) -> NewTask:
         run_id=cp.run_id,
         seq=cp.seq,
         step_id=cp.step_id,
-        name=cp.name,
+        name=task_name(cp),
         group=cp.group,
         input=dumps(cp.input),
         attempt=cp.attempts + 1,

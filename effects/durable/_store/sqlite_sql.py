@@ -11,7 +11,7 @@ from typing import Final
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
 SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
@@ -124,6 +124,12 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         # withdraw them): nobody may run them now.
         f"DELETE FROM tasks WHERE status IN ('queued', 'waiting') AND EXISTS (SELECT 1 FROM"
         f" checkpoints c WHERE c.run_id = tasks.run_id AND c.seq = tasks.seq AND {SETTLED})",
+    ),
+    (
+        # Sagas: how a run was asked to cancel (plainly, or with its compensations first), and
+        # the step a dispatched compensation runs (its tasks carry that name).
+        "ALTER TABLE runs ADD COLUMN cancel TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN handler TEXT",
     ),
 )
 
