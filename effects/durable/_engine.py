@@ -456,12 +456,13 @@ class Engine:
         """
         Retry a failed, dead or cancelled run: every failed checkpoint is reset to a fresh first
         attempt (attempts 0, retryable again, due now) and the run becomes pending. Completed
-        steps are not run again.
+        steps are not run again; a plainly cancelled run resumes where the cancel stopped it.
 
         Raises:
             UnknownRunError: If no run has this id.
-            ValueError: If the run is not failed, dead or cancelled, or its workflow, as this
-                engine has it, says ``requeue=False`` (or what to do instead).
+            ValueError: If the run is not failed, dead or cancelled; if its completed steps were
+                undone (cancelled with compensation, or failed and compensated); or if its
+                workflow, as this engine has it, says ``requeue=False`` (or what to do instead).
         """
         found = await self._store.get_run(run_id)
         if found is None:
@@ -478,6 +479,46 @@ class Engine:
             raise UnknownRunError(run_id) from None
         self._loop.notify()
         return run
+
+    async def cancel(self, run_id: str, *, compensate: bool = False) -> Run:
+        """
+        Cancel a run that is not finished; return its record as stored after.
+
+        Plain: the run is ``cancelled`` at once (event ``run.cancelled``). Its pending tasks are
+        withdrawn in the same commit (a worker that claimed one learns it at its next
+        ``heartbeat()``, which raises ``RunCancelled``, or when it reports: its result is
+        discarded); a turn running elsewhere stops at its next step (its lease is gone); a
+        liveness wait ends. ``requeue`` resumes it later, if wanted.
+
+        With *compensate*: the compensations its completed steps registered run first (as when
+        a run fails), then it is ``cancelled``. This returns at once: the run is ``pending``
+        (event ``run.cancel_requested``) until a turn has undone its steps; ``wait()`` returns
+        once it is ``cancelled``. Its replay stops at the first step without a settled record
+        (that step's tasks are withdrawn now, as a plain cancel does); the undos' own results
+        are kept. A second compensating cancel meanwhile returns the run unchanged; a plain one
+        cancels it at once and the remaining undos do not run. A run with no completed step is
+        cancelled at once. A cancelled run's error is ``None``, unless undos failed: then
+        ``StepError("cancelled", code="cancelled", details={"compensation_failed": [...]})``.
+
+        Raises:
+            UnknownRunError: If no run has this id.
+            ValueError: If the run is finished (completed, failed, cancelled or dead), naming
+                its status.
+            TypeError: If *compensate* is not a bool.
+        """
+        if not isinstance(compensate, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = f"compensate must be True or False, got {compensate!r}"
+            raise TypeError(msg)
+        try:
+            run = await self._store.cancel_run(run_id, compensate=compensate, now=self._now())
+        except LookupError:
+            raise UnknownRunError(run_id) from None
+        await self._loop.cancelled(run_id)
+        if run.status == "cancelled":
+            self._finishes.finished(run)
+        else:
+            self._loop.notify()  # pending: a turn of it undoes, then cancels
+        return self._decoded(run)
 
     async def redispatch_pending(self, run_id: str) -> int:
         """

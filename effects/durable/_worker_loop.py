@@ -237,6 +237,17 @@ class WorkerLoop:
             waiter.finished = True
             waiter.event.set()
 
+    async def cancelled(self, run_id: str) -> None:
+        """
+        This engine cancelled the run: its liveness waits here read their checkpoint at once
+        (and end), and its attempts in flight here learn it (their heartbeats raise).
+        """
+        for step_id, waiter in list(self._waiters.items()):
+            if step_id.rpartition(":")[0] == run_id:
+                waiter.finished = True
+                waiter.event.set()
+        await self._attempts.cancelled(run_id)
+
     # -- runs start() makes -----------------------------------------------------------------------
 
     def reserve(self) -> bool:

@@ -666,5 +666,36 @@ FAILED_RESET: Final = (
 RUN_REQUEUE: Final = (
     "UPDATE runs SET status = 'pending', output = NULL, error = NULL,"
     " wake_at = NULL, woken = false, lease_token = NULL, lease_until = NULL,"
-    f" recovery_attempts = 0, updated_at = %s WHERE run_id = %s RETURNING {_RUN_COLUMNS}"
+    " recovery_attempts = 0, cancel = NULL,"
+    f" updated_at = %s WHERE run_id = %s RETURNING {_RUN_COLUMNS}"
+)
+#: ``rules.compensated``: whether the run ``%s`` has a compensation's checkpoint.
+COMPENSATION: Final = (
+    "SELECT 1 FROM checkpoints WHERE run_id = %s AND substr(name, 1, 11) = 'compensate:' LIMIT 1"
+)
+
+# -- cancel ----------------------------------------------------------------------------------------
+
+#: The steps ``%(seqs)s`` of the run ``%(run)s`` a cancel stops waiting for
+#: (``rules.cancels_attempt``): failed with ``%(error)s``, not final, each error a row of its own
+#: after those it has.
+CANCEL_ATTEMPTS: Final = (
+    "WITH up AS (UPDATE checkpoints SET status = 'failed', error = %(error)s, final = false,"
+    " wake_at = NULL, updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s"
+    " AND seq = ANY(%(seqs)s::integer[]) RETURNING seq)"
+    " INSERT INTO step_errors (run_id, seq, n, error) SELECT %(run)s, up.seq,"
+    " (SELECT COALESCE(MAX(n), 0) + 1 FROM step_errors e WHERE e.run_id = %(run)s"
+    " AND e.seq = up.seq), %(error)s FROM up"
+)
+#: ``rules.cancel_action`` "cancel": the run ``%(run)s`` cancelled at once, as ``%(mode)s``.
+RUN_CANCEL: Final = (
+    "UPDATE runs SET status = 'cancelled', cancel = %(mode)s, error = NULL, wake_at = NULL,"
+    " woken = false, lease_token = NULL, lease_until = NULL, updated_at = %(now)s"
+    f" WHERE run_id = %(run)s RETURNING {_RUN_COLUMNS}"
+)
+#: ``rules.cancel_action`` "request": the run pending; its next turn undoes, then cancels.
+RUN_CANCEL_REQUEST: Final = (
+    "UPDATE runs SET status = 'pending', cancel = 'compensate', wake_at = NULL,"
+    " lease_token = NULL, lease_until = NULL, updated_at = %(now)s"
+    f" WHERE run_id = %(run)s RETURNING {_RUN_COLUMNS}"
 )

@@ -409,5 +409,22 @@ FAILED_RESET: Final = (
 RUN_REQUEUE: Final = (
     "UPDATE runs SET status = 'pending', output = NULL, error = NULL, wake_at = NULL,"
     " woken = 0, lease_token = NULL, lease_until = NULL, recovery_attempts = 0,"
-    " updated_at = ? WHERE run_id = ?"
+    " cancel = NULL, updated_at = ? WHERE run_id = ?"
+)
+#: ``rules.compensated``: whether the run ``?`` has a compensation's checkpoint.
+COMPENSATION: Final = (
+    "SELECT 1 FROM checkpoints WHERE run_id = ? AND substr(name, 1, 11) = 'compensate:' LIMIT 1"
+)
+
+# -- cancel ----------------------------------------------------------------------------------------
+
+#: ``rules.cancel_action`` "cancel": the run ``?3`` cancelled at once, as ``?1`` (``cancel_mode``).
+RUN_CANCEL: Final = (
+    "UPDATE runs SET status = 'cancelled', cancel = ?1, error = NULL, wake_at = NULL, woken = 0,"
+    " lease_token = NULL, lease_until = NULL, updated_at = ?2 WHERE run_id = ?3"
+)
+#: ``rules.cancel_action`` "request": the run ``?`` pending, its next turn undoes, then cancels.
+RUN_CANCEL_REQUEST: Final = (
+    "UPDATE runs SET status = 'pending', cancel = 'compensate', wake_at = NULL,"
+    " lease_token = NULL, lease_until = NULL, updated_at = ? WHERE run_id = ?"
 )
