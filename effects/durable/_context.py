@@ -45,7 +45,7 @@ from effects.durable.errors import (
     restore_exception,
 )
 
-__all__ = ["WorkflowContext", "stopped", "suspended"]
+__all__ = ["WorkflowContext", "stopped", "suspended", "unwind"]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741
@@ -70,6 +70,14 @@ def suspended() -> type[BaseException]:
 def stopped() -> type[BaseException]:
     """The exception class a cancel mode's stop raises (for the engine only)."""
     return Stopped
+
+
+async def unwind(ctx: WorkflowContext) -> list[str]:
+    """
+    Run the compensations *ctx*'s turn registered, last first; the names of the steps whose
+    undo failed (for the engine only: not a method, so no workflow unwinds itself twice).
+    """
+    return await ctx._unwind()  # pyright: ignore[reportPrivateUsage]
 
 
 @attrs.frozen
@@ -264,11 +272,6 @@ class WorkflowContext:
     def cancelling(self) -> bool:
         """Whether the run is being cancelled with compensation (this turn replays, then undoes)."""
         return self._cancelling
-
-    @property
-    def compensations(self) -> int:
-        """How many compensations the turn's completed steps have registered so far."""
-        return len(self._undos)
 
     # -- local steps ------------------------------------------------------------------------------
 
@@ -844,13 +847,13 @@ class WorkflowContext:
 
     # -- compensations ----------------------------------------------------------------------------
 
-    async def unwind(self) -> list[str]:
+    async def _unwind(self) -> list[str]:
         """
         Run the registered compensations, the last registered first, each as the checkpointed
         step ``compensate:<step>`` at the next sequence numbers (so every replay numbers them
         alike); return the names of the steps whose undo spent its attempts, in unwinding
         order. A completed compensation never runs again; one without a record runs (again,
-        after a crash: undos must be idempotent). For the engine only.
+        after a crash: undos must be idempotent). See ``unwind``.
 
         Raises:
             Suspended: While a dispatched undo is out (the run waits for its result).

@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from effects.durable._codec import dump, from_data
-from effects.durable._context import WorkflowContext, stopped, suspended
+from effects.durable._context import WorkflowContext, stopped, suspended, unwind
 from effects.durable._definitions import WorkflowDef
 from effects.durable._failures import is_failure
 from effects.durable._store import StaleTurnError
@@ -165,7 +165,7 @@ async def _unwound(ctx: WorkflowContext, turn: Turn, error: BaseException | None
     Suspends while a dispatched undo is out; an error of the unwinding itself (never an
     undo's: those are recorded) fails the run with it.
     """
-    unwinding = await _outcome(ctx, turn, ctx.unwind())
+    unwinding = await _outcome(ctx, turn, unwind(ctx))
     early = _ends_here(ctx, turn)
     if early is not None:
         return early

@@ -615,3 +615,21 @@ async def test_a_compensating_cancel_of_a_fan_undoes_the_members_that_completed(
         (4, "compensate:reserve", "completed"),
         (5, "compensate:reserve", "completed"),
     ] == checkpoints
+
+
+async def test_two_cancels_at_once_cancel_once(durable_engine: DurableEngineFactory) -> None:
+    """Racing cancels of one run: one cancels it, the other is refused; one run.cancelled."""
+    calls: list[Any] = []
+    pay = paying(charging(calls))
+    async with durable_engine(workflows=[pay]) as first, durable_engine() as second:
+        run_id = await first.start(pay, None)
+        await first.run_until_idle()
+        results = await asyncio.gather(
+            first.cancel(run_id), second.cancel(run_id), return_exceptions=True
+        )
+        told = await events_named(first, run_id, "run.cancelled")
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert 1 == len(refused), results
+    assert isinstance(refused[0], ValueError)
+    assert "is cancelled" in str(refused[0])
+    assert 1 == len(told)

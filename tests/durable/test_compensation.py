@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -572,3 +573,110 @@ async def test_a_raising_remote_step_undone_with_its_spent_attempts_error(
     )  # fmt: skip
     assert [{"input": None, "output": "kept"}] == undone
     assert RemoteStepError.__name__ in run.error.type
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit], ids=["interrupt", "exit"])
+async def test_an_undo_def_raising_an_exit_in_its_thread_has_failed_not_stopped_the_engine(
+    durable_engine: DurableEngineFactory, raised: type[BaseException]
+) -> None:
+    """A def undo's own KeyboardInterrupt or SystemExit is its failure: recorded, others run."""
+    undone: list[str] = []
+
+    def exits(_: Any) -> None:
+        raise raised
+
+    @workflow("exiting")
+    async def exiting(ctx: WorkflowContext, _: Any) -> None:
+        await ctx.local_step("a", lambda: 1, compensate=lambda u: undone.append("a"))
+        await ctx.local_step("b", lambda: 2, compensate=exits)
+        raise FatalError("boom", "boom")
+
+    async with durable_engine(workflows=[exiting]) as engine:
+        run_id = await engine.start(exiting, None)
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+    assert ("failed", {"compensation_failed": ["b"]}) == (
+        run.status,
+        run.error and run.error.details,
+    )
+    assert ["a"] == undone
+
+
+async def test_an_async_undo_raising_cancelled_error_itself_has_failed(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """An undo that raises asyncio.CancelledError of its own (the engine is not cancelled)."""
+
+    async def cancels(_: Any) -> None:
+        raise asyncio.CancelledError
+
+    @workflow("cancelling")
+    async def cancelling(ctx: WorkflowContext, _: Any) -> None:
+        await ctx.local_step("a", lambda: 1, compensate=cancels)
+        raise FatalError("boom", "boom")
+
+    async with durable_engine(workflows=[cancelling], compensation_retries=2) as engine:
+        run_id = await engine.start(cancelling, None)
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+        (told,) = await events_named(engine, run_id, "step.compensation_failed")
+    assert ("failed", 2) == (run.status, told.data["attempts"])
+
+
+async def test_a_liveness_step_registers_its_undo_and_an_undos_own_liveness_window_is_dropped(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """A step awaited with timeout_ms registers its undo; the undo (timeout_ms too) is durable."""
+    undone: list[Any] = []
+
+    @step("live", timeout_ms=60_000)
+    async def live(n: int) -> int:
+        return n + 1
+
+    @step("unlive", timeout_ms=10)
+    async def unlive(undo: Any) -> None:
+        undone.append(undo)
+
+    @workflow("lively")
+    async def lively(ctx: WorkflowContext, _: Any) -> None:
+        await ctx.step(live, 1, compensate=unlive)
+        raise FatalError("boom", "boom")
+
+    async with durable_engine(workflows=[lively], steps=[live, unlive]) as engine:
+        run_id = await engine.start(lively, None)
+        await engine.run_until_idle(advance_time=True)
+        run = await engine.get_run(run_id)
+        (undo,) = [c for c in await engine.checkpoints(run_id) if c.name.startswith("compensate:")]
+    assert "failed" == run.status
+    assert [{"input": 1, "output": 2}] == undone
+    assert ("completed", None) == (undo.status, undo.timeout_ms)
+
+
+async def test_an_undo_naming_a_queue_the_engine_lacks_is_refused_where_it_is_given(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """The undo's queue is checked when its step completes, not when the run unwinds."""
+
+    @step("queued-undo", queue="nowhere")
+    async def queued_undo(_: Any) -> None:
+        return None
+
+    @step("work")
+    async def work(_: Any) -> int:
+        return 1
+
+    @workflow("q")
+    async def q(ctx: WorkflowContext, _: Any) -> str:
+        try:
+            await ctx.step(work, None, compensate=queued_undo)
+        except ValueError as error:
+            return str(error)
+        return "registered"
+
+    async with durable_engine(workflows=[q], steps=[work]) as engine:
+        run_id = await engine.start(q, None)
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+    assert ("completed", "unknown queue 'nowhere': this engine has none") == (
+        run.status, run.output
+    )  # fmt: skip

@@ -38,8 +38,10 @@ def _node(url: str, role: str, lease_ms: int = LONG_MS, *extra: str) -> list[str
 
 
 def _effects(nodes: Nodes) -> list[dict[str, Any]]:
-    """Every side effect the saga's steps and undos made, in each process's order."""
-    return [r for r in read_execs(nodes.logs) if r["ev"] == "effect"]
+    """Every side effect the saga's steps and undos made, in the order they were made."""
+    return sorted(
+        (r for r in read_execs(nodes.logs) if r["ev"] == "effect"), key=lambda r: r["mono"]
+    )
 
 
 def _has(nodes: Nodes, what: str, **fields: Any) -> Any:
@@ -137,7 +139,7 @@ def outcomes(
 
 
 def _done(facts: Facts) -> list[tuple[str, Any]]:
-    """The finished side effects, in the order they were made (each process's log is in order)."""
+    """The finished side effects, in the order they were made."""
     return [
         (r["what"], r.get("i"))
         for r in facts["effects"]

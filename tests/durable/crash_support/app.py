@@ -421,8 +421,11 @@ async def _await_gate(data: dict[str, Any], name: str) -> None:
 
 
 def effect(what: str, **fields: Any) -> None:
-    """One side effect of the saga, appended to this process's execution log (one write)."""
-    log_exec({"ev": "effect", "what": what, **fields})
+    """
+    One side effect of the saga, appended to this process's execution log (one write), with
+    ``time.monotonic()`` (one clock for every process of the machine) to order it among all.
+    """
+    log_exec({"ev": "effect", "what": what, "mono": time.monotonic(), **fields})
 
 
 @step("crash:book", retries=RETRIES, backoff_ms=20)
