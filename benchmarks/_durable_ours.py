@@ -33,6 +33,7 @@ from _durable_harness import (
     timed_async,
 )
 
+from effects import FatalError
 from effects.durable import (
     Engine,
     Queue,
@@ -143,6 +144,53 @@ async def one_step_free_queue(ctx: WorkflowContext, n: int) -> int:
 async def one_step_queue_of_one(ctx: WorkflowContext, n: int) -> int:
     """``one_step`` admitted through a queue of concurrency 1."""
     return await ctx.step(bump, n, queue=QUEUE_ONE)
+
+
+async def _undo(undo: dict[str, Any]) -> int:
+    """A local step's undo: give back what it added."""
+    return int(undo["output"]) - 1
+
+
+def _refuse(n: int) -> int:
+    msg = f"refused at {n}"
+    raise FatalError(msg, "refused")
+
+
+@step("bench:unbump")
+async def unbump(undo: dict[str, Any]) -> int:
+    """The dispatched undo of ``bump``: give back what it added."""
+    return int(undo["output"]) - 1
+
+
+@step("bench:refuse")
+async def refuse(n: int) -> int:
+    """A dispatched step that fails for good (a ``FatalError``)."""
+    return _refuse(n)
+
+
+@workflow("bench:saga-local")
+async def saga_local(ctx: WorkflowContext, fail: bool) -> int:
+    """
+    Ten local steps, each adding one with an undo; with *fail* the tenth fails instead, so the
+    nine before it are undone (nine local compensations) and the run fails.
+    """
+    n = 0
+    for i, name in enumerate(STEP_NAMES):
+        if fail and i == len(STEP_NAMES) - 1:
+            await ctx.local_step(name, partial(_refuse, n))
+        n = await ctx.local_step(name, partial(_add_one, n), compensate=_undo)
+    return n
+
+
+@workflow("bench:saga-remote")
+async def saga_remote(ctx: WorkflowContext, fail: bool) -> int:
+    """``saga_local`` of dispatched steps: ``bump`` undone by ``unbump``; ``refuse`` fails."""
+    n = 0
+    for i in range(STEPS_PER_RUN):
+        if fail and i == STEPS_PER_RUN - 1:
+            await ctx.step(refuse, n)
+        n = await ctx.step(bump, n, compensate=unbump)
+    return n
 
 
 # -- the worker -----------------------------------------------------------------------------------
@@ -443,6 +491,60 @@ async def case_ours_retry(url: str, seconds: float) -> Figures:
         "retried_us": retried * 1e6,
         "cost_us": (retried - plain) * 1e6,
     }
+
+
+async def case_ours_saga(url: str | Store, seconds: float) -> Figures:
+    """
+    The cost of an undo beside the cost of a step of its kind (issue 21): a 10-step run that
+    completes, and the same run failing at its last step and undoing the nine before it,
+    interleaved, one engine serving the steps; local steps, then dispatched ones. Per kind:
+    ``{kind}_completed_us``, ``{kind}_compensated_us`` (per run), ``{kind}_step_us`` (a
+    completed run's time over its ten steps) and ``{kind}_undo_us`` (the compensated run's
+    extra time over its nine undos), and their ratio ``{kind}_undo_per_step``.
+    """
+    last: dict[str, str] = {}
+
+    def variant(definition: WorkflowDef[bool, int], fail: bool) -> Variant:
+        expected = "failed" if fail else "completed"
+
+        async def once(engine: Engine) -> int:
+            run_id = await engine.start(definition, fail)
+            await engine.run_until_idle()
+            run = await engine.get_run(run_id)
+            if run.status != expected:
+                msg = f"{definition.name} ended {run.status}, not {expected}: {run.error!r}"
+                raise RuntimeError(msg)
+            last[definition.name] = run_id
+            return 1
+
+        return once
+
+    variants = {
+        "local_completed": variant(saga_local, False),
+        "local_compensated": variant(saga_local, True),
+        "remote_completed": variant(saga_remote, False),
+        "remote_compensated": variant(saga_remote, True),
+    }
+    async with Engine(
+        url, workflows=[saga_local, saga_remote], steps=[bump, unbump, refuse]
+    ) as engine:
+        figures = await interleaved(engine, variants, seconds)
+        for name, run_id in last.items():
+            undone = [
+                c for c in await engine.checkpoints(run_id) if c.name.startswith("compensate:")
+            ]
+            if [c.status for c in undone] != ["completed"] * (STEPS_PER_RUN - 1):
+                msg = f"{name}: the failed run should have undone nine steps, got {undone!r}"
+                raise RuntimeError(msg)
+    for kind in ("local", "remote"):
+        completed = figures[f"{kind}_completed_us"]
+        compensated = figures[f"{kind}_compensated_us"]
+        step_us = completed / STEPS_PER_RUN
+        undo_us = (compensated - completed) / (STEPS_PER_RUN - 1)
+        figures[f"{kind}_step_us"] = step_us
+        figures[f"{kind}_undo_us"] = undo_us
+        figures[f"{kind}_undo_per_step"] = undo_us / step_us
+    return figures
 
 
 # -- fans and queues ------------------------------------------------------------------------------

@@ -85,10 +85,19 @@ The cases of issue 10 (``--beats``, ``--fan`` and ``--concurrent`` set their siz
    one event loop, and ``def`` ones started with ``DBOS.start_workflow`` in its thread pool), the
    runs-one-after-another rows of case 1 and the WAL+FULL and DELETE+FULL floors.
 
+The case of issue 21:
+
+9. **Compensation**: a workflow of 10 steps, each registering an undo, that completes, beside the
+   same workflow failing at its last step so that the nine before it are undone (nine
+   compensations ``compensate:<step>``), interleaved in one process (one engine serving the
+   steps); with local steps (local undos) and with dispatched ones (dispatched undos). An undo
+   should cost what a step of its kind costs: per undo = (compensated run - completed run) / 9,
+   beside per step = completed run / 10.
+
 ``--rounds N`` measures every case N times, interleaved, and keeps each case's best round (for
 the cases timing several variants, each variant's best time); the spread is printed.
 ``--only`` and ``--skip`` pick cases by key prefix (``ours-heartbeat``, ``ours-fan``,
-``ours-queue``, ``ours-concurrent``, ``dbos-concurrent``, ``floor``, ...).
+``ours-queue``, ``ours-concurrent``, ``ours-saga``, ``dbos-concurrent``, ``floor``, ...).
 
 Targets (issue 7): local steps >= 10x DBOS's steps/s at equal durability and >= 0.4x the floor;
 dispatched round trips >= 3x DBOS's queued workflows/s.
@@ -151,6 +160,7 @@ from _durable_ours import (
     case_ours_local,
     case_ours_queue,
     case_ours_retry,
+    case_ours_saga,
     serve_ours,
 )
 from _sqlite_counting import Tally, counted
@@ -265,6 +275,7 @@ def cases(workers: Sequence[int], *, with_dbos: bool) -> list[str]:
         *(f"ours-dispatch:{s}:{w}" for w in workers for s in ("normal", "full")),
         *(f"dbos-{how}:{w}" for w in workers for how in ("queued", "parent")),
         *(f"ours-retry:{s}" for s in ("normal", "full")),
+        *(f"ours-saga:{s}" for s in SETTINGS),
         *(f"ours-heartbeat:{path}:{s}" for path in ("liveness", "lease") for s in SETTINGS),
         *(f"ours-fan:{s}" for s in SETTINGS),
         *(f"ours-fan-procs:{s}:{max(workers)}" for s in SETTINGS),
@@ -299,6 +310,8 @@ def run_case(key: str, args: argparse.Namespace) -> Figures:
             )
         if kind == "ours-retry":
             return asyncio.run(case_ours_retry(url_of(rest[0]), args.seconds))
+        if kind == "ours-saga":
+            return asyncio.run(case_ours_saga(url_of(rest[0]), args.seconds))
         if kind == "ours-heartbeat":
             store = SqliteStore(url_of(rest[1]))
             return asyncio.run(case_ours_heartbeat(store, rest[0], args.beats, args.seconds))
@@ -473,6 +486,40 @@ class Report(Results):
         print(
             "  DBOS: n/a (no durable retry: its step retries run in memory in the workflow's"
             " process)",
+            file=out,
+        )
+
+    def print_saga(self, out: IO[str]) -> None:
+        """The compensation table: what an undo costs beside a step of its kind."""
+        keys = [(setting, f"ours-saga:{setting}") for setting in SETTINGS]
+        if not any(self.found(key) for _, key in keys):
+            return
+        print(
+            "Compensation: a 10-step run completing, and failing at its last step with the nine"
+            " before it undone; one process, interleaved (us)",
+            file=out,
+        )
+        print(
+            f"  {'steps':<20}{'SQLite':<12}{'completed':>11}{'compensated':>13}{'per step':>10}"
+            f"{'per undo':>10}{'undo / step':>13}",
+            file=out,
+        )
+        for setting, key in keys:
+            found = self.found(key)
+            if found is None:
+                continue
+            for kind, label in (("local", "local"), ("remote", "dispatched")):
+                print(
+                    f"  {label:<20}{JOURNAL[setting]:<12}{found[f'{kind}_completed_us']:>11,.0f}"
+                    f"{found[f'{kind}_compensated_us']:>13,.0f}{found[f'{kind}_step_us']:>10,.0f}"
+                    f"{found[f'{kind}_undo_us']:>10,.0f}"
+                    f"{found[f'{kind}_undo_us'] / found[f'{kind}_step_us']:>13.2f}",
+                    file=out,
+                )
+        print(
+            "  per step: a completed run over its 10 steps (start and finish included); per undo:"
+            " the compensated run's extra time over its 9 undos. Checked: the failed runs undid"
+            " nine steps.",
             file=out,
         )
 
@@ -880,6 +927,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     report.print_retry(sys.stdout)
     for table in (
+        report.print_saga,
         partial(report.print_heartbeat, beats=args.beats),
         partial(report.print_fan, size=args.fan, workers=max(args.workers), poll_ms=args.poll_ms),
         partial(report.print_queue, batch=args.batch),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final
 
 import attrs
@@ -19,7 +19,7 @@ from effects.durable._renewal import Renewal
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import Store, TaskOutcome
 from effects.durable._time import epoch_ms
-from effects.durable.errors import StepError
+from effects.durable.errors import RunCancelled, StepError, StoreError
 
 __all__ = ["AttemptRunner"]
 
@@ -32,10 +32,12 @@ class AttemptRunner:
     """
     Runs claimed attempts: the handler of the task's step (a step it has none for fails at
     once), with the claim renewed and its beats heard, then records the result. A cancelled
-    attempt gives its claim back and records nothing.
+    attempt gives its claim back and records nothing. An attempt whose claim the store refuses
+    (withdrawn) while its run is cancelled learns it: its next ``heartbeat()`` raises
+    ``RunCancelled``.
     """
 
-    __slots__ = ("_clock", "_hear", "_lease_ms", "_owner", "_steps", "_store")
+    __slots__ = ("_clock", "_hear", "_lease_ms", "_owner", "_running", "_steps", "_store")
 
     def __init__(
         self,
@@ -49,6 +51,8 @@ class AttemptRunner:
     ) -> None:
         self._store, self._clock, self._owner = store, clock, owner
         self._lease_ms, self._steps, self._hear = lease_ms, steps, hear
+        #: The beats of the attempts in flight, by task id.
+        self._running: dict[int, _Beats] = {}
 
     def _now(self) -> int:
         return epoch_ms(self._clock)
@@ -59,14 +63,23 @@ class AttemptRunner:
         if definition is None:
             outcome = TaskOutcome(error=no_handler(task.name))
         else:
-            renewer = Renewal(
-                self._lease_ms / 3000,
-                lambda: self._store.renew_claim(
-                    task.task_id, self._owner, self._now() + self._lease_ms
-                ),
-                f"the claim on {task.step_id}",
+            beats = _Beats(
+                task,
+                claimed_at,
+                store=self._store,
+                now=self._now,
+                hear=self._hear,
+                refused=lambda: self._learn(task, beats),
             )
-            beats = _Beats(task, claimed_at, store=self._store, now=self._now, hear=self._hear)
+
+            async def renew() -> bool:
+                held = await self._renew(task)
+                if not held:
+                    await self._learn(task, beats, held=False)
+                return held
+
+            renewer = Renewal(self._lease_ms / 3000, renew, f"the claim on {task.step_id}")
+            self._running[task.task_id] = beats
             try:
                 outcome = await self._run_handler(definition, task, beats)
             except asyncio.CancelledError:
@@ -77,7 +90,36 @@ class AttemptRunner:
                 raise
             finally:
                 renewer.cancel()
+                self._running.pop(task.task_id, None)
         await self._store.record_result(task, self._owner, outcome, self._now())
+
+    async def _renew(self, task: Task) -> bool:
+        return await self._store.renew_claim(
+            task.task_id, self._owner, self._now() + self._lease_ms
+        )
+
+    async def _learn(self, task: Task, beats: _Beats, *, held: bool | None = None) -> None:
+        """
+        Whether the attempt was withdrawn by a cancel: its claim is gone (*held*, or renewed
+        now to find out) and its run is cancelled or being cancelled. Then its beats say so.
+        """
+        try:
+            if held is None:
+                held = await self._renew(task)
+            if held:
+                return
+            run = await self._store.get_run(task.run_id)
+        except StoreError as error:
+            _log.warning("could not read whether run %s was cancelled: %s", task.run_id, error)
+            return
+        if run is None or run.status == "cancelled" or run.cancel is not None:
+            beats.cancelled = True
+
+    async def cancelled(self, run_id: str) -> None:
+        """This engine cancelled the run: its attempts in flight here learn it (``_learn``)."""
+        for beats in list(self._running.values()):
+            if beats.task.run_id == run_id:
+                await self._learn(beats.task, beats)
 
     async def _run_handler(
         self, definition: StepDef[Any, Any], task: Task, beats: _Beats
@@ -123,7 +165,11 @@ class AttemptRunner:
 
 
 class _Beats:
-    """An attempt's heartbeats: heard at once in this process, persisted once per half-window."""
+    """
+    An attempt's heartbeats: heard at once in this process, persisted once per half-window;
+    once the attempt is known to be withdrawn by a cancel (*cancelled*), a beat raises
+    ``RunCancelled``.
+    """
 
     __slots__ = (
         "_hear",
@@ -131,10 +177,12 @@ class _Beats:
         "_last_write",
         "_loop",
         "_now",
+        "_refused",
         "_store",
-        "_task",
         "_unsaved",
         "_writing",
+        "cancelled",
+        "task",
     )
 
     def __init__(
@@ -145,9 +193,12 @@ class _Beats:
         store: Store,
         now: Callable[[], int],
         hear: Callable[[str, int], None],
+        refused: Callable[[], Coroutine[Any, Any, None]],
     ) -> None:
-        self._store, self._now, self._hear = store, now, hear
-        self._task = task
+        self._store, self._now, self._hear, self._refused = store, now, hear, refused
+        self.task = task
+        #: Whether the attempt's run was cancelled (its next beat raises ``RunCancelled``).
+        self.cancelled = False
         self._loop = asyncio.get_running_loop()
         windows = [w for w in (task.timeout_ms, task.lease_ms) if w is not None]
         # The claim was the first beat; a reader needs one write per half of the tightest window.
@@ -157,7 +208,14 @@ class _Beats:
         self._writing: asyncio.Task[None] | None = None
 
     def beat(self, progress: Any) -> None:
-        """Called by ``StepContext.heartbeat``, from the handler's task or thread."""
+        """
+        Called by ``StepContext.heartbeat``, from the handler's task or thread.
+
+        Raises:
+            RunCancelled: Once the engine knows the attempt's run was cancelled.
+        """
+        if self.cancelled:
+            raise RunCancelled(self.task.run_id)
         text = None if progress is None else dump(JSON, progress, "heartbeat progress")
         try:
             running = asyncio.get_running_loop()
@@ -169,7 +227,7 @@ class _Beats:
             self._loop.call_soon_threadsafe(self._heard, text)
 
     def _heard(self, text: str | None) -> None:
-        task = self._task
+        task = self.task
         self._hear(task.step_id, task.attempt)
         if text is not None:
             self._unsaved = text
@@ -181,17 +239,20 @@ class _Beats:
             self._writing = self._loop.create_task(self._write(now))
 
     async def _write(self, now: int) -> None:
-        task, text = self._task, self._unsaved
+        task, text = self.task, self._unsaved
         self._unsaved = None
         lease = None if task.lease_ms is None else now + task.lease_ms
         try:
-            await self._store.heartbeat(task, now=now, progress=text, lease_until=lease)
+            current = await self._store.heartbeat(task, now=now, progress=text, lease_until=lease)
         except Exception:  # noqa: BLE001 - a lost beat only shortens the window's slack
             _log.warning("could not persist a heartbeat of %s", task.step_id, exc_info=True)
             if self._unsaved is None:
                 self._unsaved = text
+            current = True
         finally:
             self._writing = None
+        if not current:
+            await self._refused()  # the attempt is no longer current: was it cancelled?
 
     async def unsaved(self) -> str | None:
         """Finish a write in flight; return progress not yet persisted (saved with the result)."""

@@ -17,6 +17,10 @@ Commands:
 - ``redispatch RUN``: ``engine.redispatch_pending``: the run's pending dispatched steps are
   enqueued again (same ``step_id``, ``attempt + 1``); prints how many. For a dispatch that was
   lost (``runs --stale`` lists candidates); safe on a healthy run.
+- ``cancel RUN [--compensate]``: ``engine.cancel``: the run is cancelled at once, its pending
+  attempts withdrawn; with ``--compensate`` its completed steps' compensations run first (a
+  worker of its workflow runs them), then it is cancelled. A plainly cancelled run can be
+  resumed with ``retry``.
 
 ``--app module:attribute`` names an ``Engine`` (or a function of no arguments returning one); the
 module is imported from the working directory or ``sys.path``. It may come before or after the
@@ -26,11 +30,12 @@ times as ISO-8601 UTC, and escape every control character of stored text.
 Exit codes (each error is one line on stderr, no traceback): 0 done; 2 a usage error, an
 unknown run id, an unusable ``--app``, or an inspection command on a store that does not exist;
 3 the run's status refuses the command (``retry`` of a run that has not failed, ``redispatch``
-of a finished run); 5 the store cannot be used (not an engine store, unreachable, a newer
-schema, a damaged file); 128 + N when a second signal N stopped ``work`` without draining; 130
-when Ctrl-C interrupted another command.
+or ``cancel`` of a finished run); 5 the store cannot be used (not an engine store, unreachable,
+a newer schema, a damaged file); 128 + N when a second signal N stopped ``work`` without
+draining; 130 when Ctrl-C interrupted another command.
 
-A store that does not exist is never created by ``runs``, ``show``, ``retry`` or ``redispatch``:
+A store that does not exist is never created by ``runs``, ``show``, ``retry``, ``redispatch``
+or ``cancel``:
 on SQLite, no file at the path; on PostgreSQL, no table in the URL's schema (the schema absent,
 as in a fresh database, or empty). They refuse it with exit 2 (a typo, or a command run from
 another folder than the workers, is the usual cause), as the dashboard does; ``work`` creates
@@ -159,7 +164,9 @@ def _parser() -> _Parser:
     app_help = "the engine: module:attribute (an Engine, or a function returning one)"
     parser = _Parser(
         prog=PROG,
-        description="Run a durable workflow engine's worker; list, inspect and retry its runs.",
+        description=(
+            "Run a durable workflow engine's worker; list, inspect, retry and cancel its runs."
+        ),
         epilog="Exit codes: 0 done; 2 usage error, unknown run, unusable --app, no store there; "
         "3 refused by the run's status; 5 the store cannot be used; 128+N work stopped by a "
         "second signal N; 130 interrupted.",
@@ -218,6 +225,14 @@ def _parser() -> _Parser:
 
     p = command("redispatch", "enqueue a run's pending dispatched steps again (attempt + 1)")
     p.add_argument("run_id", type=_text, metavar="RUN")
+
+    p = command("cancel", "cancel a run that is not finished; its pending attempts are withdrawn")
+    p.add_argument("run_id", type=_text, metavar="RUN")
+    p.add_argument(
+        "--compensate",
+        action="store_true",
+        help="undo its completed steps first (their compensations run), then cancel it",
+    )
     return parser
 
 
@@ -529,10 +544,48 @@ async def _cmd_redispatch(spec: str, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _cmd_cancel(spec: str, args: argparse.Namespace) -> int:
+    run_id: str = args.run_id
+    async with _opened(spec) as engine:
+        before = await engine.store.get_run(run_id)
+        if before is None:
+            raise UnknownRunError(run_id)
+        try:
+            run = await engine.cancel(run_id, compensate=args.compensate)
+        except UnknownRunError:
+            raise
+        except ValueError as error:  # finished
+            raise _RefusedError(str(error)) from None
+        withdrawn = [
+            e
+            for e in await engine.events(run_id)
+            if e.name == "step.withdrawn" and e.at == run.updated_at
+        ]
+    if run.status == "cancelled":
+        _out(
+            safe(
+                f"run {run_id} was {before.status}, is cancelled; {len(withdrawn)} pending"
+                " attempt(s) withdrawn"
+            )
+        )
+    elif before.cancel == "compensate":
+        _out(safe(f"run {run_id} is already being cancelled with compensation ({run.status})"))
+    else:
+        _out(
+            safe(
+                f"run {run_id} was {before.status}, is pending: a worker of workflow"
+                f" {run.workflow!r} will undo its completed steps, then cancel it;"
+                f" {len(withdrawn)} pending attempt(s) withdrawn"
+            )
+        )
+    return EXIT_OK
+
+
 _COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any, Any, int]]]] = {
     "work": _cmd_work,
     "runs": _cmd_runs,
     "show": _cmd_show,
     "retry": _cmd_retry,
     "redispatch": _cmd_redispatch,
+    "cancel": _cmd_cancel,
 }

@@ -7,15 +7,23 @@ the first step without a usable record does the work: a local step runs in place
 outcome; a dispatched step writes a pending checkpoint and a task in one transaction and suspends
 the run. Suspension is ``_Suspended``, a ``BaseException``, so a workflow's ``except Exception``
 cannot swallow it; and once a turn has suspended, every later call suspends again.
+
+A step given ``compensate=`` registers its undo when it completes (on every replay alike), and
+``unwind`` runs the registered undos last-registered first, each as a checkpointed step
+``compensate:<step>`` (see ``effects.durable._saga``). A run asked to cancel with compensation
+replays in *cancel mode*: its steps answer from their records, and the first step without a
+settled record stops the workflow (``Stopped``, a ``BaseException`` too).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, overload
 
+import attrs
 from typing_extensions import Unpack
 
 from effects import FatalError, is_async_callable
@@ -24,10 +32,11 @@ from effects.durable._definitions import StepDef, check_name
 from effects.durable._failures import in_thread, is_failure, thrown
 from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
 from effects.durable._records import Checkpoint, CheckpointKind
-from effects.durable._remote import Member, liveness, settle_members
+from effects.durable._remote import Member, compensation_failed, liveness, settle_members
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import CheckpointWrite, NewEvent
-from effects.durable._turn import HOLD, Suspended, Turn, tell_hooks, wait_ms
+from effects.durable._store.rules import COMPENSATION_PREFIX, settled
+from effects.durable._turn import HOLD, Stopped, Suspended, Turn, tell_hooks, wait_ms
 from effects.durable.errors import (
     NonDeterminismError,
     StepError,
@@ -36,7 +45,7 @@ from effects.durable.errors import (
     restore_exception,
 )
 
-__all__ = ["WorkflowContext", "suspended"]
+__all__ = ["WorkflowContext", "stopped", "suspended", "unwind"]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741
@@ -45,11 +54,76 @@ O = TypeVar("O")  # noqa: E741
 _EMPTY_POLICY: Final = StepPolicy({})
 _JSON_SCALARS: Final = frozenset({int, str, float, bool, type(None)})
 _Suspended = Suspended
+_Stopped = Stopped
+#: What ``_run_local`` returns for a compensation whose attempts are spent (recorded, not raised).
+_UNDO_FAILED: Final = object()
+#: The options of a dispatched undo's definition that a compensation does not take: its attempts
+#: are ``compensation_retries``, and it always takes the durable path.
+_NOT_FOR_UNDOS: Final = ("retries", "timeout_ms", "pickup_timeout_ms")
 
 
 def suspended() -> type[BaseException]:
     """The exception class a turn's suspension raises (for the engine only)."""
     return Suspended
+
+
+def stopped() -> type[BaseException]:
+    """The exception class a cancel mode's stop raises (for the engine only)."""
+    return Stopped
+
+
+async def unwind(ctx: WorkflowContext) -> list[str]:
+    """
+    Run the compensations *ctx*'s turn registered, last first; the names of the steps whose
+    undo failed (for the engine only: not a method, so no workflow unwinds itself twice).
+    """
+    return await ctx._unwind()  # pyright: ignore[reportPrivateUsage]
+
+
+@attrs.frozen
+class _Undo:
+    """
+    A compensation registered by a completed step: a local function of *argument*, or a
+    dispatched step (*handler*, with its group, codec and policy) whose input is *input_text*.
+    """
+
+    undoes: str
+    argument: Any
+    local: Callable[[Any], Any] | None = None
+    handler: str | None = None
+    group: str = "default"
+    codec: Codec = JSON
+    policy: StepPolicy = _EMPTY_POLICY
+    input_text: str | None = None
+
+
+def _local_undo(value: object, name: str) -> Callable[[Any], Any] | None:
+    """The undo function *value* of local step *name*, checked (``None``: no undo)."""
+    if value is None:
+        return None
+    if isinstance(value, StepDef | str | bool) or not callable(value):
+        msg = (
+            f"compensate of local step {name!r} must be a function (def or async def) of one"
+            " argument, {'input': None, 'output': <the step's output>}; got"
+            f" {value!r} (to dispatch an undo to a worker, compensate a ctx.step with a StepDef)"
+        )
+        raise TypeError(msg)
+    if inspect.isgeneratorfunction(value) or inspect.isasyncgenfunction(value):
+        msg = f"compensate of local step {name!r} must return, not yield: {value!r} is a generator"
+        raise TypeError(msg)
+    undo: Callable[[Any], Any] = value
+    return undo
+
+
+def _reserved(name: str) -> str:
+    """*name*, unless it is a compensation's name (those are the engine's own)."""
+    if name.startswith(COMPENSATION_PREFIX):
+        msg = (
+            f"step name {name!r} starts with {COMPENSATION_PREFIX!r}, which names the"
+            " checkpoints of compensations; choose another name"
+        )
+        raise ValueError(msg)
+    return name
 
 
 def _local_outcome(
@@ -104,7 +178,18 @@ class WorkflowContext:
         workflow: The workflow's name.
     """
 
-    __slots__ = ("_checkpoints", "_closed", "_fatal", "_seq", "_suspended", "_turn")
+    __slots__ = (
+        "_cancelling",
+        "_checkpoints",
+        "_closed",
+        "_fatal",
+        "_seq",
+        "_stopped",
+        "_suspended",
+        "_turn",
+        "_undos",
+        "_unwinding",
+    )
 
     def __init__(self, turn: Turn, checkpoints: Sequence[Checkpoint]) -> None:
         self._turn = turn
@@ -113,6 +198,11 @@ class WorkflowContext:
         self._closed = False
         self._suspended = False
         self._fatal: NonDeterminismError | None = None
+        self._undos: list[_Undo] = []
+        self._unwinding = False
+        # A run asked to cancel with compensation replays only what it has recorded.
+        self._cancelling = turn.run.cancel == "compensate"
+        self._stopped = False
 
     @property
     def run_id(self) -> str:
@@ -132,6 +222,8 @@ class WorkflowContext:
     def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
         if self._fatal is not None:
             raise self._fatal
+        if self._stopped and not self._unwinding:
+            raise _Stopped
         if self._closed or self._turn.broken is not None:
             # A turn whose write failed goes no further, even if the workflow caught the error.
             raise _Suspended
@@ -150,6 +242,18 @@ class WorkflowContext:
         self._closed = self._suspended = True
         return _Suspended()
 
+    def _stops_at(self, recorded: Checkpoint | None) -> bool:
+        """In cancel mode, whether a step of the workflow stops it here: its record is unsettled."""
+        return (
+            self._cancelling
+            and not self._unwinding
+            and (recorded is None or not settled(recorded.status, recorded.final))
+        )
+
+    def _stop(self) -> _Stopped:
+        self._stopped = True
+        return _Stopped()
+
     def close(self) -> None:
         """End the turn: any later call on this context suspends without writing."""
         self._closed = True
@@ -164,6 +268,11 @@ class WorkflowContext:
         """The non-determinism this turn met, which fails the run even if the workflow caught it."""
         return self._fatal
 
+    @property
+    def cancelling(self) -> bool:
+        """Whether the run is being cancelled with compensation (this turn replays, then undoes)."""
+        return self._cancelling
+
     # -- local steps ------------------------------------------------------------------------------
 
     @overload
@@ -174,6 +283,7 @@ class WorkflowContext:
         /,
         *,
         codec: Codec | None = None,
+        compensate: Callable[[dict[str, Any]], Any] | None = None,
         **policy: Unpack[StepOptions],
     ) -> T: ...
     @overload
@@ -184,6 +294,7 @@ class WorkflowContext:
         /,
         *,
         codec: Codec | None = None,
+        compensate: Callable[[dict[str, Any]], Any] | None = None,
         **policy: Unpack[StepOptions],
     ) -> T: ...
     async def local_step(
@@ -193,6 +304,7 @@ class WorkflowContext:
         /,
         *,
         codec: Codec | None = None,
+        compensate: Callable[[dict[str, Any]], Any] | None = None,
         **policy: Unpack[StepOptions],
     ) -> T:
         """
@@ -211,10 +323,16 @@ class WorkflowContext:
         cancelled), and a ``def`` that raises ``SystemExit`` or ``KeyboardInterrupt`` in its
         thread, has failed an attempt like any other exception.
 
+        With ``compensate=undo``, the completed step registers *undo*, a function (``def`` or
+        ``async def``) of ``{"input": None, "output": <the output>}``: should the run fail
+        (or be cancelled with compensation), it runs as the local step ``compensate:<name>``
+        (see ``Engine``'s ``compensation_retries``).
+
         Args:
             name: The step's name (replay checks it at this position).
             fn: A function of no arguments (``async def``, or a ``def`` that runs in a thread).
             codec: How the output is stored; default strict JSON.
+            compensate: The step's undo, or ``None`` (default) for none.
             **policy: ``StepOptions`` (``retries``, ``backoff``, ``backoff_ms``,
                 ``backoff_max_ms``, ``jitter``, ``retry``; the liveness options are ignored).
 
@@ -223,25 +341,33 @@ class WorkflowContext:
             the same value).
 
         Raises:
-            TypeError: If the output cannot be stored (nothing is written), or an option is bad.
-            ValueError: If an option is out of range.
+            TypeError: If the output cannot be stored (nothing is written), an option is bad,
+                or *compensate* is not a function of one argument.
+            ValueError: If an option is out of range, or *name* starts with ``compensate:``.
             NonDeterminismError: If the run recorded a different step at this position.
         """
-        check_name(name, "local step name")
+        _reserved(check_name(name, "local step name"))
+        undo = _local_undo(compensate, name)
         seq, recorded = self._next(name, "local")
         store_codec = JSON if codec is None else codec
-        if recorded is not None:
-            if recorded.status == "completed":
-                result: T = from_data(store_codec, recorded.output)
-                return result
-            if recorded.status == "failed" and recorded.final:
-                raise _restored(recorded)
-        checked = (
-            policy_from_options(policy, where=f"local step {name!r}") if policy else _EMPTY_POLICY
-        )
-        output: T = await self._run_local(
-            seq=seq, name=name, fn=fn, codec=store_codec, policy=checked, recorded=recorded
-        )
+        output: T
+        if recorded is not None and recorded.status == "completed":
+            output = from_data(store_codec, recorded.output)
+        elif recorded is not None and recorded.status == "failed" and recorded.final:
+            raise _restored(recorded)
+        elif self._stops_at(recorded):
+            raise self._stop()
+        else:
+            checked = (
+                policy_from_options(policy, where=f"local step {name!r}")
+                if policy
+                else _EMPTY_POLICY
+            )
+            output = await self._run_local(
+                seq=seq, name=name, fn=fn, codec=store_codec, policy=checked, recorded=recorded
+            )
+        if undo is not None:
+            self._undos.append(_Undo(name, {"input": None, "output": output}, local=undo))
         return output
 
     async def _run_local(
@@ -253,7 +379,14 @@ class WorkflowContext:
         codec: Codec,
         policy: StepPolicy,
         recorded: Checkpoint | None,
+        undoes: str | None = None,
     ) -> Any:
+        """
+        The attempts of a local step, and the commit of its outcome; its output. For the
+        compensation of step *undoes*: a ``FatalError`` or a ``retryable = False`` error ends
+        its attempts too, an output that cannot be stored fails the attempt, and spent
+        attempts are recorded with ``step.compensation_failed`` and return ``_UNDO_FAILED``.
+        """
         turn = self._turn
         is_async = is_async_callable(fn)
         events: list[NewEvent] = []
@@ -277,11 +410,14 @@ class WorkflowContext:
                     attempt=attempt,
                 )
             )
+            text: str | None = None
             try:
                 try:
                     result = await fn() if is_async else await in_thread(fn)
                     if inspect.isawaitable(result):
                         result = await result
+                    if undoes is not None:
+                        text = dump(codec, result, f"output of compensation {name!r}")
                 finally:
                     step_context.reset(running)
             except BaseException as raised:
@@ -304,7 +440,7 @@ class WorkflowContext:
                 # Hooks take an Exception: a cancellation or exit of user code is told as failed.
                 told = error if isinstance(error, Exception) else StepFailedError(step_error)
                 delay: float | None = None
-                if not isinstance(error, FatalError):
+                if not isinstance(error, FatalError) and (undoes is None or step_error.retryable):
                     if schedule is None:
                         schedule = policy.schedule()
                         state = schedule.initial()
@@ -318,6 +454,8 @@ class WorkflowContext:
                         elapsed=(now - created) / 1000,
                         name=f"{turn.run.workflow}/{name}",
                     )
+                    if undoes is not None:
+                        events.append(compensation_failed(seq, undoes, attempt, step_error, now))
                     await self._fail_local(
                         seq=seq,
                         name=name,
@@ -328,6 +466,8 @@ class WorkflowContext:
                         events=events,
                         now=now,
                     )
+                    if undoes is not None:
+                        return _UNDO_FAILED
                     # What every replay will raise; the exception itself where it is the same.
                     replayed = restore_exception(step_error)
                     if type(replayed) is type(error):
@@ -361,7 +501,8 @@ class WorkflowContext:
                     events = []
                     await turn.clock.sleep_async(delay_ms / 1000)
                 continue
-            text = dump(codec, result, f"output of local step {name!r}")
+            if text is None:
+                text = dump(codec, result, f"output of local step {name!r}")
             now = turn.now()
             if recorded is None and attempt == 1:
                 try:
@@ -422,11 +563,60 @@ class WorkflowContext:
         self, step: StepDef[Any, Any] | str, what: str
     ) -> tuple[str, StepDef[Any, Any] | None]:
         if isinstance(step, StepDef):
-            return step.name, step
+            return _reserved(step.name), step
         if isinstance(step, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            return check_name(step, "step name"), self._turn.steps.get(step)
+            return _reserved(check_name(step, "step name")), self._turn.steps.get(step)
         msg = f"{what} takes a StepDef or a step's name, got {step!r}"
         raise TypeError(msg)
+
+    def _undo_of(self, value: object, name: str) -> _Undo | None:
+        """
+        The dispatched undo *value* (a ``StepDef`` or a step's name) of step *name*, checked,
+        with its policy (its backoff; ``compensation_retries`` attempts; the durable path), as
+        a template whose argument each completed step fills in (``None``: no undo).
+        """
+        if value is None:
+            return None
+        where = f"compensate of step {name!r}"
+        definition: StepDef[Any, Any] | None
+        if isinstance(value, StepDef):
+            given: StepDef[Any, Any] = value  # pyright: ignore[reportUnknownVariableType]
+            handler, definition = given.name, given
+        elif isinstance(value, str):
+            handler = check_name(value, where)
+            definition = self._turn.steps.get(value)
+        else:
+            msg = (
+                f"{where} takes a StepDef or a step's name (the undo is dispatched with"
+                f" {{'input': <the step's input>, 'output': <its output>}}), got {value!r}"
+            )
+            raise TypeError(msg)
+        declared = _EMPTY_POLICY if definition is None else definition.policy
+        fields = {k: v for k, v in declared.fields.items() if k not in _NOT_FOR_UNDOS}
+        fields["retries"] = self._turn.host.compensation_retries
+        policy = StepPolicy(fields)
+        if policy.queue is not None:
+            self._turn.host.queue_limit(policy.queue)  # an unknown queue is a ValueError
+        return _Undo(
+            name,
+            None,
+            handler=handler,
+            group="default" if definition is None else definition.group,
+            codec=JSON if definition is None else definition.codec,
+            policy=policy,
+        )
+
+    def _register(self, undo: _Undo | None, value: Any, output: Any) -> None:
+        """A completed dispatched step's undo, its input ``{"input", "output"}`` encoded now."""
+        if undo is None:
+            return
+        argument = {"input": value, "output": output}
+        text = dump(
+            undo.codec,
+            argument,
+            f"input of compensation {undo.handler!r} of step {undo.undoes!r}",
+        )
+        self._undos.append(attrs.evolve(undo, argument=argument, input_text=text))
 
     def _policy(
         self, name: str, definition: StepDef[Any, Any] | None, overrides: Mapping[str, Any]
@@ -444,15 +634,31 @@ class WorkflowContext:
 
     @overload
     async def step(
-        self, step: StepDef[I, O], input: I, /, **overrides: Unpack[StepOptions]
+        self,
+        step: StepDef[I, O],
+        input: I,
+        /,
+        *,
+        compensate: StepDef[Any, Any] | str | None = None,
+        **overrides: Unpack[StepOptions],
     ) -> O: ...
     @overload
-    async def step(self, step: str, input: Any, /, **overrides: Unpack[StepOptions]) -> Any: ...
+    async def step(
+        self,
+        step: str,
+        input: Any,
+        /,
+        *,
+        compensate: StepDef[Any, Any] | str | None = None,
+        **overrides: Unpack[StepOptions],
+    ) -> Any: ...
     async def step(
         self,
         step: StepDef[Any, Any] | str,
         input: Any,  # noqa: A002 - the design's name
         /,
+        *,
+        compensate: StepDef[Any, Any] | str | None = None,
         **overrides: Unpack[StepOptions],
     ) -> Any:
         """
@@ -468,9 +674,15 @@ class WorkflowContext:
         memory, in this turn, and silence past the window re-dispatches it at once (see
         ``RemoteStepTimeout``).
 
+        With ``compensate=undo_step`` (a ``StepDef`` or a step's name), the completed step
+        registers its undo: should the run fail (or be cancelled with compensation), *undo_step*
+        is dispatched as the step ``compensate:<name>`` with ``{"input": input, "output":
+        output}``, with ``Engine``'s ``compensation_retries`` attempts and its own backoff.
+
         Args:
             step: A ``StepDef``, or a step's name (served by whichever worker has a handler).
             input: The step's input (JSON, or what the definition's codec takes).
+            compensate: The step's undo, or ``None`` (default) for none.
             **overrides: ``StepOptions`` fields that win over the definition's.
 
         Returns:
@@ -483,39 +695,61 @@ class WorkflowContext:
                 that stayed lost past ``remote_redispatch_max`` re-drives has code
                 ``"remote_step_lost"``.
             RemoteStepTimeout: On the liveness path, when the last attempt went silent.
-            TypeError: If *input* cannot be stored (nothing is written), or an option is bad.
-            ValueError: If an option is out of range, or names a queue the engine lacks.
+            TypeError: If *input* (or the undo's input) cannot be stored (nothing is written),
+                an option is bad, or *compensate* is neither a ``StepDef`` nor a name.
+            ValueError: If an option is out of range, names a queue the engine lacks, or the
+                step's name starts with ``compensate:``.
             NonDeterminismError: If the run recorded a different step at this position.
         """
         name, definition = self._resolve(step, "ctx.step")
+        undo = self._undo_of(compensate, name)
         seq, recorded = self._next(name, "remote")
         policy = self._policy(name, definition, overrides)
+        if self._stops_at(recorded):
+            raise self._stop()
         member = self._member(
             seq, name=name, definition=definition, policy=policy, recorded=recorded, value=input
         )
         if policy.timeout_ms is not None and not (
             recorded is not None and (recorded.status == "completed" or recorded.final)
         ):
-            return await liveness(self._turn, member)
+            output = await liveness(self._turn, member)
+            self._register(undo, input, output)
+            return output
         if await settle_members(self._turn, (member,)):
             raise self._suspend()
         if member.error is not None:
             raise member.error
+        self._register(undo, input, member.output)
         return member.output
 
     @overload
     async def all(
-        self, step: StepDef[I, O], inputs: Iterable[I], /, **overrides: Unpack[StepOptions]
+        self,
+        step: StepDef[I, O],
+        inputs: Iterable[I],
+        /,
+        *,
+        compensate: StepDef[Any, Any] | str | None = None,
+        **overrides: Unpack[StepOptions],
     ) -> list[O]: ...
     @overload
     async def all(
-        self, step: str, inputs: Iterable[Any], /, **overrides: Unpack[StepOptions]
+        self,
+        step: str,
+        inputs: Iterable[Any],
+        /,
+        *,
+        compensate: StepDef[Any, Any] | str | None = None,
+        **overrides: Unpack[StepOptions],
     ) -> list[Any]: ...
     async def all(
         self,
         step: StepDef[Any, Any] | str,
         inputs: Iterable[Any],
         /,
+        *,
+        compensate: StepDef[Any, Any] | str | None = None,
         **overrides: Unpack[StepOptions],
     ) -> list[Any]:
         """
@@ -525,14 +759,18 @@ class WorkflowContext:
         Each member retries durably on its own policy. When every member has settled, a member
         that failed for good raises its ``RemoteStepError`` (the first such member, in input
         order); otherwise the outputs are returned. Members take consecutive sequence numbers.
+        With ``compensate=undo_step``, each member that completed registers its undo, in input
+        order (also when another member failed), as ``ctx.step`` does.
 
         Raises:
             ValueError: If the step has ``timeout_ms`` (a fan needs durable steps), or names a
                 queue the engine lacks.
             RemoteStepError: For the first member that failed for good, once all have settled.
-            TypeError: If an input cannot be stored (nothing is written).
+            TypeError: If an input cannot be stored (nothing is written), or *compensate* is
+                neither a ``StepDef`` nor a name.
         """
         name, definition = self._resolve(step, "ctx.all")
+        undo = self._undo_of(compensate, name)
         values = list(inputs)
         policy = self._policy(name, definition, overrides)
         if policy.timeout_ms is not None:
@@ -556,12 +794,33 @@ class WorkflowContext:
             )
         if not members:
             return []
+        if any(self._stops_at(member.recorded) for member in members):
+            self._register_members(undo, values, members)
+            raise self._stop()
         if await settle_members(self._turn, members):
             raise self._suspend()
+        self._register_members(undo, values, members)
         for member in members:
             if member.error is not None:
                 raise member.error
         return [member.output for member in members]
+
+    def _register_members(
+        self, undo: _Undo | None, values: list[Any], members: list[Member]
+    ) -> None:
+        """The undos of a fan's members that completed, in input order."""
+        if undo is None:
+            return
+        for value, member in zip(values, members, strict=True):
+            recorded = member.recorded
+            if member.state == "done":
+                self._register(undo, value, member.output)
+            elif (
+                member.state == "waiting"
+                and recorded is not None
+                and recorded.status == "completed"
+            ):
+                self._register(undo, value, from_data(member.codec, recorded.output))
 
     def _member(
         self,
@@ -585,3 +844,63 @@ class WorkflowContext:
             if recorded is not None
             else dump(codec, value, f"input of step {name!r}"),
         )
+
+    # -- compensations ----------------------------------------------------------------------------
+
+    async def _unwind(self) -> list[str]:
+        """
+        Run the registered compensations, the last registered first, each as the checkpointed
+        step ``compensate:<step>`` at the next sequence numbers (so every replay numbers them
+        alike); return the names of the steps whose undo spent its attempts, in unwinding
+        order. A completed compensation never runs again; one without a record runs (again,
+        after a crash: undos must be idempotent). See ``unwind``.
+
+        Raises:
+            Suspended: While a dispatched undo is out (the run waits for its result).
+        """
+        self._unwinding = True
+        failed: list[str] = []
+        for undo in reversed(self._undos):
+            done = await (
+                self._undo_local(undo) if undo.local is not None else self._undo_remote(undo)
+            )
+            if not done:
+                failed.append(undo.undoes)
+        return failed
+
+    async def _undo_local(self, undo: _Undo) -> bool:
+        name = f"{COMPENSATION_PREFIX}{undo.undoes}"
+        seq, recorded = self._next(name, "local")
+        if recorded is not None and recorded.status == "completed":
+            return True
+        if recorded is not None and recorded.status == "failed" and recorded.final:
+            return False
+        assert undo.local is not None
+        outcome = await self._run_local(
+            seq=seq,
+            name=name,
+            fn=functools.partial(undo.local, undo.argument),
+            codec=JSON,
+            policy=StepPolicy({"retries": self._turn.host.compensation_retries}),
+            recorded=recorded,
+            undoes=undo.undoes,
+        )
+        return outcome is not _UNDO_FAILED
+
+    async def _undo_remote(self, undo: _Undo) -> bool:
+        name = f"{COMPENSATION_PREFIX}{undo.undoes}"
+        seq, recorded = self._next(name, "remote")
+        member = Member(
+            seq=seq,
+            name=name,
+            group=undo.group,
+            policy=undo.policy,
+            codec=undo.codec,
+            recorded=recorded,
+            input_text=None if recorded is not None else undo.input_text,
+            handler=undo.handler,
+            undoes=undo.undoes,
+        )
+        if await settle_members(self._turn, (member,)):
+            raise self._suspend()
+        return member.error is None

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+import types
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import attrs
 from typing_extensions import Unpack
@@ -15,11 +16,16 @@ from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
 
 if TYPE_CHECKING:
     from effects.durable._context import WorkflowContext
+    from effects.durable.errors import StepError
 
 __all__ = ["StepDef", "WorkflowDef", "check_name", "step", "workflow"]
 
 I = TypeVar("I")  # noqa: E741 - the design's name for an input type
 O = TypeVar("O")  # noqa: E741
+
+#: An error route's handler: ``async def handler(ctx, input, error: StepError) -> output``.
+ErrorHandler = Callable[["WorkflowContext", Any, "StepError"], Awaitable[Any]]
+_NO_ROUTES: Mapping[str, ErrorHandler] = types.MappingProxyType({})
 
 
 def check_name(value: object, what: str) -> str:
@@ -62,6 +68,8 @@ class WorkflowDef(Generic[I, O]):
         requeue: Whether ``engine.requeue`` (the CLI's ``retry``) may run a finished run of
             it again: ``True``; ``False`` refuses; a string refuses too and is what the
             refusal says to do instead.
+        on_error: The error routes: for an error ``code``, the handler that turns an error of
+            that code escaping the body into the run's output (read-only).
     """
 
     name: str
@@ -69,6 +77,7 @@ class WorkflowDef(Generic[I, O]):
     fn: Callable[[WorkflowContext, I], Awaitable[O]]
     codec: Codec = JSON
     requeue: bool | str = True
+    on_error: Mapping[str, ErrorHandler] = attrs.field(default=_NO_ROUTES, hash=False)
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} version {self.version!r}>"
@@ -105,7 +114,12 @@ def _refuse_generators(fn: object, what: str) -> None:
 
 
 def workflow(
-    name: str, *, version: str = "1", codec: Codec | None = None, requeue: bool | str = True
+    name: str,
+    *,
+    version: str = "1",
+    codec: Codec | None = None,
+    requeue: bool | str = True,
+    on_error: Mapping[str, ErrorHandler] | None = None,
 ) -> Callable[[Callable[[WorkflowContext, I], Awaitable[O]]], WorkflowDef[I, O]]:
     """
     Declare an ``async def`` function of ``(ctx, input)`` as a workflow.
@@ -119,12 +133,21 @@ def workflow(
             run again. ``False``: it refuses (a run whose steps cannot safely run again, such as
             one that must start over as a new run). A string refuses too, and is what the
             refusal tells the user to do instead (one line).
+        on_error: Error routes, ``{code: handler}``: when an error whose ``code`` is a key
+            escapes the body (a ``FatalError``, a ``RemoteStepError`` whose worker's error has
+            that code, a step's spent attempts), ``await handler(ctx, input, error)`` runs as
+            part of the workflow (its steps replayed like the body's; ``error`` is the
+            escaped error's ``StepError``), and what it returns completes the run (events
+            ``run.error_routed``, ``run.completed``); no compensation runs. A handler that
+            raises fails the run with its error (its compensations then run). An error of no
+            code, an error a handler raises, and a ``NonDeterminismError`` are never routed.
 
     Raises:
-        TypeError: If the function is not ``async def``, a name is not a string, or
-            *requeue* is neither a bool nor a string.
-        ValueError: If *name* or *version* is empty, or *requeue* is an empty or multi-line
-            string.
+        TypeError: If the function is not ``async def``, a name is not a string,
+            *requeue* is neither a bool nor a string, or *on_error* is not a mapping of
+            codes to ``async def`` handlers.
+        ValueError: If *name* or *version* is empty, *requeue* is an empty or multi-line
+            string, or a code of *on_error* is empty.
 
     Example:
         >>> @workflow("greet")
@@ -136,15 +159,47 @@ def workflow(
     check_name(name, "workflow name")
     check_name(version, f"version of workflow {name!r}")
     _check_requeue(requeue, name)
+    routes = _routes(on_error, name)
 
     def define(fn: Callable[[WorkflowContext, I], Awaitable[O]]) -> WorkflowDef[I, O]:
         _refuse_generators(fn, f"workflow {name!r}")
         if not is_async_callable(fn):
             msg = f"workflow {name!r} must be an async def function, got {fn!r}"
             raise TypeError(msg)
-        return WorkflowDef(name, version, fn, JSON if codec is None else codec, requeue)
+        return WorkflowDef(name, version, fn, JSON if codec is None else codec, requeue, routes)
 
     return define
+
+
+def _routes(on_error: object, name: str) -> Mapping[str, ErrorHandler]:
+    """The checked error routes of workflow *name*, as a read-only copy."""
+    if on_error is None:
+        return _NO_ROUTES
+    if not isinstance(on_error, Mapping):
+        msg = (
+            f"on_error of workflow {name!r} must be a mapping of error codes to async def"
+            f" handlers, got {on_error!r}"
+        )
+        raise TypeError(msg)
+    routes: dict[str, ErrorHandler] = {}
+    given: Mapping[object, object] = on_error  # pyright: ignore[reportUnknownVariableType]
+    for code, handler in given.items():
+        where = f"on_error of workflow {name!r}"
+        if not isinstance(code, str):
+            msg = f"{where}: an error code must be a string, got {code!r}"
+            raise TypeError(msg)
+        if not code:
+            msg = f"{where}: an error code must not be empty"
+            raise ValueError(msg)
+        _refuse_generators(handler, f"{where}: the handler of {code!r}")
+        if not is_async_callable(handler):
+            msg = (
+                f"{where}: the handler of {code!r} must be an async def function of"
+                f" (ctx, input, error), got {handler!r}"
+            )
+            raise TypeError(msg)
+        routes[code] = cast("ErrorHandler", handler)
+    return types.MappingProxyType(routes)
 
 
 def _check_requeue(requeue: object, name: str) -> None:

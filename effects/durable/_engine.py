@@ -119,6 +119,9 @@ class Engine:
             with ``remote_step_lost``; default 10.
         max_recovery_attempts: After this many recoveries of an expired run lease the run is
             ``dead``; ``None`` (default) for no limit.
+        compensation_retries: Each compensation's attempts, the first included (default 1),
+            whatever its ``StepDef`` declares; a compensation that spends them is recorded
+            (``step.compensation_failed``) and the others still run.
 
     Raises:
         TypeError: If a definition is not one made by ``@workflow`` / ``@step`` / ``Queue``.
@@ -139,6 +142,7 @@ class Engine:
         remote_redispatch_ms: int | None = None,
         remote_redispatch_max: int = 10,
         max_recovery_attempts: int | None = None,
+        compensation_retries: int = 1,
     ) -> None:
         self._workflows: dict[str, WorkflowDef[Any, Any]] = _by_name(
             workflows, WorkflowDef, "workflow"
@@ -158,6 +162,7 @@ class Engine:
             if max_recovery_attempts is None
             else checked_count(max_recovery_attempts, "max_recovery_attempts", least=0)
         )
+        undo_attempts = checked_count(compensation_retries, "compensation_retries", least=1)
         for definition in self._steps.values():
             queue = definition.policy.queue
             if queue is not None and queue not in queues_by_name:
@@ -181,6 +186,7 @@ class Engine:
             redispatch_ms=redispatch,
             redispatch_max=redispatch_max,
             max_recovery=max_recovery,
+            compensation_retries=undo_attempts,
             workflows=self._workflows,
             steps=self._steps,
             queues=queues_by_name,
@@ -450,12 +456,13 @@ class Engine:
         """
         Retry a failed, dead or cancelled run: every failed checkpoint is reset to a fresh first
         attempt (attempts 0, retryable again, due now) and the run becomes pending. Completed
-        steps are not run again.
+        steps are not run again; a plainly cancelled run resumes where the cancel stopped it.
 
         Raises:
             UnknownRunError: If no run has this id.
-            ValueError: If the run is not failed, dead or cancelled, or its workflow, as this
-                engine has it, says ``requeue=False`` (or what to do instead).
+            ValueError: If the run is not failed, dead or cancelled; if its completed steps were
+                undone (cancelled with compensation, or failed and compensated); or if its
+                workflow, as this engine has it, says ``requeue=False`` (or what to do instead).
         """
         found = await self._store.get_run(run_id)
         if found is None:
@@ -472,6 +479,46 @@ class Engine:
             raise UnknownRunError(run_id) from None
         self._loop.notify()
         return run
+
+    async def cancel(self, run_id: str, *, compensate: bool = False) -> Run:
+        """
+        Cancel a run that is not finished; return its record as stored after.
+
+        Plain: the run is ``cancelled`` at once (event ``run.cancelled``). Its pending tasks are
+        withdrawn in the same commit (a worker that claimed one learns it at its next
+        ``heartbeat()``, which raises ``RunCancelled``, or when it reports: its result is
+        discarded); a turn running elsewhere stops at its next step (its lease is gone); a
+        liveness wait ends. ``requeue`` resumes it later, if wanted.
+
+        With *compensate*: the compensations its completed steps registered run first (as when
+        a run fails), then it is ``cancelled``. This returns at once: the run is ``pending``
+        (event ``run.cancel_requested``) until a turn has undone its steps; ``wait()`` returns
+        once it is ``cancelled``. Its replay stops at the first step without a settled record
+        (that step's tasks are withdrawn now, as a plain cancel does); the undos' own results
+        are kept. A second compensating cancel meanwhile returns the run unchanged; a plain one
+        cancels it at once and the remaining undos do not run. A run with no completed step is
+        cancelled at once. A cancelled run's error is ``None``, unless undos failed: then
+        ``StepError("cancelled", code="cancelled", details={"compensation_failed": [...]})``.
+
+        Raises:
+            UnknownRunError: If no run has this id.
+            ValueError: If the run is finished (completed, failed, cancelled or dead), naming
+                its status.
+            TypeError: If *compensate* is not a bool.
+        """
+        if not isinstance(compensate, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = f"compensate must be True or False, got {compensate!r}"
+            raise TypeError(msg)
+        try:
+            run = await self._store.cancel_run(run_id, compensate=compensate, now=self._now())
+        except LookupError:
+            raise UnknownRunError(run_id) from None
+        await self._loop.cancelled(run_id)
+        if run.status == "cancelled":
+            self._finishes.finished(run)
+        else:
+            self._loop.notify()  # pending: a turn of it undoes, then cancels
+        return self._decoded(run)
 
     async def redispatch_pending(self, run_id: str) -> int:
         """

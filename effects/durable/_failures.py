@@ -9,11 +9,27 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from effects.durable._names import MAX_RECOVERY, NO_HANDLER, REDISPATCHED, STEP_LOST, WORKER_LOST
-from effects.durable.errors import DurableError, NoHandler, RemoteStepLost, RunDead, StepError
+from effects.durable._names import (
+    CANCELLED,
+    MAX_RECOVERY,
+    NO_HANDLER,
+    REDISPATCHED,
+    STEP_LOST,
+    WORKER_LOST,
+)
+from effects.durable.errors import (
+    DurableError,
+    NoHandler,
+    RemoteStepLost,
+    RunCancelled,
+    RunDead,
+    StepError,
+)
 from effects.durable.errors import WorkerLost as _WorkerLost
 
 __all__ = [
+    "cancelled_attempt",
+    "cancelled_run",
     "dead_run",
     "in_thread",
     "is_failure",
@@ -134,5 +150,29 @@ def dead_run(count: int, limit: int | None) -> StepError:
         message=f"the run's lease expired after {count} recoveries (max_recovery_attempts={limit})",
         code=MAX_RECOVERY,
         type=_type(RunDead),
+        retryable=False,
+    )
+
+
+def cancelled_attempt() -> StepError:
+    """
+    The failure a cancel records on a dispatched step it stopped waiting for (its attempts
+    withdrawn): a ``requeue`` of the cancelled run resets it to a fresh first attempt.
+    """
+    return StepError(
+        message="cancelled: the run was cancelled while this step was awaited",
+        code=CANCELLED,
+        type=_type(RunCancelled),
+        retryable=False,
+    )
+
+
+def cancelled_run(compensation_failed: list[str]) -> StepError:
+    """The error of a run cancelled with compensation whose undos of these steps failed."""
+    return StepError(
+        message="cancelled",
+        code=CANCELLED,
+        details={"compensation_failed": list(compensation_failed)},
+        type=_type(RunCancelled),
         retryable=False,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final, Literal, get_args
 
 __all__ = [
+    "CANCELLED",
     "EVENT_NAMES",
     "FAILURE_CODES",
     "MAX_RECOVERY",
@@ -32,6 +33,7 @@ FailureCode = Literal[
     "no_handler",
     "max_recovery_attempts",
     "non_determinism",
+    "cancelled",
 ]
 #: A worker's claim expired before it reported: a retryable failure of that attempt.
 WORKER_LOST: Final[FailureCode] = "worker_lost"
@@ -47,6 +49,9 @@ NO_HANDLER: Final[FailureCode] = "no_handler"
 MAX_RECOVERY: Final[FailureCode] = "max_recovery_attempts"
 #: Replay met another step than the one recorded.
 NON_DETERMINISM: Final[FailureCode] = "non_determinism"
+#: The run was cancelled: the code of an attempt a cancel withdrew, and of a cancelled run's
+#: error when some of its compensations failed.
+CANCELLED: Final[FailureCode] = "cancelled"
 FAILURE_CODES: Final = frozenset(get_args(FailureCode))
 
 EventName = Literal[
@@ -58,6 +63,8 @@ EventName = Literal[
     "run.reconciling",
     "run.requeued",
     "run.cancelled",
+    "run.cancel_requested",
+    "run.error_routed",
     "step.started",
     "step.completed",
     "step.failed",
@@ -70,5 +77,6 @@ EventName = Literal[
     "step.admitted",
     "step.withdrawn",
     "step.result_discarded",
+    "step.compensation_failed",
 ]
 EVENT_NAMES: Final = frozenset(get_args(EventName))

@@ -58,6 +58,9 @@ class Run:
         updated_at: Epoch ms of the last change.
         wake_at: Epoch ms at which a ``suspended`` run is due again, or ``None`` (it waits for
             a result).
+        cancel: How the run was asked to cancel: ``None`` (never, or a requeue resumed it),
+            ``"plain"`` (``engine.cancel(run_id)``), or ``"compensate"`` (``engine.cancel(run_id,
+            compensate=True)``: its compensations run first, then it is ``cancelled``).
     """
 
     run_id: str
@@ -71,6 +74,7 @@ class Run:
     created_at: int
     updated_at: int
     wake_at: int | None = None
+    cancel: str | None = None
 
 
 @attrs.frozen
@@ -108,6 +112,8 @@ class Checkpoint:
         lease_ms: The lost-dispatch lease of a pending dispatched step, else ``None``.
         redispatches: How many times a lost dispatch of this step was re-driven.
         heartbeat_at: Epoch ms of the worker's last persisted beat (the claim counts), or ``None``.
+        handler: The name of the step a dispatched compensation (``compensate:<step>``) runs,
+            which its tasks carry; ``None`` for every other checkpoint (its tasks carry ``name``).
 
     ``errors`` may be given as the JSON text of the list (as a store holds it): it is decoded
     when first read, and written back as it was when the checkpoint changes in other ways.
@@ -140,6 +146,7 @@ class Checkpoint:
     lease_ms: int | None = None
     redispatches: int = 0
     heartbeat_at: int | None = None
+    handler: str | None = None
     _decoded: tuple[StepError, ...] | None = attrs.field(
         default=None, init=False, eq=False, repr=False
     )

@@ -21,10 +21,11 @@ from effects.durable._failures import lapsed_dispatch, lost_dispatch
 from effects.durable._policy import StepPolicy
 from effects.durable._records import Checkpoint
 from effects.durable._store import CheckpointWrite, NewEvent, NewTask, RunAdvance
+from effects.durable._store.rules import task_name
 from effects.durable._turn import HOLD, Turn, tell_hooks, wait_ms
 from effects.durable.errors import RemoteStepError, RemoteStepTimeout, StepError, remote_error
 
-__all__ = ["Member", "liveness", "settle_members"]
+__all__ = ["Member", "compensation_failed", "liveness", "settle_members"]
 
 _WAITING: Final = "waiting"
 
@@ -40,6 +41,11 @@ class Member:
     codec: Codec
     recorded: Checkpoint | None
     input_text: str | None
+    #: For a compensation: the step its tasks run (its checkpoint is ``compensate:<undoes>``).
+    handler: str | None = None
+    #: For a compensation: the name of the step it undoes (its failure is then told as
+    #: ``step.compensation_failed`` in the commit that settles it).
+    undoes: str | None = None
     # Filled in by planning:
     output: Any = None
     error: RemoteStepError | None = None
@@ -86,7 +92,7 @@ def _task(
         cp.run_id,
         cp.seq,
         cp.step_id,
-        cp.name,
+        task_name(cp),
         cp.group,
         input_text,
         attempt,
@@ -95,6 +101,14 @@ def _task(
         queue_limit=None if queue is None else turn.host.queue_limit(queue),
         **extra,
     )
+
+
+def _dispatched(cp: Checkpoint, attempt: int) -> dict[str, Any]:
+    """The data of ``step.dispatched``; a compensation's also names the step its tasks run."""
+    data: dict[str, Any] = {"attempt": attempt, "name": cp.name}
+    if cp.handler is not None:
+        data["handler"] = cp.handler
+    return data
 
 
 def _dispatch_new(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
@@ -120,12 +134,11 @@ def _dispatch_new(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
         queue=member.policy.queue,
         dispatched_at=now,
         lease_ms=lease,
+        handler=member.handler,
     )
     plan.writes.append(CheckpointWrite(cp, None, input=member.input_text))
     plan.tasks.append(_task(turn, cp, member.input_text, 1, now))
-    plan.events.append(
-        NewEvent("step.dispatched", now, member.seq, {"attempt": 1, "name": member.name})
-    )
+    plan.events.append(NewEvent("step.dispatched", now, member.seq, _dispatched(cp, 1)))
     member.wake = cp.wake_at
 
 
@@ -168,9 +181,7 @@ def _redispatch(
                 "warning",
             )
         )
-    plan.events.append(
-        NewEvent("step.dispatched", now, cp.seq, {"attempt": attempt, "name": cp.name})
-    )
+    plan.events.append(NewEvent("step.dispatched", now, cp.seq, _dispatched(cp, attempt)))
     member.wake = updated.wake_at
 
 
@@ -179,6 +190,23 @@ def _settle(member: Member, cp: Checkpoint, plan: _Plan, now: int, **changes: An
     plan.writes.append(CheckpointWrite(settled, cp.rev, input=_text(cp.input)))
     member.state = "failed"
     member.error = remote_error(settled.step_id, settled.name, settled.errors)
+    if member.undoes is not None:
+        plan.events.append(
+            compensation_failed(
+                settled.seq, member.undoes, settled.attempts, member.error.step_error, now
+            )
+        )
+
+
+def compensation_failed(
+    seq: int, undoes: str, attempts: int, error: StepError, now: int
+) -> NewEvent:
+    """
+    ``step.compensation_failed``: the compensation at *seq* of step *undoes* spent its
+    *attempts*, the last failing with *error*. Written in the commit that settles it.
+    """
+    data = {"step": undoes, "attempts": attempts, "error": error.to_json()}
+    return NewEvent("step.compensation_failed", now, seq, data, "error")
 
 
 def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:

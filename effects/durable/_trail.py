@@ -9,7 +9,9 @@ from effects.durable._records import Checkpoint, Event
 __all__ = ["merge_events"]
 
 _RUN_FIRST: Final = frozenset({"run.started", "run.requeued"})
-_RUN_LAST: Final = frozenset({"run.completed", "run.failed", "run.dead", "run.cancelled"})
+_RUN_LAST: Final = frozenset(
+    {"run.error_routed", "run.completed", "run.failed", "run.dead", "run.cancelled"}
+)
 
 
 def merge_events(stored: list[Event], checkpoints: list[Checkpoint]) -> list[Event]:

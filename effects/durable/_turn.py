@@ -24,7 +24,16 @@ from effects.durable._time import epoch_ms
 from effects.durable.errors import StoreError
 from schedules import MAX_DELAY, RandomLike
 
-__all__ = ["HOLD", "StepWaiter", "Suspended", "Turn", "TurnHost", "tell_hooks", "wait_ms"]
+__all__ = [
+    "HOLD",
+    "StepWaiter",
+    "Stopped",
+    "Suspended",
+    "Turn",
+    "TurnHost",
+    "tell_hooks",
+    "wait_ms",
+]
 
 _MAX_DELAY_MS: Final = round(MAX_DELAY * 1000)
 _log: Final = logging.getLogger("effects.durable")
@@ -36,6 +45,13 @@ HOLD: Final = RunAdvance("continue")
 
 class Suspended(BaseException):
     """The run suspends here; not an error, and not catchable by ``except Exception``."""
+
+
+class Stopped(BaseException):
+    """
+    A run being cancelled with compensation stops here: its replay met a step with no settled
+    record. Not an error, and not catchable by ``except Exception``.
+    """
 
 
 @attrs.define(slots=True, eq=False)
@@ -65,6 +81,11 @@ class TurnHost(Protocol):
     @property
     def reconcile_ms(self) -> int:
         """The wake of a run waiting on the liveness path, should its dispatcher die (ms)."""
+        ...
+
+    @property
+    def compensation_retries(self) -> int:
+        """Each compensation's attempts, the first included."""
         ...
 
     @property

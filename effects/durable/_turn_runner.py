@@ -12,12 +12,12 @@ from typing import Any, Final, Literal
 import attrs
 
 from effects import Clock
-from effects.durable._codec import dump, from_data
-from effects.durable._context import WorkflowContext, suspended
+from effects.durable._context import WorkflowContext
 from effects.durable._definitions import StepDef, WorkflowDef
-from effects.durable._failures import is_failure
+from effects.durable._failures import cancelled_run
 from effects.durable._finishes import Finishes
 from effects.durable._renewal import Renewal
+from effects.durable._saga import play, with_failed_undos
 from effects.durable._store import ClaimedRun, NewEvent, RunAdvance, StaleTurnError, Store
 from effects.durable._time import epoch_ms
 from effects.durable._turn import Turn, TurnHost
@@ -27,7 +27,6 @@ from schedules import RandomLike
 __all__ = ["TurnEnd", "TurnRunner"]
 
 _log: Final = logging.getLogger("effects.durable")
-_SUSPENDED: Final = suspended()
 # A turn abandoned because a write of it failed is replayed no sooner than this (ms).
 _STORE_RETRY_MS: Final = 1000
 
@@ -156,49 +155,38 @@ class TurnRunner:
     async def _replay(
         self, definition: WorkflowDef[Any, Any], ctx: WorkflowContext, turn: Turn
     ) -> bool:
-        """Replay the workflow; whether the turn finished the run (completed or failed)."""
-        run = turn.run
-        try:
-            value = await definition.fn(ctx, from_data(definition.codec, run.input))
-        except _SUSPENDED:
+        """Replay the workflow; whether the turn finished the run (completed, failed, cancelled)."""
+        ending = await play(definition, ctx, turn)
+        if ending.kind == "none":
             return False
-        except (StaleTurnError, StoreError):
-            raise
-        except BaseException as error:
-            if not is_failure(error, in_thread=False):
-                raise  # the engine stops: the turn gives the run back
-            if turn.broken is not None:
-                # Whatever the workflow made of a failed write, the run is not failed by it.
-                raise turn.broken from error
-            if ctx.fatal is None and ctx.is_suspended:
-                return False
-            await self._finish_failed(turn, ctx.fatal or error)
-            return True
-        if turn.broken is not None:
-            return False  # the workflow swallowed a failed write: finish nothing
-        if ctx.fatal is not None:
-            await self._finish_failed(turn, ctx.fatal)
-            return True
-        if ctx.is_suspended:
-            return False
-        try:
-            text = dump(definition.codec, value, f"output of workflow {definition.name!r}")
-        except TypeError as error:
-            await self._finish_failed(turn, error)
-            return True
+        if ending.kind == "completed":
+            assert ending.output is not None
+            await self._finish_completed(turn, ending.output, ending.routed)
+        elif ending.kind == "failed":
+            assert ending.error is not None
+            await self._finish_failed(turn, ending.error, ending.compensation_failed)
+        else:
+            await self._finish_cancelled(turn, ending.compensation_failed)
+        return True
+
+    async def _finish_completed(self, turn: Turn, text: str, routed: str | None) -> None:
         now = turn.now()
+        events = [NewEvent("run.completed", now)]
+        if routed is not None:
+            events.insert(0, NewEvent("run.error_routed", now, None, {"code": routed}))
         await turn.commit(
-            RunAdvance("finish", status="completed", output=text),
-            events=(NewEvent("run.completed", now),),
-            now=now,
+            RunAdvance("finish", status="completed", output=text), events=events, now=now
         )
         if self._finishes.waiters:
             self._finishes.finished(
                 attrs.evolve(
-                    run, status="completed", output=json.loads(text), updated_at=now, wake_at=None
+                    turn.run,
+                    status="completed",
+                    output=json.loads(text),
+                    updated_at=now,
+                    wake_at=None,
                 )
             )
-        return True
 
     async def _abandon(self, turn: Turn, error: StoreError) -> None:
         """
@@ -218,9 +206,11 @@ class TurnRunner:
         except (StoreError, StaleTurnError):
             _log.debug("run %s: could not suspend the abandoned turn", run_id, exc_info=True)
 
-    async def _finish_failed(self, turn: Turn, error: BaseException) -> None:
+    async def _finish_failed(
+        self, turn: Turn, error: BaseException, compensation_failed: tuple[str, ...] = ()
+    ) -> None:
         now = turn.now()
-        step_error = StepError.from_exception(error)
+        step_error = with_failed_undos(StepError.from_exception(error), compensation_failed)
         await turn.commit(
             RunAdvance("finish", status="failed", error=step_error),
             events=(NewEvent("run.failed", now, None, {"error": step_error.to_json()}, "error"),),
@@ -230,5 +220,23 @@ class TurnRunner:
             self._finishes.finished(
                 attrs.evolve(
                     turn.run, status="failed", error=step_error, updated_at=now, wake_at=None
+                )
+            )
+
+    async def _finish_cancelled(self, turn: Turn, compensation_failed: tuple[str, ...]) -> None:
+        """End a run cancelled with compensation, its undos done (or recorded as failed)."""
+        now = turn.now()
+        failed = list(compensation_failed)
+        error = cancelled_run(failed) if failed else None
+        data = {"compensate": True, "compensation_failed": failed}
+        await turn.commit(
+            RunAdvance("finish", status="cancelled", error=error),
+            events=(NewEvent("run.cancelled", now, None, data, "warning"),),
+            now=now,
+        )
+        if self._finishes.waiters:
+            self._finishes.finished(
+                attrs.evolve(
+                    turn.run, status="cancelled", error=error, updated_at=now, wake_at=None
                 )
             )

@@ -129,6 +129,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "created_at": run.created_at,
         "updated_at": run.updated_at,
         "wake_at": run.wake_at,
+        "cancel": run.cancel,
     }
 
 
@@ -148,6 +149,7 @@ def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
         "error": None if c.error is None else c.error.to_json(),
         "errors": [e.to_json() for e in c.errors],
         "final": c.final,
+        "handler": c.handler,
         "group": c.group,
         "queue": c.queue,
         "progress": c.progress,
@@ -219,6 +221,9 @@ def run_text(run: Run, *, now_ms: int) -> str:
     ]
     if run.error is not None:
         fields.append(("error type", safe(run.error.type)))
+    if run.cancel is not None:
+        how = "with compensation" if run.cancel == "compensate" else "plainly"
+        fields.append(("cancel", f"asked for, {how}"))
     width = max(len(name) for name, _ in fields)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in fields)
 

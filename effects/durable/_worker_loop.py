@@ -59,6 +59,7 @@ class WorkerLoop:
         redispatch_ms: int | None,
         redispatch_max: int,
         max_recovery: int | None,
+        compensation_retries: int,
         workflows: Mapping[str, WorkflowDef[Any, Any]],
         steps: Mapping[str, StepDef[Any, Any]],
         queues: Mapping[str, Queue],
@@ -75,6 +76,7 @@ class WorkerLoop:
         self.redispatch_ms = redispatch_ms
         self.redispatch_max = redispatch_max
         self.reconcile_ms = reconcile_ms
+        self.compensation_retries = compensation_retries
         self.poll_ms = 1000
         self._turns = TurnRunner(
             store=store,
@@ -234,6 +236,17 @@ class WorkerLoop:
             # A result of another attempt (a late one) may still complete the step.
             waiter.finished = True
             waiter.event.set()
+
+    async def cancelled(self, run_id: str) -> None:
+        """
+        This engine cancelled the run: its liveness waits here read their checkpoint at once
+        (and end), and its attempts in flight here learn it (their heartbeats raise).
+        """
+        for step_id, waiter in list(self._waiters.items()):
+            if step_id.rpartition(":")[0] == run_id:
+                waiter.finished = True
+                waiter.event.set()
+        await self._attempts.cancelled(run_id)
 
     # -- runs start() makes -----------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ Errors of ``effects.durable``, in one tree.
     │   │   │                            its attempts are spent (.step_error, .errors)
     │   │   └── RemoteStepTimeout        a dispatched step with timeout_ms went silent
     │   ├── NonDeterminismError          replay met a different step at a sequence number
+    │   ├── RunCancelled                 the run of a running attempt was cancelled (raised by
+    │   │                                heartbeat() once the engine knows)
     │   ├── StoreError                   the store cannot be used (corrupt, foreign, newer schema)
     │   └── WorkerLost, RemoteStepLost,  the engine's own failures, as a StepError's type names
     │       NoHandler, RunDead           them (recorded, never raised by the engine)
@@ -43,6 +45,7 @@ __all__ = [
     "RemoteStepError",
     "RemoteStepLost",
     "RemoteStepTimeout",
+    "RunCancelled",
     "RunDead",
     "StepError",
     "StepFailedError",
@@ -351,6 +354,27 @@ class NonDeterminismError(DurableError):
         self.seq = seq
         self.recorded = recorded
         self.requested = requested
+
+
+class RunCancelled(DurableError):  # noqa: N818 - the design's name
+    """
+    The run of this step attempt was cancelled (``engine.cancel``): the attempt was withdrawn,
+    and whatever it returns is discarded. ``current_step().heartbeat()`` raises it once the
+    engine knows (its own cancel, or a renewal or beat the store refused), so a long handler
+    can stop early; let it propagate.
+
+    Attributes:
+        run_id: The cancelled run.
+        code: ``"cancelled"``.
+        retryable: ``False``.
+    """
+
+    code = _names.CANCELLED
+    retryable = False
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} was cancelled; this attempt's result will be discarded")
+        self.run_id = run_id
 
 
 class StoreError(DurableError):

@@ -14,6 +14,15 @@ The durable checkout demo: a flaky payment retried durably, and a worker killed 
    thanks to the call site's ``retries=5``. The run completes.
 5. ``show`` prints the run, its checkpoints and its event trail; SIGTERM drains the second worker.
 
+Then, on a store of their own (``more/`` in the folder), with worker C, the saga side of checkout:
+
+6. Order 1002's card is declined: the gateway's ``FatalError(..., "declined")`` is routed to the
+   workflow's ``on_error`` handler, which mails the customer and completes the run with the
+   outcome ``"declined: ..."`` (``run.error_routed``); nothing is undone.
+7. Order 1003 is charged, and its confirmation is held. ``cancel order-1003 --compensate``: the
+   held attempt is withdrawn (its next heartbeat raises ``RunCancelled``, nothing is mailed, its
+   result is discarded), the charge's compensation refunds the card, and the run is cancelled.
+
 Run it with ``python examples/checkout/demo.py [--keep DIR]``; it takes a few seconds.
 """
 
@@ -34,6 +43,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from effects.durable import Engine
 
 HERE = Path(__file__).resolve().parent
 RUN_ID = "order-1001"
@@ -90,9 +101,23 @@ class Worker:
 class Trail:
     """Prints a run's new events as they land, as a story."""
 
-    def __init__(self, engine: Any, started: float) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        started: float,
+        run_id: str = RUN_ID,
+        *,
+        prefix: str = "",
+        names: dict[int, str] | None = None,
+        hidden: frozenset[int] = frozenset(),
+    ) -> None:
         self.engine = engine
         self.started = started
+        self.run_id = run_id
+        self.prefix = prefix
+        self.names = dict(STEP_NAMES if names is None else names)
+        #: The steps whose events are not told (by sequence number).
+        self.hidden = hidden
         self.printed = 0
         self.workers: dict[str, str] = {}
 
@@ -112,17 +137,21 @@ class Trail:
             await asyncio.sleep(0.05)
 
     async def print_new(self) -> None:
-        events = await self.engine.events(RUN_ID)
+        events = await self.engine.events(self.run_id)
+        if any(e.seq is not None and e.seq not in self.names for e in events[self.printed :]):
+            # The steps past the story's three: a route's, or compensations (compensate:...).
+            for cp in await self.engine.checkpoints(self.run_id):
+                self.names.setdefault(cp.seq, cp.name)
         for event in events[self.printed :]:
-            line = self.describe(event)
+            line = None if event.seq in self.hidden else self.describe(event)
             if line:
                 offset = time.monotonic() - self.started
-                print(f"  +{offset:5.2f}s  {line}", flush=True)
+                print(f"  +{offset:5.2f}s  {self.prefix}{line}", flush=True)
         self.printed = len(events)
 
     def describe(self, event: Any) -> str | None:
         data: dict[str, Any] = event.data
-        name = STEP_NAMES.get(event.seq, f"step {event.seq}") if event.seq else "run"
+        name = self.names.get(event.seq, f"step {event.seq}") if event.seq else "run"
         attempt = data.get("attempt")
         kind = data.get("kind")
         where = f"{name:<21} attempt {attempt}"
@@ -159,6 +188,17 @@ class Trail:
                 return f"{'run':<21} recovered: its lease expired"
             case "run.completed" | "run.failed":
                 return f"{'run':<21} {event.name.split('.')[1]}"
+            case "run.error_routed":
+                return f"{'run':<21} error {data['code']!r} routed to the workflow's handler"
+            case "run.cancel_requested":
+                return f"{'run':<21} cancel with compensation asked for: the run is pending"
+            case "run.cancelled":
+                return f"{'run':<21} cancelled (compensated: {data['compensate']})"
+            case "step.withdrawn":
+                held = "claimed by a worker" if data.get("claimed") else "queued"
+                return f"{where} withdrawn ({held}): its result will not count"
+            case "step.result_discarded":
+                return f"{where} result discarded ({data.get('outcome')})"
             case _:
                 return f"{name:<21} {event.name} {data}"
 
@@ -252,6 +292,8 @@ async def demo(folder: Path) -> list[str]:
     code_b = worker_b.wait()
     print(f"worker B exit code {code_b}")
 
+    saga_checks = await sagas(folder, shop)
+
     lost = [
         e
         for e in events
@@ -269,11 +311,110 @@ async def demo(folder: Path) -> list[str]:
         "one confirmation email went out": len(mails) == 1,
         "worker A was killed by SIGKILL": code_a == -signal.SIGKILL,
         "worker B drained and exited 0": code_b == 0,
+        **saga_checks,
     }
     section("checks")
     for what, ok in checks.items():
         print(f"  {'ok  ' if ok else 'FAIL'} {what}")
     return [what for what, ok in checks.items() if not ok]
+
+
+async def sagas(folder: Path, shop: Any) -> dict[str, bool]:
+    """
+    The second story, on a store of its own in ``more/``: a declined card routed to an outcome
+    (order 1002), and an order cancelled with compensation while its confirmation is held
+    (order 1003); return its checks.
+    """
+    more = folder / "more"
+    more.mkdir(exist_ok=True)
+    store = f"sqlite:///{more / 'checkout.db'}"
+    env = {**os.environ, "CHECKOUT_STORE": store, "CHECKOUT_DATA": str(more)}
+    section("a declined card and a cancelled order: a second store, worker C")
+    items: list[Any] = [{"sku": "teapot", "quantity": 1, "price_cents": 2_999}]
+    declined_order = {"id": 1002, "email": "bob@example.com", "items": items,
+                      "card": "tok_declined"}  # fmt: skip
+    held_order = {"id": 1003, "email": "grace@hold.example", "items": items, "card": "tok_ok"}
+    started = time.monotonic()
+    async with Engine(store, workflows=[shop.checkout]) as engine:
+        await engine.start(shop.checkout, declined_order, run_id="order-1002")
+        await engine.start(shop.checkout, held_order, run_id="order-1003")
+        print("started order-1002 (a card the gateway declines) and order-1003 (a good card)")
+        worker_c = Worker("C", env)
+        # The quote is hidden (its in-memory retries are the first story's); the other steps'
+        # names are read from the checkpoints: a route's step, or a compensation.
+        trails = [
+            Trail(engine, started, run_id, prefix=f"{run_id}  ", names={}, hidden=frozenset({1}))
+            for run_id in ("order-1002", "order-1003")
+        ]
+        for trail in trails:
+            trail.label(worker_c.pid, "C")
+
+        async def finished(run_id: str) -> bool:
+            return (await engine.get_run(run_id)).status in ("completed", "failed", "cancelled")
+
+        async def declined_done_and_mail_held() -> bool:
+            await trails[1].print_new()
+            return await finished("order-1002") and (more / "mail-holding").exists()
+
+        await trails[0].follow(declined_done_and_mail_held)
+
+        section("order-1003 is charged, its confirmation held: cancel it, with compensation")
+        cancel_code = cli(["cancel", "order-1003", "--compensate"], env)
+
+        async def cancelled() -> bool:
+            # And the held attempt has heard of it (its next beat raised) and reported.
+            trail = [e.name for e in await engine.events("order-1003")]
+            return await finished("order-1003") and "step.result_discarded" in trail
+
+        await trails[1].follow(cancelled)
+        runs = {r: await engine.get_run(r) for r in ("order-1002", "order-1003")}
+        undone = [
+            c for c in await engine.checkpoints("order-1003") if c.name.startswith("compensate:")
+        ]
+        events = await engine.events("order-1003")
+    cli(["show", "order-1003"], env)
+    worker_c.process.send_signal(signal.SIGTERM)
+    code_c = worker_c.wait()
+    print(f"worker C exit code {code_c}")
+
+    charges = rows(more / "gateway.db", "SELECT order_id, charge_id FROM charges")
+    refunds = rows(more / "gateway.db", "SELECT charge_id, refund_id FROM refunds")
+    mails = rows(more / "mail.db", "SELECT to_address, subject FROM outbox")
+    section("the outcome of the second story")
+    for run_id, run in runs.items():
+        print(f"run {run_id}: {run.status}, output {run.output!r}")
+    print(f"gateway: charges {charges}, refunds {refunds}")
+    print(f"mail: {mails}")
+    names = [e.name for e in events]
+    return {
+        "order 1002 completed with the declined outcome": (
+            runs["order-1002"].status,
+            runs["order-1002"].output,
+        )
+        == ("completed", "declined: insufficient funds"),
+        "the declined card was never charged, and its customer was told": (
+            1002 not in [order for order, _ in charges]
+            and ("bob@example.com", "order 1002: card declined") in mails
+        ),
+        "cancel --compensate exited 0": cancel_code == 0,
+        "order 1003 is cancelled, with no error": (
+            runs["order-1003"].status,
+            runs["order-1003"].error,
+        )
+        == ("cancelled", None),
+        "order 1003 was charged once and refunded once": (
+            [o for o, _ in charges] == [1003] and [c for c, _ in refunds] == [charges[0][1]]
+        ),
+        "the refund ran as compensate:payments:charge-card": [c.name for c in undone]
+        == ["compensate:payments:charge-card"],
+        "the held confirmation was withdrawn and its result discarded": (
+            "step.withdrawn" in names and "step.result_discarded" in names
+        ),
+        "order 1003's confirmation was never mailed": all(
+            to != "grace@hold.example" for to, _ in mails
+        ),
+        "worker C drained and exited 0": code_c == 0,
+    }
 
 
 def main() -> int:
@@ -286,6 +427,7 @@ def main() -> int:
         for name in ("checkout.db", "gateway.db", "mail.db", "gateway-answering-slowly"):
             for suffix in ("", "-wal", "-shm"):
                 (folder / f"{name}{suffix}").unlink(missing_ok=True)
+        shutil.rmtree(folder / "more", ignore_errors=True)
     else:
         folder = Path(tempfile.mkdtemp(prefix="checkout-demo-"))
     try:
@@ -296,7 +438,10 @@ def main() -> int:
     if failed:
         print(f"\ndemo: {len(failed)} check(s) failed", flush=True)
         return 1
-    print("\ndemo: every check passed: the run survived a killed worker, the card was charged once")
+    print(
+        "\ndemo: every check passed: the run survived a killed worker, the card was charged once;"
+        " a declined card was an outcome, a cancelled order was refunded"
+    )
     return 0
 
 

@@ -11,6 +11,16 @@ The checkout workflow of the durable-engine seed, with the services it calls fak
 - ``email:confirm``: a dispatched step declared with a single try; the mail server refuses the
   first message, and the call site's override ``retries=5`` lets the second one go out.
 
+It is a saga, too: a completed charge registers its undo, ``payments:refund`` (dispatched with the
+charge's request and output). Should the run fail, or be cancelled with compensation
+(``python -m effects.durable --app shop:engine cancel RUN --compensate``), the card is refunded
+(``compensate:payments:charge-card``). A declined card is not a failure but an outcome: the
+gateway's ``FatalError(..., "declined")`` is routed to ``declined`` (``on_error``), which tells the
+customer and completes the run with ``"declined: ..."``.
+
+The gateway knows three cards: ``tok_flaky`` (the first story: 503, 503, then a charge answered
+too slowly), ``tok_ok`` (charged at once) and ``tok_declined`` (always declined).
+
 Workers run it with ``python -m effects.durable --app shop:engine work`` from this folder. The
 store is ``$CHECKOUT_STORE`` (default ``sqlite:///checkout.db``); the fake services keep their
 state in ``$CHECKOUT_DATA`` (default: the working folder).
@@ -24,15 +34,18 @@ import time
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
-from effects.durable import Engine, WorkflowContext, current_step, step, workflow
+from effects import FatalError
+from effects.durable import Engine, StepError, WorkflowContext, current_step, step, workflow
 from effects.http import ApiRequestError
 
 STORE = os.environ.get("CHECKOUT_STORE", "sqlite:///checkout.db")
 DATA = Path(os.environ.get("CHECKOUT_DATA", "."))
 #: The gateway's answer that never comes in time (the worker is killed long before).
 SLOW_ANSWER_S = 60.0
+#: How long a held confirmation waits at most (the demo cancels its order long before).
+HOLD_S = 60.0
 
 
 class Item(TypedDict):
@@ -45,6 +58,7 @@ class Order(TypedDict):
     id: int
     email: str
     items: list[Item]
+    card: NotRequired[str]
 
 
 class Quote(TypedDict):
@@ -54,6 +68,7 @@ class Quote(TypedDict):
 class ChargeRequest(TypedDict):
     order_id: int
     amount_cents: int
+    card: NotRequired[str]
 
 
 class Charge(TypedDict):
@@ -96,11 +111,13 @@ class Pricing:
         return {"total": sum(i["quantity"] * i["price_cents"] for i in order["items"])}
 
 
-def gateway_charge(key: str, order_id: int, amount_cents: int) -> str:
+def gateway_charge(key: str, order_id: int, amount_cents: int, card: str = "tok_flaky") -> str:
     """
-    A card gateway in ``gateway.db``. Per order: calls 1 and 2 answer 503; call 3 takes the
-    charge, then answers too slowly; a charge made under an idempotency key is never made twice
-    (a later call with the key returns it).
+    A card gateway in ``gateway.db``. A ``tok_declined`` card is declined (a ``FatalError`` of
+    code ``declined``: no retry helps). A ``tok_flaky`` card, per order: calls 1 and 2 answer
+    503; call 3 takes the charge, then answers too slowly. A ``tok_ok`` card is charged at once.
+    A charge made under an idempotency key is never made twice (a later call with the key
+    returns it).
     """
     with _service(
         "gateway.db",
@@ -111,7 +128,9 @@ def gateway_charge(key: str, order_id: int, amount_cents: int) -> str:
             "SELECT COUNT(*) + 1 FROM calls WHERE order_id = ?", (order_id,)
         ).fetchone()
         db.execute("INSERT INTO calls VALUES (?, ?, ?)", (order_id, key, n))
-        if n <= 2:
+        if card == "tok_declined":
+            raise FatalError("card declined: insufficient funds", "declined")
+        if card == "tok_flaky" and n <= 2:
             raise ApiRequestError(503, message="Service Unavailable")
         made = db.execute("SELECT charge_id FROM charges WHERE key = ?", (key,)).fetchone()
         if made is not None:
@@ -121,10 +140,24 @@ def gateway_charge(key: str, order_id: int, amount_cents: int) -> str:
         db.execute(
             "INSERT INTO charges VALUES (?, ?, ?, ?)", (key, charge_id, order_id, amount_cents)
         )
-    if n == 3:
+    if card == "tok_flaky" and n == 3:
         (DATA / "gateway-answering-slowly").write_text(key)
         time.sleep(SLOW_ANSWER_S)
     return charge_id
+
+
+def gateway_refund(key: str, charge_id: str) -> str:
+    """Refund a charge in ``gateway.db``; a refund under an idempotency key is made once."""
+    with _service(
+        "gateway.db", "refunds (key TEXT PRIMARY KEY, charge_id TEXT, refund_id TEXT)"
+    ) as db:
+        made = db.execute("SELECT refund_id FROM refunds WHERE key = ?", (key,)).fetchone()
+        if made is not None:
+            refund_id: str = made[0]
+            return refund_id
+        refund_id = f"re_{charge_id}"
+        db.execute("INSERT INTO refunds VALUES (?, ?, ?)", (key, charge_id, refund_id))
+    return refund_id
 
 
 def mail_send(message_id: str, to_address: str, subject: str) -> None:
@@ -156,20 +189,57 @@ pricing = Pricing()
 def charge_card(request: ChargeRequest) -> Charge:
     """Charge the card; the step id is the idempotency key, the same on every attempt."""
     key = current_step().step_id
-    return {"charge_id": gateway_charge(key, request["order_id"], request["amount_cents"])}
+    charge_id = gateway_charge(
+        key, request["order_id"], request["amount_cents"], request.get("card", "tok_flaky")
+    )
+    return {"charge_id": charge_id}
+
+
+class ChargeUndo(TypedDict):
+    input: ChargeRequest
+    output: Charge
+
+
+@step("payments:refund", backoff="exp", backoff_ms=200)
+def refund_card(undo: ChargeUndo) -> str:
+    """The charge's undo: refund it (the compensation's step id is the idempotency key)."""
+    return gateway_refund(current_step().step_id, undo["output"]["charge_id"])
 
 
 @step("email:confirm", backoff_ms=200)  # a single try, unless a call site asks for more
 def confirm_email(confirmation: Confirmation) -> None:
-    """Send the confirmation; the step id keeps a retried send from mailing twice."""
+    """
+    Send the confirmation; the step id keeps a retried send from mailing twice. An address at
+    ``hold.example`` is held first (the file ``mail-holding`` says so) until ``mail-release``
+    appears, beating all along: a beat raises ``RunCancelled`` once the order is cancelled,
+    and nothing is mailed.
+    """
     order = confirmation["order"]
+    if order["email"].endswith("@hold.example"):
+        (DATA / "mail-holding").write_text(str(order["id"]))
+        deadline = time.monotonic() + HOLD_S
+        while not (DATA / "mail-release").exists() and time.monotonic() < deadline:
+            current_step().heartbeat({"held": True})
+            time.sleep(0.05)
     subject = f"order {order['id']} confirmed ({confirmation['charge']['charge_id']})"
     mail_send(current_step().step_id, order["email"], subject)
 
 
-@workflow("checkout", version="1")
+@step("email:declined", backoff_ms=200)
+def declined_email(order: Order) -> None:
+    """Tell the customer their card was declined."""
+    mail_send(current_step().step_id, order["email"], f"order {order['id']}: card declined")
+
+
+async def declined(ctx: WorkflowContext, order: Order, error: StepError) -> str:
+    """The route of a declined card: an outcome, not a failure (the card was never charged)."""
+    await ctx.step(declined_email, order, retries=5)
+    return f"declined: {error.message.rpartition(': ')[2]}"
+
+
+@workflow("checkout", version="1", on_error={"declined": declined})
 async def checkout(ctx: WorkflowContext, order: Order) -> str:
-    """Quote, charge, confirm; the output is the charge id."""
+    """Quote, charge (undone by a refund), confirm; the output is the charge id."""
     quote: Quote = await ctx.local_step(
         "quote",
         lambda: pricing.fetch(order),
@@ -179,8 +249,12 @@ async def checkout(ctx: WorkflowContext, order: Order) -> str:
         backoff_max_ms=10_000,
         jitter=True,
     )
-    request: ChargeRequest = {"order_id": order["id"], "amount_cents": quote["total"]}
-    charge = await ctx.step(charge_card, request)
+    request: ChargeRequest = {
+        "order_id": order["id"],
+        "amount_cents": quote["total"],
+        "card": order.get("card", "tok_flaky"),
+    }
+    charge = await ctx.step(charge_card, request, compensate=refund_card)
     confirmation: Confirmation = {"order": order, "charge": charge}
     await ctx.step(confirm_email, confirmation, retries=5)  # a per-call override: 5 attempts
     return charge["charge_id"]
@@ -188,4 +262,10 @@ async def checkout(ctx: WorkflowContext, order: Order) -> str:
 
 # A short lease so that a killed worker's claim expires within the demo's seconds (the default,
 # 30 s, suits real workers: a lease is renewed every third of it while a step runs).
-engine = Engine(STORE, workflows=[checkout], steps=[charge_card, confirm_email], lease_ms=1_500)
+engine = Engine(
+    STORE,
+    workflows=[checkout],
+    steps=[charge_card, confirm_email, refund_card, declined_email],
+    lease_ms=1_500,
+    compensation_retries=3,
+)

@@ -118,7 +118,14 @@ async def declined_once(ctx, order):
     return await declined.fn(ctx, order)
 
 
-WORKFLOWS = [greet, pay, hold, declined, declined_once, beating]
+@workflow("saga")
+async def saga(ctx, n):
+    """Reserve (undone by noting `undo.calls`), then the slow step."""
+    await ctx.local_step("reserve", lambda: n, compensate=lambda u: note("undo.calls", u["output"]))
+    return await ctx.step(slow, n)
+
+
+WORKFLOWS = [greet, pay, hold, declined, declined_once, beating, saga]
 STEPS = [double, slow, beat]
 engine = Engine("sqlite:///durable.db", workflows=WORKFLOWS, steps=STEPS)
 

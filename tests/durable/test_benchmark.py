@@ -443,3 +443,26 @@ def test_benchmark_fails_at_once_naming_a_worker_that_died(tmp_path: Path) -> No
     assert "case ours-dispatch:normal:1 failed" in err
     assert f"exited with {-signal.SIGKILL}" in err
     assert [] == list(tmp_path.iterdir())
+
+
+def test_benchmark_saga_case_prints_an_undos_cost_beside_a_steps() -> None:
+    """Compensation (issue 21): per step and per undo of both kinds, and their printed ratio."""
+    done = _bench(*TINY, "--no-dbos", "--only", "ours-saga")
+    assert 0 == done.returncode, done.stderr
+    table = _table(done.stdout, "Compensation: a 10-step run completing")
+    rows = re.findall(
+        rf"^  (local|dispatched)\s+(WAL\+\w+)\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})"
+        rf"\s+({SIGNED})\s+({SIGNED})$",
+        table,
+        re.MULTILINE,
+    )
+    assert [
+        ("local", "WAL+NORMAL"),
+        ("dispatched", "WAL+NORMAL"),
+        ("local", "WAL+FULL"),
+        ("dispatched", "WAL+FULL"),
+    ] == [row[:2] for row in rows], table
+    for _, _, completed, _, per_step, per_undo, ratio in rows:
+        assert abs(_float(completed) / 10 - _float(per_step)) <= 1
+        assert _quotient_close(_float(ratio), _float(per_undo), _float(per_step), 0.5), rows
+    assert "the failed runs undid nine steps" in table

@@ -17,16 +17,26 @@ import pytest
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "checkout" / "demo.py"
 
 
-@pytest.mark.timeout(200)
-def test_demo_survives_a_killed_worker_and_charges_the_card_once(tmp_path: Path) -> None:
-    """A worker killed mid-charge; another finishes the run; one charge, one email."""
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The demo, run once for this module's tests, and the folder it kept its files in."""
+    kept = tmp_path_factory.mktemp("checkout-demo")
     done = subprocess.run(
-        [sys.executable, str(DEMO), "--keep", str(tmp_path)],
+        [sys.executable, str(DEMO), "--keep", str(kept)],
         capture_output=True,
         text=True,
         timeout=180,
         check=False,
     )
+    return done, kept
+
+
+@pytest.mark.timeout(200)
+def test_demo_survives_a_killed_worker_and_charges_the_card_once(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """A worker killed mid-charge; another finishes the run; one charge, one email."""
+    done, tmp_path = demo
     out = done.stdout
     assert 0 == done.returncode, out[-3000:] + done.stderr[-3000:]
     assert "" == done.stderr
@@ -56,3 +66,28 @@ def rows(path: Path, table: str, columns: str = "key, charge_id") -> list[tuple[
         return db.execute(f"SELECT {columns} FROM {table}").fetchall()
     finally:
         db.close()
+
+
+@pytest.mark.timeout(200)
+def test_demo_routes_a_declined_card_and_compensates_a_cancelled_order(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """Order 1002 declined: an outcome. Order 1003 cancelled with compensation: refunded."""
+    done, kept = demo
+    out = done.stdout
+    assert 0 == done.returncode, out[-3000:] + done.stderr[-3000:]
+    assert re.search(r"order-1002 +run +error 'declined' routed to the workflow's handler", out)
+    assert "run order-1002: completed, output 'declined: insufficient funds'" in out
+    assert "cancel order-1003 --compensate" in out
+    assert re.search(r"order-1003 +email:confirm +attempt 1 withdrawn \(claimed by a worker\)", out)
+    assert re.search(r"order-1003 +compensate:payments:charge-card attempt 1 completed", out)
+    assert re.search(r"order-1003 +run +cancelled \(compensated: True\)", out)
+    assert "worker C exit code 0" in out
+    more = kept / "more"
+    charges = rows(more / "gateway.db", "charges", "order_id, charge_id")
+    assert [(1003, "ch_1003_1")] == charges
+    assert [("ch_1003_1",)] == rows(more / "gateway.db", "refunds", "charge_id")
+    assert [("bob@example.com",)] == rows(more / "mail.db", "outbox", "to_address")
+    assert [("order-1002", "completed"), ("order-1003", "cancelled")] == rows(
+        more / "checkout.db", "runs ORDER BY run_id", "run_id, status"
+    )

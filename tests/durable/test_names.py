@@ -7,13 +7,15 @@ import pytest
 import effects.durable
 from effects.durable import StepError
 from effects.durable._failures import (
+    cancelled_attempt,
+    cancelled_run,
     dead_run,
     lapsed_dispatch,
     lost_dispatch,
     lost_worker,
     no_handler,
 )
-from effects.durable._names import FAILURE_CODES
+from effects.durable._names import EVENT_NAMES, FAILURE_CODES
 from effects.durable.errors import DurableError
 
 OWN = [
@@ -40,3 +42,25 @@ def test_the_timeout_and_non_determinism_codes_are_among_the_known_ones() -> Non
     """RemoteStepTimeout's and NonDeterminismError's codes come from the same list."""
     timeout = effects.durable.RemoteStepTimeout("r:1", 10)
     assert {timeout.code, effects.durable.NonDeterminismError.code} <= FAILURE_CODES
+
+
+@pytest.mark.parametrize(
+    "error", [cancelled_attempt(), cancelled_run(["charge"])], ids=["attempt", "run"]
+)
+def test_the_failures_a_cancel_records_name_a_class_and_a_known_code(error: StepError) -> None:
+    """A cancelled step's error and a cancelled run's are RunCancelled, code "cancelled"."""
+    module, _, name = error.type.rpartition(".")
+    assert ("effects.durable", "RunCancelled", "cancelled") == (module, name, error.code)
+    assert issubclass(getattr(effects.durable, name), DurableError)
+    assert error.code in FAILURE_CODES
+    assert effects.durable.RunCancelled.code == error.code
+
+
+def test_the_saga_events_are_named_once() -> None:
+    """The events of compensation, error routes and cancel are among the known names."""
+    assert {
+        "step.compensation_failed",
+        "run.error_routed",
+        "run.cancel_requested",
+        "run.cancelled",
+    } <= EVENT_NAMES

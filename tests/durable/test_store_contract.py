@@ -494,6 +494,145 @@ async def test_heartbeats_and_a_claim_handed_back(store: Store) -> None:
     assert (claim.task_id, {"p": 1}) == (again.task_id, again.last_progress)
 
 
+async def test_a_plain_cancel_withdraws_attempts_fails_awaited_steps_and_ends_the_lease(
+    store: Store, durable_store_url: str
+) -> None:
+    """cancel_run: queued attempts deleted, claimed ones withdrawn, run cancelled, turn stale."""
+    token = await claimed(store)
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("continue"),
+            [CheckpointWrite(remote(s), None, input='{"n":1}') for s in (1, 2)],
+            [task(1), task(2)],
+        )
+    )
+    (first,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=1
+    )
+    run = await store.cancel_run("r1", compensate=False, now=NOW + 5)
+    assert ("cancelled", "plain", None, None) == (run.status, run.cancel, run.error, run.wake_at)
+    assert [("cancelled", "plain", None, None, 0)] == table(
+        durable_store_url, "SELECT status, cancel, lease_token, lease_until, woken FROM runs"
+    )
+    assert [("withdrawn", 1)] == table(durable_store_url, "SELECT status, seq FROM tasks")
+    for cp in await store.checkpoints("r1"):
+        assert cp.error is not None
+        assert ("failed", False, "cancelled", NOW + 5) == (
+            cp.status, cp.final, cp.error.code, cp.updated_at
+        )  # fmt: skip
+        assert ["cancelled"] == [e.code for e in cp.errors]
+    with pytest.raises(StaleTurnError):
+        await store.commit_turn(TurnCommit("r1", token, NOW + 6, RunAdvance("continue")))
+    assert not await store.record_result(first, "w1", TaskOutcome(output='"late"'), NOW + 7)
+    assert [] == table(durable_store_url, "SELECT * FROM tasks")
+    trail_ = [e for e in await trail(store) if e[0] != "step.started"]
+    assert ("run.cancelled", None, {"compensate": False, "compensation_failed": []}) in trail_
+    assert [1, 2] == sorted(e[1] for e in trail_ if e[0] == "step.withdrawn")
+    assert trail_[-1][0] == "step.result_discarded"
+    for compensate in (False, True):
+        with pytest.raises(ValueError, match="is cancelled; only a pending"):
+            await store.cancel_run("r1", compensate=compensate, now=NOW + 8)
+    with pytest.raises(LookupError):
+        await store.cancel_run("nope", compensate=False, now=NOW)
+
+
+async def test_a_compensating_cancel_asks_for_a_turn_and_keeps_its_undos_going(
+    store: Store, durable_store_url: str
+) -> None:
+    """With completed steps: pending, cancel compensate; a dispatched undo keeps its attempt."""
+    token = await claimed(store)
+    done = attrs.evolve(remote(1), status="completed", output="1")
+    undo = attrs.evolve(remote(3), name="compensate:charge", handler="refund")
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("suspend"),
+            [
+                CheckpointWrite(done, None, input='{"n":1}', output="1"),
+                CheckpointWrite(remote(2), None, input='{"n":1}'),
+                CheckpointWrite(undo, None, input='{"n":1}'),
+            ],
+            [task(2), attrs.evolve(task(3), name="refund")],
+        )
+    )
+    assert ["charge", "refund"] == [
+        t.name
+        for t in await store.claim_tasks(
+            groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+        )
+    ]
+    asked = await store.cancel_run("r1", compensate=True, now=NOW + 1)
+    assert ("pending", "compensate") == (asked.status, asked.cancel)
+    assert [("claimed", 3), ("withdrawn", 2)] == sorted(
+        table(durable_store_url, "SELECT status, seq FROM tasks")
+    )
+    statuses = {cp.seq: cp.status for cp in await store.checkpoints("r1")}
+    assert {1: "completed", 2: "failed", 3: "running"} == statuses
+    assert ("run.cancel_requested", None, {}) == (await trail(store))[-1]
+    # Asked again: nothing changes. A claim takes it (its turn undoes); then a plain cancel.
+    before = await trail(store)
+    again = await store.cancel_run("r1", compensate=True, now=NOW + 2)
+    assert (asked.status, asked.updated_at, before) == (again.status, again.updated_at,
+                                                        await trail(store))  # fmt: skip
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW + 3, lease_until=NOW + LEASE, owner="e1", limit=5
+    )
+    assert "compensate" == turn.run.cancel
+    plain = await store.cancel_run("r1", compensate=False, now=NOW + 4)
+    assert ("cancelled", "compensate") == (plain.status, plain.cancel)
+    assert [("withdrawn", 2), ("withdrawn", 3)] == sorted(
+        table(durable_store_url, "SELECT status, seq FROM tasks")
+    )
+    with pytest.raises(ValueError, match="cancelled with compensation"):
+        await store.requeue("r1", NOW + 5)
+
+
+async def test_a_compensating_cancel_of_a_run_with_nothing_completed_cancels_it_at_once(
+    store: Store,
+) -> None:
+    """No completed checkpoint: no undo can be registered, so it is cancelled in the call."""
+    await dispatched(store)
+    run = await store.cancel_run("r1", compensate=True, now=NOW + 1)
+    assert ("cancelled", "compensate") == (run.status, run.cancel)
+    assert ("run.cancelled", None, {"compensate": True, "compensation_failed": []}) == (
+        await trail(store)
+    )[-1]
+
+
+async def test_requeue_resumes_a_plain_cancel_and_refuses_an_unwound_run(store: Store) -> None:
+    """A requeue clears the plain cancel (the cancelled step due now); compensate: refused."""
+    await dispatched(store)
+    await store.cancel_run("r1", compensate=False, now=NOW + 1)
+    run = await store.requeue("r1", NOW + 2)
+    assert ("pending", None) == (run.status, run.cancel)
+    (cp,) = await store.checkpoints("r1")
+    assert ("failed", 0, NOW + 2, None, ()) == (cp.status, cp.attempts, cp.wake_at, cp.error,
+                                               cp.errors)  # fmt: skip
+    # A run that failed after its compensation ran is never requeued.
+    await store.create_run(NewRun("r2", *WF, "null", NOW), [])
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW + 3, lease_until=NOW + LEASE, owner="e1", limit=1
+    )
+    if turn.run.run_id != "r2":
+        (turn,) = await store.claim_runs(
+            workflows=[WF], now=NOW + 3, lease_until=NOW + LEASE, owner="e1", limit=1
+        )
+    await store.record_local_step(
+        "r2", turn.token, seq=1, name="compensate:a", output="1", started=NOW, now=NOW + 3
+    )
+    error = StepError("no", "no")
+    await store.commit_turn(
+        TurnCommit("r2", turn.token, NOW + 4, RunAdvance("finish", status="failed", error=error))
+    )
+    with pytest.raises(ValueError, match="failed and its completed steps were undone"):
+        await store.requeue("r2", NOW + 5)
+
+
 async def test_a_memory_store_is_shared_by_name_and_dropped() -> None:
     """Two stores of one name see the same rows; a dropped name starts empty; no name is refused."""
     durable_store_url = "memory://shared-by-name"
@@ -646,6 +785,43 @@ async def test_group_commit_writes_what_the_writes_alone_write(postgres_server: 
         finally:
             await store.close()
     assert everything(grouped_url) == everything(alone_url)
+
+
+async def test_a_cancel_that_meets_a_queue_it_did_not_lock_locks_it_and_tries_again(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a step of a queue read too late (a dispatch meanwhile) is locked on a retry."""
+    import effects.durable._store.postgres_sql as pq
+
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        token = await claimed(store)
+        await store.commit_turn(
+            TurnCommit(
+                "r1",
+                token,
+                NOW,
+                RunAdvance("suspend"),
+                [CheckpointWrite(attrs.evolve(remote(1), queue="q"), None, input='{"n":1}')],
+                [task(1, queue="q", queue_limit=1)],
+            )
+        )
+        # As if the step were dispatched after the cancel read the queues it must lock.
+        monkeypatch.setattr(pq, "PENDING_QUEUES", "SELECT NULL::text WHERE %s::text IS NULL")
+        tries: list[Any] = []
+        cancel = store._cancel  # pyright: ignore[reportPrivateUsage]
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            tries.append(kwargs["locked"])
+            return await cancel(*args, **kwargs)
+
+        monkeypatch.setattr(store, "_cancel", counted)
+        run = await store.cancel_run("r1", compensate=False, now=NOW + 1)
+    finally:
+        await store.close()
+    assert ("cancelled", [None, {"q"}]) == (run.status, tries)
+    assert [] == rows(postgres_url, "SELECT * FROM tasks")
 
 
 # -- the schema, the same in both dialects ---------------------------------------------------------

@@ -150,3 +150,65 @@ async def test_an_upgraded_store_replays_without_unpickling_or_running_leftovers
     assert [["boom"], ["first", "second"]] == [[e.message for e in cp.errors] for cp in checkpoints]
     assert {"n": 1e16} == checkpoints[1].errors[1].details
     assert [(0,)] == rows(url, "SELECT COUNT(*) FROM tasks")
+
+
+@step("echo")
+async def echo(value: Any) -> Any:
+    """Return the input."""
+    return value
+
+
+@workflow("mid-flight")
+async def mid_flight(ctx: WorkflowContext, value: Any) -> Any:
+    """One dispatched step, which the older store had dispatched already."""
+    return await ctx.step(echo, value)
+
+
+def _before_sagas(url: str, tmp_path: Path) -> str:
+    """A store of the schema version before sagas, its run suspended on a queued step."""
+    sqlite = url.startswith("sqlite:")
+    migrations = lite._MIGRATIONS[:-1] if sqlite else pg._MIGRATIONS[:-1]
+    filled = [
+        "INSERT INTO runs (run_id, workflow, version, status, input, created_at, updated_at)"
+        " VALUES ('r', 'mid-flight', '1', 'suspended', '5', 0, 0)",
+        "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts, input,"
+        " created_at, updated_at, dispatched_at) VALUES ('r', 1, 'echo', 'remote', 'r:1',"
+        " 'pending', 1, '5', 0, 0, 0)",
+        "INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status,"
+        " available_at, created_at) VALUES ('r', 1, 'r:1', 'echo', 'default', '5', 1,"
+        " 'queued', 0, 0)",
+        "INSERT INTO durable_meta VALUES ('schema', 'effects.durable'),"
+        f" ('version', '{len(migrations)}')",
+    ]
+    if sqlite:
+        path = tmp_path / "before-sagas.db"
+        with sqlite3.connect(path) as db:
+            for statement in [s for step in migrations for s in step] + filled:
+                db.execute(statement)
+        db.close()
+        return f"sqlite:///{path}"
+    libpq, options = parse_postgres_url(url)
+    with psycopg.connect(libpq, autocommit=True) as db:
+        db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(options.schema)))
+        db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(options.schema)))
+        for statement in [s for step in migrations for s in step] + filled:
+            db.execute(statement)  # type: ignore[call-overload]
+    return url
+
+
+async def test_a_store_from_before_sagas_gains_their_columns_in_place_and_its_run_goes_on(
+    durable_store_url: str, tmp_path: Path
+) -> None:
+    """One upgrade adds runs.cancel and checkpoints.handler; the suspended run completes."""
+    url = _before_sagas(durable_store_url, tmp_path)
+    async with Engine(url, workflows=[mid_flight], steps=[echo]) as engine:
+        await engine.run_until_idle()
+        run = await engine.get_run("r")
+        (cp,) = await engine.checkpoints("r")
+    assert ("completed", 5, None) == (run.status, run.output, run.cancel)
+    assert ("completed", None) == (cp.status, cp.handler)
+    current = lite.SCHEMA_VERSION if url.startswith("sqlite:") else pg.SCHEMA_VERSION
+    assert [(str(current),)] == rows(url, "SELECT value FROM durable_meta WHERE key = 'version'")
+    assert [(None, None)] == rows(
+        url, "SELECT r.cancel, c.handler FROM runs r JOIN checkpoints c ON c.run_id = r.run_id"
+    )

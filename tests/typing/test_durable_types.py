@@ -16,6 +16,7 @@ from effects.durable import (
     Run,
     StepContext,
     StepDef,
+    StepError,
     WorkflowContext,
     WorkflowDef,
     current_step,
@@ -79,3 +80,36 @@ async def use(engine: Engine) -> None:
     assert_type(await engine.events(run_id), list[Event])
     assert_type(await engine.redispatch_pending(run_id), int)
     await engine.run_until_idle(advance_time=True)
+    assert_type(await engine.cancel(run_id), Run)
+    assert_type(await engine.cancel(run_id, compensate=True), Run)
+    await engine.cancel(run_id, True)  # type: ignore[call-arg]
+
+
+# -- sagas: compensate= and error routes --------------------------------------------------------
+
+
+@step("refund")
+async def refund(undo: dict[str, Any]) -> None:
+    return None
+
+
+def release(undo: dict[str, Any]) -> None:
+    return None
+
+
+async def declined(ctx: WorkflowContext, order: dict[str, int], error: StepError) -> str:
+    return f"declined: {error.code}"
+
+
+@workflow("saga", on_error={"declined": declined})
+async def saga(ctx: WorkflowContext, order: dict[str, int]) -> str:
+    await ctx.local_step("reserve", sync_quote, compensate=release)
+    charged = await ctx.step(charge, order, compensate=refund)
+    assert_type(charged, str)
+    await ctx.step(charge, order, compensate="refund")
+    assert_type(await ctx.all(count, ["a"], compensate=refund), list[int])
+    await ctx.step(charge, order, compensate=release)  # type: ignore[call-overload]
+    return charged
+
+
+assert_type(saga, WorkflowDef[dict[str, int], str])

@@ -25,6 +25,9 @@ Concurrency rules every implementation keeps:
   transaction. A queued one is deleted; one a worker has claimed is marked ``withdrawn`` (it
   keeps its queue slot until it reports or its claim lapses) and its result is discarded, with
   the event ``step.result_discarded``. Each withdrawal is a ``step.withdrawn`` event.
+- A cancel (``cancel_run``) takes the run's lease away, so a turn running elsewhere fails at
+  its next write, and withdraws the attempts of the steps it stops waiting for in the same
+  transaction (``rules.cancel_action``, ``rules.cancels_attempt``).
 """
 
 from __future__ import annotations
@@ -389,6 +392,25 @@ class Store(Protocol):
     async def requeue(self, run_id: str, now: int) -> Run:
         """
         Reset the run's failed checkpoints to a fresh first attempt and make it pending; the
-        attempts of those steps still queued or claimed are withdrawn.
+        attempts of those steps still queued or claimed are withdrawn (``rules.check_requeue``).
+
+        Raises:
+            LookupError: If there is no such run.
+            ValueError: If the run is not failed, dead or cancelled, or its steps were undone.
+        """
+        ...
+
+    async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
+        """
+        Cancel the run as ``rules.cancel_action`` says, in one transaction: ``cancelled`` at once
+        (event ``run.cancelled``), or, for a compensating cancel of a run with completed steps,
+        pending with ``cancel = "compensate"`` (event ``run.cancel_requested``), or unchanged.
+        Either way its lease is gone, and the attempts of the steps ``rules.cancels_attempt``
+        picks are withdrawn and those steps failed (code ``cancelled``, not final). Returns the
+        run as stored after.
+
+        Raises:
+            LookupError: If there is no such run.
+            ValueError: If the run is finished, naming its status.
         """
         ...

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import attrs
 
-from effects.durable._failures import dead_run, lost_worker
+from effects.durable._failures import cancelled_attempt, dead_run, lost_worker
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
     ALL_RUNS,
@@ -62,8 +62,12 @@ from effects.durable._store.rules import (
     admits,
     attempt_current,
     awaiting_liveness,
+    cancel_action,
+    cancel_mode,
+    cancels_attempt,
     check_requeue,
     claim_holds,
+    compensated,
     gives_up,
     lease_holds,
     outcome_applies,
@@ -78,6 +82,8 @@ from effects.durable._store.rules import (
 from effects.durable._store.trail import (
     EventRow,
     admitted,
+    cancel_requested,
+    cancelled,
     event_rows,
     outcome_event,
     recovery_event,
@@ -140,6 +146,7 @@ class _RunRow:
     lease_token: str | None = None
     lease_until: int | None = None
     recovery_attempts: int = 0
+    cancel: str | None = None
 
 
 @attrs.frozen
@@ -168,6 +175,7 @@ class _CheckpointRow:
     timeout_ms: int | None = None
     lease_ms: int | None = None
     redispatches: int = 0
+    handler: str | None = None
 
 
 @attrs.frozen
@@ -1202,8 +1210,8 @@ class MemoryStore:
             if run is None:
                 msg = f"no run with id {run_id!r}"
                 raise LookupError(msg)
-            check_requeue(_run(run))
             cps = tables.checkpoints_of(run_id)
+            check_requeue(_run(run), unwound=any(compensated(cp.name) for cp in cps.values()))
             failed = [seq for seq in sorted(cps) if cps[seq].status == "failed"]
             # Attempts still queued or running for the steps reset here must not complete
             # their fresh first attempt: they are withdrawn.
@@ -1234,12 +1242,77 @@ class MemoryStore:
                 lease_token=None,
                 lease_until=None,
                 recovery_attempts=0,
+                cancel=None,
                 updated_at=now,
             )
             tables.put(tables.runs, run_id, fresh)
             self._append_event(tables, requeued(run_id, len(failed), now))
         self._tell(runs=True)
         return _run(fresh)
+
+    async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
+        """
+        Cancel rule (see ``Store.cancel_run``): ``rules.cancel_action`` decides; the attempts
+        ``rules.cancels_attempt`` picks are withdrawn and their steps failed as cancelled.
+
+        Raises:
+            LookupError: If there is no such run.
+            ValueError: If the run is finished.
+        """
+        with self._write() as tables:
+            run = tables.runs.get(run_id)
+            if run is None:
+                msg = f"no run with id {run_id!r}"
+                raise LookupError(msg)
+            record = _run(run)
+            cps = tables.checkpoints_of(run_id)
+            action = cancel_action(
+                record,
+                compensate=compensate,
+                has_completed=any(cp.status == "completed" for cp in cps.values()),
+            )
+            if action == "keep":
+                return record
+            keep_undos = action == "request"
+            stopped = [
+                seq
+                for seq, cp in sorted(cps.items())
+                if cancels_attempt(_checkpoint(tables, cp), keep_undos=keep_undos)
+            ]
+            self._withdraw(tables, run_id, stopped, now)
+            text = error_text(cancelled_attempt())
+            assert text is not None
+            for seq in stopped:
+                cp = cps[seq]
+                failed = attrs.evolve(
+                    cp,
+                    status="failed",
+                    error=text,
+                    final=False,
+                    wake_at=None,
+                    updated_at=now,
+                    rev=cp.rev + 1,
+                )
+                tables.put(cps, seq, failed)
+                errors = tables.step_errors.get((run_id, seq), ())
+                tables.put(tables.step_errors, (run_id, seq), (*errors, text))
+            cleared = attrs.evolve(
+                run,
+                cancel=cancel_mode(record, compensate=compensate),
+                wake_at=None,
+                lease_token=None,
+                lease_until=None,
+                updated_at=now,
+            )
+            if action == "cancel":
+                after = attrs.evolve(cleared, status="cancelled", error=None, woken=False)
+                self._append_event(tables, cancelled(run_id, compensate=compensate, now=now))
+            else:
+                after = attrs.evolve(cleared, status="pending")
+                self._append_event(tables, cancel_requested(run_id, now))
+            tables.put(tables.runs, run_id, after)
+        self._tell(runs=action == "request")
+        return _run(after)
 
 
 def _sqlite_values(values: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -46,7 +46,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from effects.durable._failures import dead_run, lost_worker
+from effects.durable._failures import cancelled_attempt, dead_run, lost_worker
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
     ALL_RUNS,
@@ -85,6 +85,9 @@ from effects.durable._store.rules import (
     Verdict,
     admission,
     admits,
+    cancel_action,
+    cancel_mode,
+    cancels_attempt,
     check_requeue,
     gives_up,
     recovery_verdict,
@@ -95,6 +98,8 @@ from effects.durable._store.schema import SCHEMA_NAME, check_tables, schema_vers
 from effects.durable._store.trail import (
     EventRow,
     admitted,
+    cancel_requested,
+    cancelled,
     outcome_event,
     recovery_event,
     redispatched,
@@ -255,6 +260,14 @@ class _Retry:
 
 class _Taken:
     """``create_run``'s mark for an id that is taken: the run there is read next."""
+
+
+class _Relock(Exception):  # noqa: N818 - a signal inside the store, never raised out of it
+    """A cancel met steps of queues it holds no lock of: its transaction is tried again."""
+
+    def __init__(self, queues: set[str]) -> None:
+        super().__init__(f"also lock {sorted(queues)}")
+        self.queues = queues
 
 
 _TAKEN: Final = _Taken()
@@ -1629,7 +1642,8 @@ class PostgresStore:
                 if row is None:
                     msg = f"no run with id {run_id!r}"
                     raise LookupError(msg)
-                check_requeue(run_of(row))
+                unwound = await (await conn.execute(pq.COMPENSATION, (run_id,))).fetchone()
+                check_requeue(run_of(row), unwound=unwound is not None)
                 if failed:
                     freed = await self._withdraw(conn, run_id, [seq for seq, _ in failed], now)
                     await self._release_slots(conn, freed, now)
@@ -1642,3 +1656,84 @@ class PostgresStore:
             return run_of(new)
 
         return await self._call(go)
+
+    async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
+        """
+        Cancel the run as ``rules.cancel_action`` says (see ``Store.cancel_run``). Locks in the
+        store's order: the queues of the steps it stops waiting for (read first; once the run's
+        row is locked no turn can dispatch more, and a queue read too early is locked on a
+        second try), then the run's row, task rows, checkpoint rows.
+        """
+
+        async def go(conn: AsyncConnection[Any], retry: _Retry) -> Run:
+            locked: set[str] | None = None
+            while True:
+                try:
+                    return await self._cancel(
+                        conn, run_id, compensate=compensate, now=now, locked=locked, retry=retry
+                    )
+                except _Relock as more:
+                    locked = more.queues
+
+        return await self._call(go)
+
+    async def _cancel(
+        self,
+        conn: AsyncConnection[Any],
+        run_id: str,
+        *,
+        compensate: bool,
+        now: int,
+        locked: set[str] | None,
+        retry: _Retry,
+    ) -> Run:
+        async with conn.transaction():
+            if locked is None:
+                cursor = await conn.execute(pq.PENDING_QUEUES, (run_id,))
+                locked = {row[0] for row in await cursor.fetchall() if row[0] is not None}
+            await self._queue_locks(conn, sorted(locked))
+            row = await (await conn.execute(pq.RUN_FOR_UPDATE, (run_id,))).fetchone()
+            if row is None:
+                msg = f"no run with id {run_id!r}"
+                raise LookupError(msg)
+            run = run_of(row)
+            if retry.again and run.status == "cancelled" and run.updated_at == now:
+                return run  # the first try landed before its reply was lost
+            checkpoints = await self._checkpoints(conn, run_id)
+            action = cancel_action(
+                run,
+                compensate=compensate,
+                has_completed=any(cp.status == "completed" for cp in checkpoints),
+            )
+            if action == "keep":
+                return run
+            keep_undos = action == "request"
+            stopped = [cp for cp in checkpoints if cancels_attempt(cp, keep_undos=keep_undos)]
+            missing = {cp.queue for cp in stopped if cp.queue is not None} - locked
+            if missing:
+                raise _Relock(locked | missing)
+            seqs = [cp.seq for cp in stopped]
+            freed: list[str | None] = []
+            if seqs:
+                freed = await self._withdraw(conn, run_id, seqs, now)
+                params = {
+                    "run": run_id,
+                    "seqs": seqs,
+                    "now": now,
+                    "error": error_text(cancelled_attempt()),
+                }
+                await conn.execute(pq.CANCEL_ATTEMPTS, params)
+            if action == "cancel":
+                mode = cancel_mode(run, compensate=compensate)
+                params = {"run": run_id, "mode": mode, "now": now}
+                new = await (await conn.execute(pq.RUN_CANCEL, params)).fetchone()
+                await self._insert_event(conn, cancelled(run_id, compensate=compensate, now=now))
+            else:
+                new = await (
+                    await conn.execute(pq.RUN_CANCEL_REQUEST, {"run": run_id, "now": now})
+                ).fetchone()
+                await self._insert_event(conn, cancel_requested(run_id, now))
+                await self._notify(conn, "r")
+            await self._release_slots(conn, freed, now)
+        assert new is not None
+        return run_of(new)

@@ -14,7 +14,7 @@ from typing import Final, LiteralString
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -138,6 +138,12 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         # withdraw them): nobody may run them now.
         "DELETE FROM tasks t WHERE status IN ('queued', 'waiting') AND EXISTS (SELECT 1 FROM"
         f" checkpoints c WHERE c.run_id = t.run_id AND c.seq = t.seq AND {SETTLED})",
+    ),
+    (
+        # Sagas: how a run was asked to cancel (plainly, or with its compensations first), and
+        # the step a dispatched compensation runs (its tasks carry that name).
+        "ALTER TABLE runs ADD COLUMN cancel text",
+        "ALTER TABLE checkpoints ADD COLUMN handler text",
     ),
 )
 
@@ -353,14 +359,15 @@ def checkpoint_from_held(n: int) -> str:
     return (
         f" {p}w AS (INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
         " wake_at, output, error, final, retry_state, grp, queue, dispatched_at, input,"
-        " timeout_ms, lease_ms, redispatches, heartbeat_at, created_at, updated_at)"
+        " timeout_ms, lease_ms, redispatches, heartbeat_at, handler, created_at, updated_at)"
         f" SELECT held.run_id, %({p}seq)s::integer, %({p}name)s::text, %({p}kind)s::text,"
         f" %({p}step_id)s::text, %({p}status)s::text, %({p}attempts)s::integer,"
         f" %({p}wake_at)s::bigint, %({p}output)s::text, %({p}error)s::text,"
         f" %({p}final)s::boolean, %({p}retry_state)s::text, %({p}grp)s::text,"
         f" %({p}queue)s::text, %({p}dispatched_at)s::bigint, %({p}input)s::text,"
         f" %({p}timeout_ms)s::bigint, %({p}lease_ms)s::bigint, %({p}redispatches)s::integer,"
-        f" %({p}heartbeat_at)s::bigint, %({p}created_at)s::bigint, %({p}updated_at)s::bigint"
+        f" %({p}heartbeat_at)s::bigint, %({p}handler)s::text, %({p}created_at)s::bigint,"
+        f" %({p}updated_at)s::bigint"
         " FROM held),"
     )
 
@@ -659,5 +666,36 @@ FAILED_RESET: Final = (
 RUN_REQUEUE: Final = (
     "UPDATE runs SET status = 'pending', output = NULL, error = NULL,"
     " wake_at = NULL, woken = false, lease_token = NULL, lease_until = NULL,"
-    f" recovery_attempts = 0, updated_at = %s WHERE run_id = %s RETURNING {_RUN_COLUMNS}"
+    " recovery_attempts = 0, cancel = NULL,"
+    f" updated_at = %s WHERE run_id = %s RETURNING {_RUN_COLUMNS}"
+)
+#: ``rules.compensated``: whether the run ``%s`` has a compensation's checkpoint.
+COMPENSATION: Final = (
+    "SELECT 1 FROM checkpoints WHERE run_id = %s AND substr(name, 1, 11) = 'compensate:' LIMIT 1"
+)
+
+# -- cancel ----------------------------------------------------------------------------------------
+
+#: The steps ``%(seqs)s`` of the run ``%(run)s`` a cancel stops waiting for
+#: (``rules.cancels_attempt``): failed with ``%(error)s``, not final, each error a row of its own
+#: after those it has.
+CANCEL_ATTEMPTS: Final = (
+    "WITH up AS (UPDATE checkpoints SET status = 'failed', error = %(error)s, final = false,"
+    " wake_at = NULL, updated_at = %(now)s, rev = rev + 1 WHERE run_id = %(run)s"
+    " AND seq = ANY(%(seqs)s::integer[]) RETURNING seq)"
+    " INSERT INTO step_errors (run_id, seq, n, error) SELECT %(run)s, up.seq,"
+    " (SELECT COALESCE(MAX(n), 0) + 1 FROM step_errors e WHERE e.run_id = %(run)s"
+    " AND e.seq = up.seq), %(error)s FROM up"
+)
+#: ``rules.cancel_action`` "cancel": the run ``%(run)s`` cancelled at once, as ``%(mode)s``.
+RUN_CANCEL: Final = (
+    "UPDATE runs SET status = 'cancelled', cancel = %(mode)s, error = NULL, wake_at = NULL,"
+    " woken = false, lease_token = NULL, lease_until = NULL, updated_at = %(now)s"
+    f" WHERE run_id = %(run)s RETURNING {_RUN_COLUMNS}"
+)
+#: ``rules.cancel_action`` "request": the run pending; its next turn undoes, then cancels.
+RUN_CANCEL_REQUEST: Final = (
+    "UPDATE runs SET status = 'pending', cancel = 'compensate', wake_at = NULL,"
+    " lease_token = NULL, lease_until = NULL, updated_at = %(now)s"
+    f" WHERE run_id = %(run)s RETURNING {_RUN_COLUMNS}"
 )

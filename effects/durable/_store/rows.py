@@ -51,6 +51,7 @@ RUN_COLUMNS: Final = (
     "created_at",
     "updated_at",
     "wake_at",
+    "cancel",
 )
 #: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
 #: column: each dialect reads it from ``step_errors`` (one row per failed attempt), as JSON text.
@@ -80,6 +81,7 @@ CHECKPOINT_COLUMNS: Final = (
     "lease_ms",
     "redispatches",
     "heartbeat_at",
+    "handler",
 )
 #: The columns of a task ``task_of`` reads, before its checkpoint's progress, timeout and lease.
 TASK_COLUMNS: Final = (
@@ -115,6 +117,7 @@ CHECKPOINT_WRITE_COLUMNS: Final = (
     "lease_ms",
     "redispatches",
     "heartbeat_at",
+    "handler",
     "updated_at",
 )
 #: The columns of a new task row, in the order ``task_values`` gives them.
@@ -176,6 +179,7 @@ def run_of(row: Sequence[Any]) -> Run:
         created_at=row[8],
         updated_at=row[9],
         wake_at=row[10],
+        cancel=row[11],
     )
 
 
@@ -207,6 +211,7 @@ def checkpoint_of(row: Sequence[Any]) -> Checkpoint:
         lease_ms=row[22],
         redispatches=row[23],
         heartbeat_at=row[24],
+        handler=row[25],
     )
 
 
@@ -251,6 +256,7 @@ def checkpoint_values(write: CheckpointWrite, now: int) -> tuple[Any, ...]:
         cp.lease_ms,
         cp.redispatches,
         cp.heartbeat_at,
+        cp.handler,
         now,
     )
 

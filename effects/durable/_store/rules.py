@@ -12,21 +12,27 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from effects.durable._records import Checkpoint, Run
+from effects.durable._records import FINISHED, Checkpoint, Run
 from effects.durable._store import NewTask
 from effects.durable._store.rows import dumps
 
 __all__ = [
+    "COMPENSATION_PREFIX",
     "REQUEUEABLE",
     "Admission",
+    "CancelAction",
     "Verdict",
     "admission",
     "admits",
     "attempt_current",
     "awaited",
     "awaiting_liveness",
+    "cancel_action",
+    "cancel_mode",
+    "cancels_attempt",
     "check_requeue",
     "claim_holds",
+    "compensated",
     "gives_up",
     "lease_holds",
     "outcome_applies",
@@ -36,14 +42,19 @@ __all__ = [
     "runnable",
     "settled",
     "stale_dispatch",
+    "task_name",
     "wakes",
 ]
 
 #: The run statuses ``requeue`` accepts: runs that ended without completing.
 REQUEUEABLE: Final = ("failed", "dead", "cancelled")
+#: How the checkpoints of compensations are named: ``compensate:<the step it undoes>`` (a name a
+#: workflow's own steps cannot take).
+COMPENSATION_PREFIX: Final = "compensate:"
 
 Verdict = Literal["reconciling", "dead", "recovered"]
 Admission = Literal["queued", "waiting"]
+CancelAction = Literal["cancel", "request", "keep"]
 
 
 def lease_holds(status: str, lease_token: str | None, token: str) -> bool:
@@ -173,21 +184,88 @@ def recovery_verdict(
     return "recovered"
 
 
-def check_requeue(run: Run) -> None:
+def compensated(name: str) -> bool:
     """
-    Refuse to requeue a run that has not ended without completing (``REQUEUEABLE``). A requeue
-    resets every failed checkpoint to a fresh first attempt (a local one pending, a dispatched
-    one failed and due at once), withdraws the attempts of the dispatched ones, and makes the
-    run pending with no output, error, lease or recovery count.
+    Whether the checkpoint called *name* is a compensation's (``compensate:<step>``): a run that
+    has one has been unwound.
+
+    SQL: ``COMPENSATION`` in both statements modules (``requeue``).
+    """
+    return name.startswith(COMPENSATION_PREFIX)
+
+
+def check_requeue(run: Run, *, unwound: bool = False) -> None:
+    """
+    Refuse to requeue a run that has not ended without completing (``REQUEUEABLE``), or one
+    whose completed steps were undone: cancelled with compensation (``cancel`` is
+    ``"compensate"``), or *unwound* (it has a ``compensated`` checkpoint). A requeue resets
+    every failed checkpoint to a fresh first attempt (a local one pending, a dispatched one
+    failed and due at once), withdraws the attempts of the dispatched ones, and makes the run
+    pending with no output, error, lease, cancel or recovery count: a plainly cancelled run
+    resumes where it stopped.
 
     Raises:
-        ValueError: If the run is not failed, dead or cancelled.
+        ValueError: If the run is not failed, dead or cancelled, or was unwound.
     """
     if run.status not in REQUEUEABLE:
         msg = (
             f"run {run.run_id} is {run.status}; only a failed, dead or cancelled run can be retried"
         )
         raise ValueError(msg)
+    if run.cancel == "compensate" or unwound:
+        how = "cancelled with compensation" if run.cancel == "compensate" else "failed"
+        msg = (
+            f"run {run.run_id} is {how} and its completed steps were undone (compensate:"
+            " checkpoints); it cannot be retried: start a new run"
+        )
+        raise ValueError(msg)
+
+
+def cancel_action(run: Run, *, compensate: bool, has_completed: bool) -> CancelAction:
+    """
+    What ``cancel_run`` does to *run* (*has_completed*: whether any of its steps completed):
+
+    - ``"cancel"``: the run is ``cancelled`` at once: a plain cancel (also of a run whose
+      compensating cancel is under way: its remaining undos do not run), or a compensating
+      cancel of a run with no completed step (nothing can have registered an undo);
+    - ``"request"``: a compensating cancel: the run becomes pending with ``cancel =
+      "compensate"`` (event ``run.cancel_requested``), and its next turn undoes, then cancels;
+    - ``"keep"``: a compensating cancel of a run already asked to: nothing changes.
+
+    In each case but ``"keep"``, the attempts ``cancels_attempt`` picks are withdrawn and their
+    checkpoints failed (``cancelled``, not final), in the same transaction.
+
+    Raises:
+        ValueError: If the run is finished, naming its status.
+    """
+    if run.status in FINISHED:
+        msg = (
+            f"run {run.run_id} is {run.status}; only a pending, running or suspended run can be"
+            " cancelled"
+        )
+        raise ValueError(msg)
+    if not compensate:
+        return "cancel"
+    if run.cancel == "compensate":
+        return "keep"
+    return "request" if has_completed else "cancel"
+
+
+def cancel_mode(run: Run, *, compensate: bool) -> str:
+    """What a cancel leaves as *run*'s ``cancel``: ``"compensate"`` once asked for, else plain."""
+    return "compensate" if compensate or run.cancel == "compensate" else "plain"
+
+
+def cancels_attempt(cp: Checkpoint, *, keep_undos: bool) -> bool:
+    """
+    Whether a cancel stops waiting for *cp*: a dispatched step still ``awaited`` (its attempts
+    are withdrawn, so a late result is discarded, and it is failed, not final, with code
+    ``cancelled``: a requeue gives it a fresh first attempt). With *keep_undos* (a compensating
+    cancel's request) a dispatched compensation (``handler`` set) goes on: its result is kept.
+    """
+    return (
+        cp.kind == "remote" and awaited(cp.status) and not (keep_undos and cp.handler is not None)
+    )
 
 
 def admission(queue: str | None, limit: int | None, held: int) -> Admission:
@@ -206,6 +284,14 @@ def admits(held: int, limit: int | None) -> bool:
     return held < (limit or 1)
 
 
+def task_name(cp: Checkpoint) -> str:
+    """
+    The step name the attempts of *cp* carry (what handler a worker runs): a dispatched
+    compensation's ``handler`` (its checkpoint is named ``compensate:<step>``), else its name.
+    """
+    return cp.handler or cp.name
+
+
 def redispatchable(cp: Checkpoint) -> bool:
     """Whether ``redispatch_pending`` sends *cp* again: a dispatched step pending or running."""
     return cp.kind == "remote" and awaited(cp.status)
@@ -220,7 +306,7 @@ def redispatch(cp: Checkpoint, now: int, queue_limit: int | None) -> NewTask:
         run_id=cp.run_id,
         seq=cp.seq,
         step_id=cp.step_id,
-        name=cp.name,
+        name=task_name(cp),
         group=cp.group,
         input=dumps(cp.input),
         attempt=cp.attempts + 1,

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
-from effects.durable._failures import dead_run, lost_worker
+from effects.durable._failures import cancelled_attempt, dead_run, lost_worker
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
     ALL_RUNS,
@@ -52,6 +52,9 @@ from effects.durable._store.rows import (
 from effects.durable._store.rules import (
     admission,
     admits,
+    cancel_action,
+    cancel_mode,
+    cancels_attempt,
     check_requeue,
     gives_up,
     outcome_applies,
@@ -66,6 +69,8 @@ from effects.durable._store.sqlite_sql import SCHEMA_VERSION
 from effects.durable._store.trail import (
     EventRow,
     admitted,
+    cancel_requested,
+    cancelled,
     event_rows,
     outcome_event,
     recovery_event,
@@ -875,7 +880,8 @@ class SqliteStore:
             if row is None:
                 msg = f"no run with id {run_id!r}"
                 raise LookupError(msg)
-            check_requeue(run_of(row))
+            unwound = db.execute(sq.COMPENSATION, (run_id,)).fetchone() is not None
+            check_requeue(run_of(row), unwound=unwound)
             # Attempts still queued or running for the steps reset here must not complete
             # their fresh first attempt: they are withdrawn.
             failed = db.execute(sq.FAILED_REMOTE, (run_id,)).fetchall()
@@ -884,6 +890,41 @@ class SqliteStore:
             reset = db.execute(sq.FAILED_RESET, (now, now, run_id)).rowcount
             db.execute(sq.RUN_REQUEUE, (now, run_id))
             self._insert_events(db, [requeued(run_id, reset, now)])
+            return run_of(db.execute(sq.RUN, (run_id,)).fetchone())
+
+        return await self._transact(work)
+
+    async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
+        """Cancel the run as ``rules.cancel_action`` says (see ``Store.cancel_run``)."""
+
+        def work(db: sqlite3.Connection) -> Run:
+            row = db.execute(sq.RUN, (run_id,)).fetchone()
+            if row is None:
+                msg = f"no run with id {run_id!r}"
+                raise LookupError(msg)
+            run = run_of(row)
+            checkpoints = self._checkpoints(db, run_id)
+            action = cancel_action(
+                run,
+                compensate=compensate,
+                has_completed=any(cp.status == "completed" for cp in checkpoints),
+            )
+            if action == "keep":
+                return run
+            keep_undos = action == "request"
+            stopped = [cp.seq for cp in checkpoints if cancels_attempt(cp, keep_undos=keep_undos)]
+            self._withdraw(db, run_id, stopped, now)
+            text = error_text(cancelled_attempt())
+            for seq in stopped:
+                db.execute(sq.FAIL, (text, now, run_id, seq))
+                db.execute(sq.ERROR_APPEND, (run_id, seq, text))
+            if action == "cancel":
+                mode = cancel_mode(run, compensate=compensate)
+                db.execute(sq.RUN_CANCEL, (mode, now, run_id))
+                self._insert_events(db, [cancelled(run_id, compensate=compensate, now=now)])
+            else:
+                db.execute(sq.RUN_CANCEL_REQUEST, (now, run_id))
+                self._insert_events(db, [cancel_requested(run_id, now)])
             return run_of(db.execute(sq.RUN, (run_id,)).fetchone())
 
         return await self._transact(work)

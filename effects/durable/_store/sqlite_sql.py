@@ -11,7 +11,7 @@ from typing import Final
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
 SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
@@ -124,6 +124,12 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         # withdraw them): nobody may run them now.
         f"DELETE FROM tasks WHERE status IN ('queued', 'waiting') AND EXISTS (SELECT 1 FROM"
         f" checkpoints c WHERE c.run_id = tasks.run_id AND c.seq = tasks.seq AND {SETTLED})",
+    ),
+    (
+        # Sagas: how a run was asked to cancel (plainly, or with its compensations first), and
+        # the step a dispatched compensation runs (its tasks carry that name).
+        "ALTER TABLE runs ADD COLUMN cancel TEXT",
+        "ALTER TABLE checkpoints ADD COLUMN handler TEXT",
     ),
 )
 
@@ -403,5 +409,22 @@ FAILED_RESET: Final = (
 RUN_REQUEUE: Final = (
     "UPDATE runs SET status = 'pending', output = NULL, error = NULL, wake_at = NULL,"
     " woken = 0, lease_token = NULL, lease_until = NULL, recovery_attempts = 0,"
-    " updated_at = ? WHERE run_id = ?"
+    " cancel = NULL, updated_at = ? WHERE run_id = ?"
+)
+#: ``rules.compensated``: whether the run ``?`` has a compensation's checkpoint.
+COMPENSATION: Final = (
+    "SELECT 1 FROM checkpoints WHERE run_id = ? AND substr(name, 1, 11) = 'compensate:' LIMIT 1"
+)
+
+# -- cancel ----------------------------------------------------------------------------------------
+
+#: ``rules.cancel_action`` "cancel": the run ``?3`` cancelled at once, as ``?1`` (``cancel_mode``).
+RUN_CANCEL: Final = (
+    "UPDATE runs SET status = 'cancelled', cancel = ?1, error = NULL, wake_at = NULL, woken = 0,"
+    " lease_token = NULL, lease_until = NULL, updated_at = ?2 WHERE run_id = ?3"
+)
+#: ``rules.cancel_action`` "request": the run ``?`` pending, its next turn undoes, then cancels.
+RUN_CANCEL_REQUEST: Final = (
+    "UPDATE runs SET status = 'pending', cancel = 'compensate', wake_at = NULL,"
+    " lease_token = NULL, lease_until = NULL, updated_at = ? WHERE run_id = ?"
 )

@@ -16,6 +16,9 @@ from effects.durable._store.rows import dumps
 __all__ = [
     "EventRow",
     "admitted",
+    "cancel_requested",
+    "cancelled",
+    "cancelled_data",
     "event_rows",
     "outcome_event",
     "recovery_event",
@@ -108,3 +111,19 @@ def recovery_event(run_id: str, verdict: str, count: int, wake_at: int, now: int
 def requeued(run_id: str, reset: int, now: int) -> EventRow:
     """``run.requeued``: ``requeue`` reset *reset* checkpoints and made the run pending."""
     return run_id, None, "run.requeued", "info", now, dumps({"checkpoints_reset": reset})
+
+
+def cancelled_data(*, compensate: bool, compensation_failed: Sequence[str]) -> dict[str, Any]:
+    """The data of ``run.cancelled`` (from a cancel, or from the turn that ends an unwinding)."""
+    return {"compensate": compensate, "compensation_failed": list(compensation_failed)}
+
+
+def cancelled(run_id: str, *, compensate: bool, now: int) -> EventRow:
+    """``run.cancelled``: a cancel ended the run at once (no undo ran)."""
+    data = cancelled_data(compensate=compensate, compensation_failed=())
+    return run_id, None, "run.cancelled", "warning", now, dumps(data)
+
+
+def cancel_requested(run_id: str, now: int) -> EventRow:
+    """``run.cancel_requested``: a compensating cancel; the run's next turn undoes its steps."""
+    return run_id, None, "run.cancel_requested", "warning", now, dumps({})

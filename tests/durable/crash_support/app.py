@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from effects import FatalError
 from effects.durable import RemoteStepError, WorkflowContext, current_step, step, workflow
 
 #: Attempts of every dispatched step: far more than the worker kills and flaky failures one step
@@ -395,7 +396,94 @@ lane_a = step("crash:lane-a", group="lane-a")(_lane)
 lane_b = step("crash:lane-b", group="lane-b")(_lane)
 
 
-WORKFLOWS = {w.name: w for w in (pipeline, faults, one, hold, compensate, waiting, guarded, fan)}
+# -- issue 21: sagas -----------------------------------------------------------------------------
+
+
+def _gated(data: dict[str, Any], name: str) -> Path | None:
+    """The file whose appearance lets the gate *name* of the input pass, if the input holds it."""
+    return Path(data["gate"]) / f"release-{name}" if name in data.get("hold", ()) else None
+
+
+def _wait_gate(data: dict[str, Any], name: str) -> None:
+    """Block (a thread's wait, at most 60 s) at the gate *name*, if the input holds it."""
+    release = _gated(data, name)
+    deadline = time.monotonic() + 60
+    while release is not None and not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+async def _await_gate(data: dict[str, Any], name: str) -> None:
+    """Wait (at most 60 s) at the gate *name*, if the input holds it."""
+    release = _gated(data, name)
+    deadline = time.monotonic() + 60
+    while release is not None and not release.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+def effect(what: str, **fields: Any) -> None:
+    """
+    One side effect of the saga, appended to this process's execution log (one write), with
+    ``time.monotonic()`` (one clock for every process of the machine) to order it among all.
+    """
+    log_exec({"ev": "effect", "what": what, "mono": time.monotonic(), **fields})
+
+
+@step("crash:book", retries=RETRIES, backoff_ms=20)
+async def book(data: dict[str, Any]) -> str:
+    """Book item ``i`` (a side effect), after its gate."""
+    ctx = current_step()
+    effect("book", i=data["i"], step_id=ctx.step_id, attempt=ctx.attempt)
+    await _await_gate(data, f"book-{data['i']}")
+    return f"booking-{data['i']}"
+
+
+@step("crash:unbook")
+async def unbook(undo: dict[str, Any]) -> str:
+    """Undo a booking: a start, its gate, then the side effect."""
+    data, ctx = undo["input"], current_step()
+    effect("unbook-start", i=data["i"], step_id=ctx.step_id, attempt=ctx.attempt)
+    await _await_gate(data, f"unbook-{data['i']}")
+    effect("unbook", i=data["i"], output=undo["output"], step_id=ctx.step_id)
+    return f"unbooked-{data['i']}"
+
+
+@workflow("crash:saga")
+async def saga(ctx: WorkflowContext, data: dict[str, Any]) -> None:
+    """
+    Hold (a local step whose undo runs in the orchestrator), book ``steps`` items (dispatched,
+    each undone by ``crash:unbook``), then fail: every completed step is undone, last first.
+    """
+
+    def unhold(undo: dict[str, Any]) -> str:
+        effect("unhold-start", output=undo["output"])
+        _wait_gate(data, "unhold")
+        effect("unhold", output=undo["output"])
+        return "unheld"
+
+    await ctx.local_step("hold", lambda: f"held-{data['n']}", compensate=unhold)
+    for i in range(data["steps"]):
+        item = {"i": i, "gate": data["gate"], "hold": data["hold"]}
+        await ctx.step(book, item, compensate=unbook)
+    raise FatalError("the last step failed", "last_step_failed")
+
+
+WORKFLOWS = {
+    w.name: w for w in (pipeline, faults, one, hold, compensate, waiting, guarded, fan, saga)
+}
 STEPS = {
-    s.name: s for s in (add, flaky, fails_once, record, stall, wait, beats, member, lane_a, lane_b)
+    s.name: s
+    for s in (
+        add,
+        flaky,
+        fails_once,
+        record,
+        stall,
+        wait,
+        beats,
+        member,
+        lane_a,
+        lane_b,
+        book,
+        unbook,
+    )
 }

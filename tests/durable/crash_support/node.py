@@ -12,7 +12,8 @@ once) or ``start`` (nothing more). ``--crash POINT`` wraps the store in ``Crashi
 jumped); ``--log-level`` shows the engine's log. ``--steps`` limits the steps served (a worker
 of one lane); ``--redispatch-ms`` / ``--redispatch-max`` / ``--reconcile-ms`` /
 ``--queue-concurrency`` are the engine options of issue 10; ``--count-heartbeats FILE`` appends a
-line to FILE for every heartbeat write the store receives.
+line to FILE for every heartbeat write the store receives; ``--compensation-retries`` is the
+engine's option of issue 21.
 
 Exit codes: 0 done, 137 a crash point was reached, 3 ``--until-finished`` passed its deadline.
 """
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--reconcile-ms", type=int, default=300_000)
     parser.add_argument("--queue-concurrency", type=int, default=1)
     parser.add_argument("--count-heartbeats", type=Path)
+    parser.add_argument("--compensation-retries", type=int, default=1)
     return parser
 
 
@@ -97,6 +99,7 @@ def _engine(args: argparse.Namespace) -> Engine:
         reconcile_ms=args.reconcile_ms,
         remote_redispatch_ms=args.redispatch_ms,
         remote_redispatch_max=args.redispatch_max,
+        compensation_retries=args.compensation_retries,
         random=random.Random(args.seed),
         clock=ShiftedClock(args.clock_offset_s) if args.clock_offset_s else None,
     )
