@@ -41,7 +41,7 @@ import inspect
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 import attrs
@@ -53,8 +53,6 @@ from migrate._errors import (
     LockHeld,
     RefusedError,
     RollbackRefused,
-    StoreError,
-    TrackingError,
     UsageError,
 )
 from migrate._json import encode, plain, safe_text
@@ -69,7 +67,7 @@ from migrate._pipeline import (
 from migrate._refusals import held_lock_of
 from migrate._reports import RunSummary
 from migrate._rollback_item import RollbackItem
-from migrate._runner import ErrorTally, new_run_id
+from migrate._runner import ErrorTally, RunLifecycle, new_run_id
 from migrate._state import Counts, DefinitionResult, ItemState
 from migrate._store import RollbackCommit, Store
 from migrate._text import natural_key, plural, storable, stored_text
@@ -385,7 +383,7 @@ class _Interrupted(BaseException):
     """Ctrl-C reached a concurrent rollback: what it did is noted, the batch not committed."""
 
 
-class _Rollback:
+class _Rollback(RunLifecycle):
     """One rollback run: locks, preflight, the run record, each definition's undos."""
 
     def __init__(self, config: Config, the_plan: RollbackPlan, store: Store) -> None:
@@ -414,17 +412,6 @@ class _Rollback:
             raise
         self._release(quiet=False)
         return summary
-
-    def _release(self, *, quiet: bool) -> None:
-        try:
-            if self._aio is not None:
-                self._aio.close()
-        finally:
-            try:
-                self.store.release_locks(self.run_id)
-            except StoreError:
-                if not quiet:
-                    raise
 
     def _execute_locked(self) -> RunSummary:
         store = self.store
@@ -460,42 +447,6 @@ class _Rollback:
             notes=tuple(self.notes),
             kind="rollback",
         )
-
-    def _record_interrupted(self, error: BaseException) -> None:
-        """Store the run as failed with what stopped it, keeping the committed counts."""
-        self.results = {
-            key: (
-                attrs.evolve(value, status="failed")
-                if value.status in ("queued", "running")
-                else value
-            )
-            for key, value in self.results.items()
-        }
-        reason = f"interrupted: {type(error).__name__}: {error}"
-        if isinstance(error, StoreError):
-            reason = f"stopped: {error}"
-        with contextlib.suppress(StoreError):
-            self.store.update_run(
-                self.run_id, status="failed", definitions=self.results, error=reason, ended=True
-            )
-
-    def run_async(self, awaitable: Awaitable[_T]) -> _T:
-        """Await *awaitable* on this run's event loop (created on first use)."""
-        if self._aio is None:
-            self._aio = asyncio.Runner()
-
-        async def wait() -> _T:
-            return await awaitable
-
-        return self._aio.run(wait(), context=contextvars.copy_context())
-
-    def tracking_lookup(self, definition_id: str, identity: str) -> dict[str, Any] | None:
-        if definition_id not in self.config_ids:
-            raise TrackingError(
-                f"lookup of unknown definition {definition_id!r}; known: "
-                f"{', '.join(sorted(self.config_ids))}"
-            )
-        return self.store.tracking(definition_id, identity)
 
 
 class _DefinitionRollback:

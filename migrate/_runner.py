@@ -37,7 +37,7 @@ from migrate._state import Counts, DefinitionResult
 from migrate._store import Store, WindowCommit
 from migrate._window_loop import LoopStart, WindowLoop, WindowResult
 
-__all__ = ["ErrorTally", "Progress", "new_run_id", "run"]
+__all__ = ["ErrorTally", "Progress", "RunLifecycle", "new_run_id", "run"]
 
 Progress = Callable[[ProgressEvent], object]
 _T = TypeVar("_T")
@@ -128,7 +128,72 @@ class ErrorTally:
         return key[3] if differs else example
 
 
-class _Run:
+class RunLifecycle:
+    """What a Migration Run of any kind does around its work: its event loop, its locks'
+    release, its record when it is stopped, and tracking lookups."""
+
+    store: Store
+    run_id: str
+    results: dict[str, DefinitionResult]
+    config_ids: frozenset[str]
+    _aio: asyncio.Runner | None
+
+    def _release(self, *, quiet: bool) -> None:
+        """Close the event loop and release the locks; *quiet*: an error is on its way already."""
+        try:
+            if self._aio is not None:
+                self._aio.close()
+        finally:
+            try:
+                self.store.release_locks(self.run_id)
+            except StoreError:
+                # The store is what failed (a full disk): the first error is the one to report,
+                # and the next run's recovery frees the locks of this process once it is gone.
+                if not quiet:
+                    raise
+
+    def _record_interrupted(self, error: BaseException) -> None:
+        """Store the run as failed with what stopped it, keeping the committed counts."""
+        self.results = {
+            key: (
+                attrs.evolve(value, status="failed")
+                if value.status in ("queued", "running")
+                else value
+            )
+            for key, value in self.results.items()
+        }
+        reason = f"interrupted: {type(error).__name__}: {error}"
+        if isinstance(error, StoreError):
+            reason = f"stopped: {error}"
+        # The store may be what failed (a full disk): then the next run's recovery of dead
+        # runs marks this one, and the error raised is the first one.
+        with contextlib.suppress(StoreError):
+            self.store.update_run(
+                self.run_id, status="failed", definitions=self.results, error=reason, ended=True
+            )
+
+    def run_async(self, awaitable: Awaitable[_T]) -> _T:
+        """Await *awaitable* on this run's event loop (created on first use)."""
+        if self._aio is None:
+            self._aio = asyncio.Runner()
+
+        async def wait() -> _T:
+            return await awaitable
+
+        # The runner's own context was copied when it was created, in whatever definition ran
+        # first: run in the caller's, so its item scope and retry tally reach the tasks.
+        return self._aio.run(wait(), context=contextvars.copy_context())
+
+    def tracking_lookup(self, definition_id: str, identity: str) -> dict[str, Any] | None:
+        if definition_id not in self.config_ids:
+            raise TrackingError(
+                f"lookup of unknown definition {definition_id!r}; known: "
+                f"{', '.join(sorted(self.config_ids))}"
+            )
+        return self.store.tracking(definition_id, identity)
+
+
+class _Run(RunLifecycle):
     """One Migration Run over a plan: the lifecycle around each definition's window loop."""
 
     def __init__(
@@ -178,20 +243,6 @@ class _Run:
         self._release(quiet=False)
         return summary
 
-    def _release(self, *, quiet: bool) -> None:
-        """Close the event loop and release the locks; *quiet*: an error is on its way already."""
-        try:
-            if self._aio is not None:
-                self._aio.close()
-        finally:
-            try:
-                self.store.release_locks(self.run_id)
-            except StoreError:
-                # The store is what failed (a full disk): the first error is the one to report,
-                # and the next run's recovery frees the locks of this process once it is gone.
-                if not quiet:
-                    raise
-
     def _refuse(self, error: Exception) -> None:
         self.store.update_run(self.run_id, status="start-failed", error=str(error), ended=True)
         raise error
@@ -239,26 +290,6 @@ class _Run:
             notes=tuple(self.notes),
         )
 
-    def _record_interrupted(self, error: BaseException) -> None:
-        """Store the run as failed with what stopped it, keeping the committed counts."""
-        self.results = {
-            key: (
-                attrs.evolve(value, status="failed")
-                if value.status in ("queued", "running")
-                else value
-            )
-            for key, value in self.results.items()
-        }
-        reason = f"interrupted: {type(error).__name__}: {error}"
-        if isinstance(error, StoreError):
-            reason = f"stopped: {error}"
-        # The store may be what failed (a full disk): then the next run's recovery of dead
-        # runs marks this one, and the error raised is the first one.
-        with contextlib.suppress(StoreError):
-            self.store.update_run(
-                self.run_id, status="failed", definitions=self.results, error=reason, ended=True
-            )
-
     def _check_contracts(self) -> None:
         """Refuse the run if a definition's contract changed under its stored states."""
         check = check_contracts(self.config, self.plan, self.store)
@@ -278,26 +309,6 @@ class _Run:
                     f"({result.status}); fix it and run again, or pass --force"
                 )
         return None
-
-    def run_async(self, awaitable: Awaitable[_T]) -> _T:
-        """Await *awaitable* on this run's event loop (created on first use)."""
-        if self._aio is None:
-            self._aio = asyncio.Runner()
-
-        async def wait() -> _T:
-            return await awaitable
-
-        # The runner's own context was copied when it was created, in whatever definition ran
-        # first: run in the caller's, so its item scope and retry tally reach the tasks.
-        return self._aio.run(wait(), context=contextvars.copy_context())
-
-    def tracking_lookup(self, definition_id: str, identity: str) -> dict[str, Any] | None:
-        if definition_id not in self.config_ids:
-            raise TrackingError(
-                f"lookup of unknown definition {definition_id!r}; known: "
-                f"{', '.join(sorted(self.config_ids))}"
-            )
-        return self.store.tracking(definition_id, identity)
 
     # --- one definition ---------------------------------------------------------------------
 
