@@ -187,6 +187,12 @@ def _parser() -> argparse.ArgumentParser:
         help="skip the dependency preflight and accept a changed source contract",
     )
     p.add_argument(
+        "--rollback-orphans",
+        action="store_true",
+        help="after a complete scan of a definition, roll back its stored states the scan did "
+        "not see (records deleted at the source) with its rollback=, dependents first",
+    )
+    p.add_argument(
         "--plan",
         action="store_true",
         help="print the plan and the refusals the run would meet, and exit (3 if refused)",
@@ -910,6 +916,7 @@ def _cmd_run(config: Config, args: argparse.Namespace, out: Writer) -> int:
         update=args.update,
         force=args.force,
         concurrency=args.concurrency,
+        rollback_orphans=args.rollback_orphans,
     )
     the_plan = plan(config, options)
     if args.plan:

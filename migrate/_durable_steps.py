@@ -137,6 +137,7 @@ class LiveRun:
                 store.request_update(step.definition_id, self.run_id)
         return {
             "definitions": list(owner.plan.definition_ids),
+            **({"rollback_orphans": True} if owner.plan.rollback_orphans else {}),
             "notes": list(owner.notes),
             "contracts": {
                 definition_id: {"contract": contract.to_json(), "reset_cursor": reset}
@@ -238,6 +239,39 @@ class LiveRun:
             "status": result.status,
             **({"notes": notes} if notes else {}),
         }
+
+    def orphans(self, definition_id: str, n: int) -> dict[str, Any]:
+        """
+        Roll back page *n* of *definition_id*'s orphans (``--rollback-orphans``, after every
+        definition's windows): the next `migrate._orphans.PAGE` states its complete scan did
+        not see, committed in batches. ``done`` says none is left (or the scan was not
+        complete: then nothing is rolled back and ``notes`` says why). A recovered run goes on
+        from what was committed: deleted states are gone, failed ones marked as seen by it.
+        """
+        from migrate._orphans import (  # noqa: PLC0415 - only runs with orphans need it
+            OrphanPage,
+            orphan_note,
+            scan_complete,
+            skipped_note,
+        )
+
+        owner = self._opened()
+        head = {"definition": definition_id, "n": n}
+        stored = owner.store.run(self.run_id)
+        result = None if stored is None else stored.definitions.get(definition_id)
+        if result is None:
+            return {**head, "done": True}
+        owner.results.update(stored.definitions if stored is not None else {})
+        if not scan_complete(result):
+            return {**head, "done": True, "notes": [skipped_note(definition_id, result)]}
+        try:
+            count, done = OrphanPage(owner, definition_id).page()
+        except StoreError as error:
+            raise FatalError(f"store error: {error}", "store") from None
+        if not done:
+            return {**head, "done": False, "rolled_back": count}
+        final = owner.results[definition_id]
+        return {**head, "done": True, "notes": [orphan_note(definition_id, final)]}
 
     def complete(self, notes: list[str]) -> dict[str, Any]:
         """Store the run's end (idempotent: a finished run keeps its record), release the locks."""

@@ -8,7 +8,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from migrate._definition import Config
-from migrate._errors import UsageError
+from migrate._errors import RollbackRefused, UsageError
 from migrate._text import plural
 
 __all__ = ["Mode", "Plan", "PlanStep", "RunOptions", "plan"]
@@ -40,6 +40,10 @@ class RunOptions:
         update: Mark migrated items ``needs-update`` and read from the beginning (``--update``).
         force: Run even if a required dependency's latest run was not clean (``--force``).
         concurrency: Items processed at once, overriding every definition's (``-c N``).
+        rollback_orphans: After a complete scan of a definition (this run read its source
+            from the start to the end), roll back its stored states the scan did not see
+            (``--rollback-orphans``; normal and update runs only; every definition run needs a
+            ``rollback=``).
     """
 
     definitions: tuple[str, ...] = attrs.field(default=(), converter=_strings)
@@ -51,6 +55,7 @@ class RunOptions:
     update: bool = False
     force: bool = False
     concurrency: int | None = None
+    rollback_orphans: bool = False
 
     @property
     def mode(self) -> Mode:
@@ -99,6 +104,8 @@ class Plan:
         force: Whether that check is skipped.
         concurrency: The ``-c`` override, if any.
         ids: The identities of an ``ids`` run.
+        rollback_orphans: Whether each definition's orphans are rolled back after its
+            complete scan (``--rollback-orphans``).
     """
 
     steps: tuple[PlanStep, ...]
@@ -107,6 +114,7 @@ class Plan:
     force: bool = False
     concurrency: int | None = None
     ids: tuple[str, ...] = ()
+    rollback_orphans: bool = False
 
     @property
     def definition_ids(self) -> tuple[str, ...]:
@@ -127,6 +135,11 @@ class Plan:
             lines.append(f"  requires {dependency} (for {definition_id}): {check}")
         if self.concurrency is not None:
             lines.append(f"  concurrency: {self.concurrency}")
+        if self.rollback_orphans:
+            lines.append(
+                "  orphans: rolled back after each complete scan, dependents first "
+                "(--rollback-orphans)"
+            )
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -141,6 +154,7 @@ class Plan:
             "force": self.force,
             "concurrency": self.concurrency,
             "ids": list(self.ids),
+            **({"rollback_orphans": True} if self.rollback_orphans else {}),
         }
 
 
@@ -155,7 +169,10 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
     Raises:
         UsageError: For ``failed`` with ``skipped``, more than one of failed / skipped / ids /
             update, ``all`` with named definitions, ``ids`` without a definition named (unless
-            the config has only one), an unknown definition id, or a concurrency below 1.
+            the config has only one), an unknown definition id, or a concurrency below 1;
+            for ``rollback_orphans`` with ``failed``, ``skipped`` or ``ids``.
+        RollbackRefused: For ``rollback_orphans`` when a definition of the plan has no
+            ``rollback=`` (nothing is recorded).
 
     Example:
         >>> from migrate import Config, MemorySource, Migration
@@ -196,6 +213,11 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
         raise UsageError(f"{' and '.join(chosen)} cannot be used together")
     if options.all and options.definitions:
         raise UsageError("name definitions or pass --all, not both")
+    if options.rollback_orphans and chosen and chosen != ["--update"]:
+        raise UsageError(
+            f"--rollback-orphans and {chosen[0]} cannot be used together: orphans are found by "
+            "a scan of the whole source, which only normal and --update runs make"
+        )
     if options.ids and (options.all or not options.definitions) and len(config.ids) != 1:
         raise UsageError(
             "--id needs the definition the identities belong to: migrate run DEF --id X "
@@ -221,6 +243,17 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
                     pending.append(dependency)
     order = config.order(list(reasons))
     mode = options.mode
+    if options.rollback_orphans:
+        missing = [d for d in order if config.get(d).rollback is None]
+        if missing:
+            raise RollbackRefused(
+                tuple(
+                    f"refusing --rollback-orphans for {d!r}: it has no rollback= to undo the "
+                    f"states of records gone from its source with; give Migration({d!r}, ..., "
+                    "rollback=fn) a function undoing one item, or leave it out of the run"
+                    for d in missing
+                )
+            )
     steps = tuple(PlanStep(d, mode if d in named else "normal", reasons[d]) for d in order)
     checked = tuple(
         (d, dependency)
@@ -235,4 +268,5 @@ def plan(config: Config, options: RunOptions | None = None) -> Plan:
         force=options.force,
         concurrency=options.concurrency,
         ids=options.ids,
+        rollback_orphans=options.rollback_orphans,
     )

@@ -452,8 +452,9 @@ class _Rollback(RunLifecycle):
 class _DefinitionRollback:
     """One definition of a rollback: its undos, committed in batches, and its counts."""
 
-    def __init__(self, owner: _Rollback, migration: Migration, tally: RetryTally) -> None:
-        self.owner = owner
+    def __init__(self, owner: Any, migration: Migration, tally: RetryTally) -> None:
+        # A _Rollback, or the _Run of ``migrate run --rollback-orphans`` (migrate._orphans).
+        self.owner: _Rollback = owner
         self.store = owner.store
         self.definition_id = migration.id
         self.run_id = owner.run_id
@@ -462,6 +463,8 @@ class _DefinitionRollback:
         concurrency = owner.plan.concurrency
         self.concurrency = 1 if concurrency is None else concurrency
         self.counts = Counts()
+        #: Marks the states kept with a failed attempt as seen by this run (orphans).
+        self.seen_by: str | None = None
         self._pool: DaemonPool | None = None
         self._stopping = False
         # The batch not committed yet.
@@ -565,7 +568,14 @@ class _DefinitionRollback:
             counts = self.counts + Counts(failed=len(attempts), rolled_back=len(deleted))
             results = {**owner.results, self.definition_id: self._result("running", counts)}
             self.store.commit_rollback(
-                RollbackCommit(self.definition_id, self.run_id, deleted, attempts, results)
+                RollbackCommit(
+                    self.definition_id,
+                    self.run_id,
+                    deleted,
+                    attempts,
+                    results,
+                    seen_by=self.seen_by,
+                )
             )
             # Counted only now that the batch is stored: a failed commit counts nothing.
             self.counts = counts

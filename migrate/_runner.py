@@ -266,10 +266,12 @@ class _Run(RunLifecycle):
                 blocked = self._blocked_by(step)
                 if blocked is not None:
                     self.results[step.definition_id] = DefinitionResult(
-                        step.mode, "blocked", blocked=blocked
+                        step.mode, "blocked", blocked=blocked, orphans=self.plan.rollback_orphans
                     )
                     continue
                 self._run_definition(step)
+            if self.plan.rollback_orphans:
+                self._roll_back_orphans()
         except BaseException as error:
             self._record_interrupted(error)
             raise
@@ -310,6 +312,26 @@ class _Run(RunLifecycle):
                 )
         return None
 
+    def _roll_back_orphans(self) -> None:
+        """After every scan: the orphans of each definition scanned completely, dependents
+        first (see `migrate._orphans`)."""
+        from migrate._orphans import (  # noqa: PLC0415 - it imports this module
+            OrphanPage,
+            orphan_note,
+            scan_complete,
+            skipped_note,
+        )
+
+        for step in reversed(self.plan.steps):
+            definition_id = step.definition_id
+            if not scan_complete(self.results[definition_id]):
+                self.notes.append(skipped_note(definition_id, self.results[definition_id]))
+                continue
+            page = OrphanPage(self, definition_id)
+            while not page.page()[1]:
+                pass
+            self.notes.append(orphan_note(definition_id, self.results[definition_id]))
+
     # --- one definition ---------------------------------------------------------------------
 
     def _run_definition(self, step: PlanStep) -> None:
@@ -336,6 +358,10 @@ class _Definition:
         self.total: int | None = None
         self.error: str | None = None
         self.tally = RetryTally(self.definition_id)
+        #: Whether the run rolls back this definition's orphans, and whether it read the
+        #: definition from the start of its source (`DefinitionResult.from_start`).
+        self.orphans = owner.plan.rollback_orphans
+        self.from_start = False
         concurrency = owner.plan.concurrency
         self.loop = WindowLoop(
             migration,
@@ -347,10 +373,16 @@ class _Definition:
             run_async=owner.run_async,
             on_item=None if owner.progress is None else self._tick,
             lookup=owner.tracking_lookup,
+            mark_seen=self.orphans and step.mode in ("normal", "update"),
         )
 
     def _result(
-        self, status: str, counts: Counts | None = None, failed_stored: int = 0
+        self,
+        status: str,
+        counts: Counts | None = None,
+        failed_stored: int = 0,
+        *,
+        from_start: bool | None = None,
     ) -> DefinitionResult:
         tally = self.tally
         return DefinitionResult(
@@ -361,6 +393,8 @@ class _Definition:
             retries=tally.retries,
             gave_up=tally.gave_up,
             failed_stored=failed_stored,
+            orphans=self.orphans,
+            from_start=self.from_start if from_start is None else from_start,
         )
 
     def _emit(self, kind: str, counts: Counts | None = None) -> None:
@@ -416,6 +450,7 @@ class _Definition:
             )
         if resumed is not None and resuming:
             self.counts = resumed.counts
+            self.from_start = resumed.from_start
             self.tally.retries, self.tally.gave_up = resumed.retries, resumed.gave_up
         owner.results[self.definition_id] = self._result("running")
         self.started = self.loop.start(resume=resuming)
@@ -467,7 +502,11 @@ class _Definition:
     def _commit(self, result: WindowResult) -> None:
         owner = self.owner
         counts = self.counts + result.counts
-        results = {**owner.results, self.definition_id: self._result("running", counts)}
+        from_start = self.from_start or (self.orphans and result.from_start)
+        results = {
+            **owner.results,
+            self.definition_id: self._result("running", counts, from_start=from_start),
+        }
         self.store.commit_window(
             WindowCommit(
                 self.definition_id,
@@ -481,10 +520,12 @@ class _Definition:
                 clear_positional=result.clear_positional,
                 forget=result.forget,
                 update_done=result.update_done,
+                seen=result.seen,
             )
         )
         # Counted only now that the window is stored: a failed commit counts nothing.
         self.counts = counts
+        self.from_start = from_start
         if self.fence is not None:
             self.fence = results
         owner.results = results

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, cast
 
 import attrs
 
@@ -283,6 +283,15 @@ class DefinitionResult:
         failed_stored: Failed (and interrupted) item states stored for the definition when its
             run ended: this run's and those left by earlier runs, also behind the cursor, where
             only ``--failed`` reaches them. A definition with any is ``failed``.
+        orphans: The run rolls back this definition's orphans (``--rollback-orphans``): the
+            three fields below are kept, and shown, only then.
+        from_start: This run read the definition from the start of its source (a scan that
+            reaches the end is then complete); kept with the run, so a durable run resumed in
+            another process still knows.
+        orphans_rolled_back: Stored states the complete scan did not see (their records are
+            gone from the source) undone through the definition's ``rollback=``; their states
+            were deleted.
+        orphans_failed: Such states whose undo failed: kept, with the rollback attempt.
     """
 
     mode: str
@@ -293,6 +302,19 @@ class DefinitionResult:
     retries: int = 0
     gave_up: int = 0
     failed_stored: int = 0
+    orphans: bool = False
+    from_start: bool = False
+    orphans_rolled_back: int = 0
+    orphans_failed: int = 0
+
+    def _orphans_json(self) -> dict[str, Any]:
+        return {
+            "orphans": {
+                "from_start": self.from_start,
+                "rolled_back": self.orphans_rolled_back,
+                "failed": self.orphans_failed,
+            }
+        }
 
     def to_json(self) -> dict[str, Any]:
         """Plain data stored with the run."""
@@ -307,6 +329,7 @@ class DefinitionResult:
             "retries": self.retries,
             "gave_up": self.gave_up,
             "failed_stored": self.failed_stored,
+            **(self._orphans_json() if self.orphans else {}),
         }
 
     @classmethod
@@ -322,6 +345,7 @@ class DefinitionResult:
             retries=int(data.get("retries", 0)),
             gave_up=int(data.get("gave_up", 0)),
             failed_stored=int(data.get("failed_stored", 0)),
+            **_orphans_of(data.get("orphans")),
         )
 
     def to_report(self) -> dict[str, Any]:
@@ -339,7 +363,28 @@ class DefinitionResult:
             "retries": self.retries,
             "gave_up": self.gave_up,
             "failed_stored": self.failed_stored,
+            **(
+                {
+                    "orphans_rolled_back": self.orphans_rolled_back,
+                    "orphans_failed": self.orphans_failed,
+                }
+                if self.orphans
+                else {}
+            ),
         }
+
+
+def _orphans_of(data: object) -> dict[str, Any]:
+    """The orphan fields of a stored `DefinitionResult` (none: a run without orphans)."""
+    if not isinstance(data, Mapping):
+        return {}
+    data = cast("Mapping[str, Any]", data)
+    return {
+        "orphans": True,
+        "from_start": bool(data.get("from_start", False)),
+        "orphans_rolled_back": int(data.get("rolled_back", 0)),
+        "orphans_failed": int(data.get("failed", 0)),
+    }
 
 
 @attrs.frozen

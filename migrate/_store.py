@@ -155,6 +155,10 @@ class WindowCommit:
             the whole source found no such record at those positions any more.
         update_done: Clear the definition's `UpdateRequest`: this window ends the update's
             pass over the source.
+        seen: Identities the window met (items, unchanged ones included, and faults' keys)
+            whose states are marked as seen by *run_id* (after *states* are written): a run
+            with ``--rollback-orphans`` marks every state its scan meets, and rolls back those
+            of the definition it did not (`Store.orphans`). Empty for other runs.
         based_on: The run's per-definition record this window started from; when given, the
             commit is refused with `StaleWindowError` (nothing written) unless the stored record
             is still exactly that: another process that took the run over (a durable run whose
@@ -172,6 +176,7 @@ class WindowCommit:
     clear_positional: bool = False
     update_done: bool = False
     based_on: Mapping[str, DefinitionResult] | None = None
+    seen: Sequence[str] = ()
 
 
 @attrs.frozen
@@ -191,6 +196,9 @@ class RollbackCommit:
             state itself is kept as it was). An attempt equal to the state's last one is not
             appended again (a commit sent twice), nor is one for a state that is gone.
         results: The run's per-definition record after this batch (counts included).
+        seen_by: When given (the orphans of a ``--rollback-orphans`` run), the states kept with
+            a failed attempt are marked as seen by this run, so `Store.orphans` does not
+            select them again in it (a later page, a durable run recovered).
     """
 
     definition_id: str
@@ -198,6 +206,7 @@ class RollbackCommit:
     deleted: Sequence[str]
     attempts: Sequence[tuple[str, str]]
     results: Mapping[str, DefinitionResult]
+    seen_by: str | None = None
 
 
 @runtime_checkable
@@ -404,6 +413,16 @@ class Store(Protocol):
 
     def items(self, definition_id: str) -> tuple[ItemState, ...]:
         """Every stored state of *definition_id*, in identity order."""
+        ...
+
+    def orphans(
+        self, definition_id: str, run_id: str, limit: int | None = None
+    ) -> tuple[ItemState, ...]:
+        """
+        The stored states of *definition_id* not marked as seen by *run_id* (see
+        `WindowCommit.seen`), in identity order, the first *limit* (``None``: all): after a
+        complete scan by that run, the states whose records are gone from the source.
+        """
         ...
 
     def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:

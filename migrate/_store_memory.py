@@ -52,6 +52,8 @@ class _Stored(NamedTuple):
     updated_at: float
     #: The failed rollback attempts as a JSON array, ``None``: none.
     rollback_attempts: str | None = None
+    #: The run whose scan last saw the state (``--rollback-orphans``).
+    seen_by: str | None = None
 
 
 def _loads(text: str | None) -> Any:
@@ -328,6 +330,10 @@ class MemoryStore:
             now = time.time()
             for state in commit.states:
                 stored[state.identity] = _Stored(state, commit.run_id, now)
+            for identity in commit.seen:
+                met = stored.get(identity)
+                if met is not None:
+                    stored[identity] = met._replace(seen_by=commit.run_id)
             self._update_run(commit.run_id, None, commit.results, None, False)
             if cursor_text is not None:
                 self._cursors[definition_id] = json.loads(cursor_text)
@@ -364,7 +370,10 @@ class MemoryStore:
                     continue
                 attempts = next_attempts(hit.rollback_attempts, attempt)
                 if attempts is not None:
-                    stored[identity] = hit._replace(rollback_attempts=attempts)
+                    hit = hit._replace(rollback_attempts=attempts)
+                if commit.seen_by is not None:
+                    hit = hit._replace(seen_by=commit.seen_by)
+                stored[identity] = hit
             self._update_run(commit.run_id, None, commit.results, None, False)
 
     def request_update(self, definition_id: str, run_id: str) -> None:
@@ -441,6 +450,17 @@ class MemoryStore:
         with self._lock:
             stored = dict(self._states.get(definition_id, {}))
         return tuple(self._item_state(definition_id, stored[i]) for i in sorted(stored))
+
+    def orphans(
+        self, definition_id: str, run_id: str, limit: int | None = None
+    ) -> tuple[ItemState, ...]:
+        """The states of *definition_id* that *run_id*'s scan did not see (see `Store.orphans`)."""
+        with self._lock:
+            stored = dict(self._states.get(definition_id, {}))
+        found = sorted(i for i, hit in stored.items() if hit.seen_by != run_id)
+        if limit is not None:
+            found = found[:limit]
+        return tuple(self._item_state(definition_id, stored[i]) for i in found)
 
     def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:
         """Failed items of *definition_id* with their evidence, and its states whose rollback

@@ -89,8 +89,9 @@ SCHEMA_NAME: Final = "migrate"
 #: The schema this version writes; a newer one is refused, an older one upgraded.
 #: 1: item states, runs, cursors, contracts, locks. 2: adds the update requests not carried out.
 #: 3: adds the durable run that owns a run or holds a lock. 4: adds each run's kind (a run or a
-#: rollback) and each state's failed rollback attempts.
-SCHEMA_VERSION: Final = 4
+#: rollback) and each state's failed rollback attempts. 5: adds the run whose scan last saw each
+#: state (``--rollback-orphans``).
+SCHEMA_VERSION: Final = 5
 
 # Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
 # lacks, in one transaction, under the schema's advisory lock.
@@ -168,6 +169,7 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'run'",
         "ALTER TABLE item_states ADD COLUMN IF NOT EXISTS rollback_attempts json",
     ),
+    ("ALTER TABLE item_states ADD COLUMN IF NOT EXISTS seen_by text",),
 )
 
 # Whether the store connection whose key is in ``holder`` still lives: its session advisory lock
@@ -839,6 +841,7 @@ class PostgresStore:
         )
 
         based_on = None if commit.based_on is None else definitions_json(commit.based_on)
+        seen = json.dumps(list(commit.seen), ensure_ascii=False) if commit.seen else None
 
         def go(conn: Connection) -> None:
             if based_on is not None:
@@ -864,6 +867,12 @@ class PostgresStore:
                 _clear_positional(conn, definition_id, run_id)
             if states:
                 conn.execute(_UPSERT_STATES, (definition_id, run_id, time.time(), rows))
+            if seen is not None:
+                conn.execute(
+                    "UPDATE item_states SET seen_by = %s WHERE definition = %s "
+                    f"AND identity IN {_JSON_TEXTS}",
+                    (run_id, definition_id, seen),
+                )
             # The token tells a retry whether a commit cut off at COMMIT landed.
             conn.execute(
                 "UPDATE runs SET definitions = %s::json, last_commit = %s WHERE id = %s",
@@ -932,6 +941,12 @@ class PostgresStore:
                             "WHERE definition = %s AND identity = %s",
                             changed,
                         )
+                if commit.seen_by is not None:
+                    conn.execute(
+                        "UPDATE item_states SET seen_by = %s WHERE definition = %s "
+                        "AND identity = ANY(%s)",
+                        (commit.seen_by, definition_id, [identity for identity, _ in attempts]),
+                    )
             # The token tells a retry whether a commit cut off at COMMIT landed.
             conn.execute(
                 "UPDATE runs SET definitions = %s::json, last_commit = %s WHERE id = %s",
@@ -1013,6 +1028,20 @@ class PostgresStore:
             (definition_id,),
         )
         return tuple(item_state(row) for row in rows)
+
+    def orphans(
+        self, definition_id: str, run_id: str, limit: int | None = None
+    ) -> tuple[ItemState, ...]:
+        """The states of *definition_id* that *run_id*'s scan did not see (see `Store.orphans`)."""
+        query: LiteralString = (
+            f"SELECT {self._state_columns} FROM item_states WHERE definition = %s "
+            f"AND seen_by IS DISTINCT FROM %s {_BY_IDENTITY}"
+        )
+        params: list[Any] = [definition_id, run_id]
+        if limit is not None:
+            query += " LIMIT %s"
+            params.append(limit)
+        return tuple(item_state(row) for row in self._rows(query, params))
 
     def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:
         """

@@ -70,8 +70,9 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore", "open_sqlite", "sqlite_exists", "sto
 #: 1: item states, runs, cursors, locks. 2: adds definition contracts. 3: adds each state's source
 #: position and the start token of the process holding a run or a lock. 4: adds the update requests
 #: not carried out yet. 5: adds the durable run that owns a run or holds a lock. 6: adds each run's
-#: kind (a run or a rollback) and each state's failed rollback attempts.
-SCHEMA_VERSION: Final = 6
+#: kind (a run or a rollback) and each state's failed rollback attempts. 7: adds the run whose
+#: scan last saw each state (``--rollback-orphans``).
+SCHEMA_VERSION: Final = 7
 
 DEFAULT_TIMEOUT: Final = 30.0  # seconds a write waits for another connection's lock
 
@@ -90,6 +91,7 @@ CREATE TABLE IF NOT EXISTS item_states (
     updated_at REAL NOT NULL,
     position TEXT,
     rollback_attempts TEXT,
+    seen_by TEXT,
     PRIMARY KEY (definition, identity)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS item_states_by_status ON item_states (definition, status);
@@ -146,6 +148,7 @@ _ADDED_COLUMNS: Final = (
     ("locks", "durable_run_id", "TEXT"),
     ("runs", "kind", "TEXT NOT NULL DEFAULT 'run'"),
     ("item_states", "rollback_attempts", "TEXT"),
+    ("item_states", "seen_by", "TEXT"),
 )
 
 # The parameters are the definition, run id and time, then a StateWrite's fields in order.
@@ -808,6 +811,13 @@ class SqliteStore:
                 db.executemany(
                     _INSERT_STATE, [(definition_id, run_id, now, *state) for state in states]
                 )
+            if commit.seen:
+                # After the states: a state written anew starts unseen (INSERT OR REPLACE).
+                db.execute(
+                    "UPDATE item_states SET seen_by = ? WHERE definition = ? "
+                    "AND identity IN (SELECT value FROM json_each(?))",
+                    (commit.run_id, definition_id, json.dumps(list(commit.seen))),
+                )
             self._update_run(db, commit.run_id, None, commit.results, None, False)
             if commit.save_cursor:
                 _save_cursor(db, definition_id, commit.cursor)
@@ -859,6 +869,11 @@ class SqliteStore:
                         "UPDATE item_states SET rollback_attempts = ? WHERE definition = ? "
                         "AND identity = ?",
                         (attempts, definition_id, identity),
+                    )
+                if commit.seen_by is not None:
+                    db.execute(
+                        "UPDATE item_states SET seen_by = ? WHERE definition = ? AND identity = ?",
+                        (commit.seen_by, definition_id, identity),
                     )
             self._update_run(db, commit.run_id, None, commit.results, None, False)
 
@@ -926,6 +941,20 @@ class SqliteStore:
             (definition_id,),
         )
         return tuple(item_state(row) for row in rows)
+
+    def orphans(
+        self, definition_id: str, run_id: str, limit: int | None = None
+    ) -> tuple[ItemState, ...]:
+        """The states of *definition_id* that *run_id*'s scan did not see (see `Store.orphans`)."""
+        sql = (
+            f"SELECT {self._columns['item_states']} FROM item_states "
+            "WHERE definition = ? AND seen_by IS NOT ? ORDER BY identity"
+        )
+        params: list[Any] = [definition_id, run_id]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return tuple(item_state(row) for row in self._query(sql, params))
 
     def failures(self, definition_id: str, limit: int | None = None) -> tuple[FailureRecord, ...]:
         """

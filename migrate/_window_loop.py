@@ -98,6 +98,9 @@ class WindowResult:
         notes: What the user should know (identities the source does not have).
         forget: Identities whose stored states go (failed records the source no longer has).
         update_done: The window ends the pass of an update: its request is cleared.
+        seen: The identities (and faults' keys) the window met, marked as seen by the run
+            (``--rollback-orphans`` only; see `migrate._store.WindowCommit.seen`).
+        from_start: The window begins at the source's first record.
     """
 
     states: tuple[StateWrite, ...]
@@ -112,6 +115,8 @@ class WindowResult:
     notes: tuple[str, ...] = ()
     forget: tuple[str, ...] = ()
     update_done: bool = False
+    seen: tuple[str, ...] = ()
+    from_start: bool = False
 
 
 class _Tally:
@@ -167,6 +172,10 @@ class WindowLoop:
         on_item: Called with the counts so far of the window being processed, at most every
             0.1 s while it is processed (progress bars).
         lookup: Reads another definition's tracking record (`Scope.lookup`).
+        mark_seen: Report what each window met (`WindowResult.seen`), for
+            ``--rollback-orphans``; and a normal run whose saved cursor is at the end of the
+            source (its first read finds nothing) reads the source again from the start, so
+            the run makes a complete scan.
     """
 
     def __init__(
@@ -181,8 +190,14 @@ class WindowLoop:
         run_async: RunAsync[Any],
         on_item: Callable[[Counts], object] | None = None,
         lookup: TrackingLookup | None = None,
+        mark_seen: bool = False,
     ) -> None:
         self.migration = migration
+        self.mark_seen = mark_seen
+        #: Whether an empty first read from the saved cursor starts the scan over (see above).
+        self._rescan = False
+        #: The keys the last window met (`WindowResult.seen`).
+        self._seen: list[str] = []
         self.mode = mode
         self.definition_id = migration.id
         self.run_id = run_id
@@ -239,6 +254,7 @@ class WindowLoop:
                 marked_by = self.run_id
             else:
                 self._cursor = self.store.cursor(definition_id)
+                self._rescan = self.mark_seen and not resume and self._cursor is not None
                 if request is not None:
                     self._updating = True
                     marked_by = request.run_id
@@ -328,6 +344,18 @@ class WindowLoop:
                 )
                 return
             window = outcome.unwrap()
+            if (
+                self._rescan
+                and first
+                and not window.from_start
+                and not (window.items or window.faults)
+            ):
+                # The saved cursor is at the source's end (the last pass ended): the scan of
+                # --rollback-orphans starts over from the first record.
+                self._rescan = False
+                cursor = None
+                continue
+            self._rescan = False
             if window.from_start:
                 if not first:
                     # The source started over mid-run (its data changed): records met before
@@ -336,6 +364,7 @@ class WindowLoop:
                 whole_pass = True
             tally = _Tally()
             states: list[StateWrite] = []
+            self._seen = []
             if window.items or window.faults:
                 try:
                     states = self._window_states(
@@ -357,6 +386,8 @@ class WindowLoop:
                 clear_positional=whole_pass and last,
                 # The pass is over: the update asked for is carried out.
                 update_done=self._updating and last,
+                seen=tuple(self._seen) if self.mark_seen else (),
+                from_start=window.from_start,
             )
             first = False
             cursor = window.next_cursor
@@ -591,6 +622,8 @@ class WindowLoop:
         keys = [item.identity for item in items]
         if faults:
             keys += [fault.key for fault in faults]
+        if self.mark_seen and discovery:
+            self._seen = keys
         prior = self.store.prior_states(self.definition_id, keys)
         states: list[StateWrite] = []
         if len(set(keys)) != len(keys):

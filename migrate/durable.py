@@ -16,6 +16,11 @@ works the engine (``migrate work``, or `wait` in the starting process) runs its 
   could take the next window for this one; a recovery (the worker died) runs the step again,
   and it reads on from what was committed. Item failures are item states, not step failures; a
   source that cannot be read (past ``source_cursor_retry``) or a store error fails the run.
+- ``migrate.orphans`` (``--rollback-orphans``; 1 attempt, for the same reason), one per page of
+  up to 1,000 orphans, after every definition's windows, dependents first: rolls back the states
+  the definition's complete scan did not see and commits them in batches; its output is
+  ``{definition, n, done}``. A recovery goes on from what was committed (deleted states are
+  gone, those whose undo failed are marked as seen by the run).
 - ``migrate.complete`` / ``migrate.fail`` (5 attempts, backoff 500 ms doubling to 30 s,
   jittered): store the run's end and release its locks; idempotent.
 
@@ -143,6 +148,20 @@ class _Workflows:
                     if done["done"]:
                         break
                     n += 1
+            if begun.get("rollback_orphans"):
+                # After every scan, dependents first: one step per page of orphans.
+                for definition_id in reversed(begun["definitions"]):
+                    n = 0
+                    while True:
+
+                        def page(d: str = definition_id, k: int = n) -> Any:
+                            return live.call(lambda: live.orphans(d, k))
+
+                        done = await ctx.local_step("migrate.orphans", page, **WINDOW_POLICY)
+                        notes.extend(done.get("notes", ()))
+                        if done["done"]:
+                            break
+                        n += 1
         except Exception as error:
             reason = f"stopped: {error}"
             await ctx.local_step(
@@ -242,6 +261,7 @@ def _options_json(options: RunOptions) -> dict[str, Any]:
         "update": options.update,
         "force": options.force,
         "concurrency": options.concurrency,
+        **({"rollback_orphans": True} if options.rollback_orphans else {}),
     }
 
 

@@ -260,7 +260,7 @@ def test_a_schema_5_sqlite_store_reads_read_only_and_upgrades_keeping_its_rows(
             [(r.run_id, r.kind) for r in store.runs()],
             [f.identity for f in store.failures("p")],
         )
-    assert 6 == _schema_version(path) == migrate.SCHEMA_VERSION
+    assert migrate.SCHEMA_VERSION == _schema_version(path) >= 6
 
 
 def test_a_schema_3_postgres_store_reads_read_only_and_upgrades_keeping_its_rows(
@@ -303,4 +303,4 @@ def test_a_schema_3_postgres_store_reads_read_only_and_upgrades_keeping_its_rows
             [(r.run_id, r.kind) for r in store.runs()],
             [(f.identity, len(f.rollback_attempts)) for f in store.failures("p")],
         )
-    assert str(POSTGRES_SCHEMA_VERSION) == version() == "4"
+    assert POSTGRES_SCHEMA_VERSION == int(version()) >= 4
