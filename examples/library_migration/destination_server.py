@@ -21,6 +21,7 @@ import argparse
 import json
 import random
 import re
+import sys
 import threading
 from collections import Counter
 from http import HTTPStatus
@@ -203,6 +204,16 @@ def _handler(catalogue: Catalogue) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    """The HTTP server, quiet about clients that vanish mid-request (a worker killed with -9)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 @attrs.define
 class RunningServer:
     """A catalogue served on 127.0.0.1 from a daemon thread; ``url`` is its base address."""
@@ -225,7 +236,7 @@ class RunningServer:
 def start(failures: FailurePlan | None = None, port: int = 0) -> RunningServer:
     """Start the catalogue on ``127.0.0.1:port`` (0 = any free port) in a daemon thread."""
     catalogue = Catalogue(failures=failures or FailurePlan())
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(catalogue))
+    server = _Server(("127.0.0.1", port), _handler(catalogue))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="catalogue", daemon=True)
     thread.start()
