@@ -20,12 +20,10 @@ from typing import Any
 
 import attrs
 
-from effects._callables import is_async_callable
 from migrate._definition import Migration
 from migrate._pipeline import RetryTally, counting_retries
 from migrate._rollback import (
     _DefinitionRollback,  # pyright: ignore[reportPrivateUsage]
-    _Interrupted,  # pyright: ignore[reportPrivateUsage]
 )
 from migrate._state import Counts, DefinitionResult
 from migrate._text import natural_key, plural
@@ -112,22 +110,7 @@ class OrphanPage(_DefinitionRollback):
             fn = self.fn
             assert fn is not None  # the plan refused a definition without one
             with counting_retries(self.tally):
-                try:
-                    if is_async_callable(fn) or self.concurrency > 1:
-                        stopped = self.owner.run_async(self._undo_concurrently(fn, targets))
-                    else:
-                        stopped = self._undo_one_by_one(fn, targets)
-                except _Interrupted:
-                    stopped = True
-                except KeyboardInterrupt:
-                    self._flush()
-                    raise
-                finally:
-                    if self._pool is not None:
-                        self._pool.shutdown(wait=False)
-                self._flush()
-            if stopped:
-                raise KeyboardInterrupt
+                self.undo_all(fn, targets)
         done = limit is None or len(targets) < limit
         if done:
             result = self._result("")

@@ -502,26 +502,36 @@ class _DefinitionRollback:
             if fn is None:  # pragma: no cover - the preflight refused it, under the lock
                 raise RollbackRefused((f"{self.definition_id!r} has no rollback=",))
             self._batch_started = time.monotonic()
-            try:
-                if is_async_callable(fn) or self.concurrency > 1:
-                    stopped = owner.run_async(self._undo_concurrently(fn, targets))
-                else:
-                    stopped = self._undo_one_by_one(fn, targets)
-            except _Interrupted:
-                stopped = True
-            except KeyboardInterrupt:
-                # Ctrl-C between two undos (or during a commit): what was done is committed.
-                self._flush()
-                raise
-            finally:
-                if self._pool is not None:
-                    self._pool.shutdown(wait=False)
-            self._flush()
-            if stopped:
-                raise KeyboardInterrupt
+            self.undo_all(fn, targets)
         status = "failed" if self.counts.failed else "succeeded"
         owner.results[self.definition_id] = self._result(status)
         store.update_run(self.run_id, definitions=owner.results)
+
+    def undo_all(self, fn: Rollback, targets: Sequence[ItemState]) -> None:
+        """
+        Undo *targets* with *fn* (one by one, or at once for an ``async`` fn or ``-c N``) and
+        commit the last batch.
+
+        Raises:
+            KeyboardInterrupt: After committing what was done, if Ctrl-C stopped the undos.
+        """
+        try:
+            if is_async_callable(fn) or self.concurrency > 1:
+                stopped = self.owner.run_async(self._undo_concurrently(fn, targets))
+            else:
+                stopped = self._undo_one_by_one(fn, targets)
+        except _Interrupted:
+            stopped = True
+        except KeyboardInterrupt:
+            # Ctrl-C between two undos (or during a commit): what was done is committed.
+            self._flush()
+            raise
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+        self._flush()
+        if stopped:
+            raise KeyboardInterrupt
 
     def _targets(self) -> tuple[list[ItemState], list[str]]:
         """The states to undo, in natural identity order, and the identities asked for that
