@@ -92,16 +92,18 @@ class OrphanPage(_DefinitionRollback):
             self.base, orphans_rolled_back=counts.rolled_back, orphans_failed=counts.failed
         )
 
-    def page(self, limit: int | None = PAGE) -> tuple[int, bool]:
+    def page(self) -> tuple[int, bool]:
         """
-        Roll back the next *limit* orphans (``None``: all), committed in batches; return how
-        many were selected and whether none is left. The last page stores the definition
-        ``failed`` if an orphan's undo failed.
+        Roll back the next `PAGE` orphans, committed in batches; return how many were selected
+        and whether none is left. The last page stores the definition ``failed`` if an orphan's
+        undo failed.
 
         Raises:
             KeyboardInterrupt: After Ctrl-C, once what was undone is committed.
         """
         store = self.store
+        # Read at each call, not bound at definition, so a test can make pages small.
+        limit = PAGE
         targets = sorted(
             store.orphans(self.definition_id, self.run_id, limit),
             key=lambda state: natural_key(state.identity),
@@ -111,7 +113,7 @@ class OrphanPage(_DefinitionRollback):
             assert fn is not None  # the plan refused a definition without one
             with counting_retries(self.tally):
                 self.undo_all(fn, targets)
-        done = limit is None or len(targets) < limit
+        done = len(targets) < limit
         if done:
             result = self._result("")
             if result.orphans_failed and result.status == "succeeded":

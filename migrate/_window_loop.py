@@ -24,6 +24,7 @@ import attrs
 from returns.result import Failure, Result
 
 from effects._callables import is_async_callable
+from migrate._carried import carry_changes
 from migrate._definition import Migration
 from migrate._errors import DestinationError, Skip, SourceError, TrackingError
 from migrate._json import encode, encode_entries, plain, safe_text
@@ -430,7 +431,9 @@ class WindowLoop:
                 break
         prior = self.store.prior_states(self.definition_id, self._positional)
         tally = _Tally()
-        states = [self._fault_state(met[k], prior.get(k), tally) for k in sorted(met)]
+        states = _carried(
+            [self._fault_state(met[k], prior.get(k), tally) for k in sorted(met)], prior
+        )
         gone = tuple(k for k in self._positional if k not in met)
         notes: tuple[str, ...] = ()
         if gone:
@@ -523,9 +526,10 @@ class WindowLoop:
             try:
                 states.extend(self._process_items(items, tally, discovery=False, prior=prior))
             except _Interrupted as stop:
-                yield self._stopped(_Interrupted([*states, *stop.states]), tally)
+                yield self._stopped(_Interrupted(_carried([*states, *stop.states], prior)), tally)
                 return
             notes = self._absent_notes(absent, prior)
+            states = _carried(states, prior) if prior else states
             yield WindowResult(tuple(states), tally.counts(), tuple(tally.failures), notes=notes)
 
     def _absent_notes(
@@ -636,9 +640,9 @@ class WindowLoop:
                 items, tally, discovery=discovery, update=update, prior=prior
             )
         except _Interrupted as stop:
-            raise _Interrupted([*states, *stop.states]) from None
+            raise _Interrupted(_carried([*states, *stop.states], prior)) from None
         states.extend(processed)
-        return states
+        return _carried(states, prior) if prior else states
 
     def _unstorable(
         self, items: Sequence[Item], faults: Sequence[Fault]
@@ -1111,6 +1115,18 @@ class WindowLoop:
                 item.position,
             ),
         )
+
+
+def _carried(states: list[StateWrite], prior: Mapping[str, PriorState]) -> list[StateWrite]:
+    """*states* with the earlier runs' destination changes their priors' journals hold and they
+    do not redo (`migrate._carried`): what a rollback must still undo."""
+    for index, state in enumerate(states):
+        earlier = prior.get(state.identity)
+        if earlier is not None and earlier.journal is not None:
+            journal = carry_changes(earlier.journal, state.journal)
+            if journal is not state.journal:
+                states[index] = state._replace(journal=journal)
+    return states
 
 
 class _Interrupted(BaseException):

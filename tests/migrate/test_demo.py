@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,11 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "library_migration" / 
 @pytest.mark.timeout(200)
 def test_demo_migrates_everything_after_fixing_and_reprocessing_failures() -> None:
     """The demo ends with every record in the catalogue, reprocessing only the failures."""
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, str(DEMO)], capture_output=True, text=True, timeout=180, check=False
     )
-    took = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    assert took < 120
     # The first run: authors with 3 rejected records, books held back by the preflight.
     assert "authors     normal     1,997        0       3" in out
     assert "books: not run: required dependency 'authors'" in out

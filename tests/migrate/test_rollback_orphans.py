@@ -238,3 +238,99 @@ def test_orphans_of_the_dependent_go_before_those_of_the_dependency(
     summary = migrate.run(config, migrate.RunOptions(rollback_orphans=True))
     assert "succeeded" == summary.status
     assert ["books 3", "authors 3"] == undone
+
+
+def _named(ids: list[str]) -> list[dict[str, Any]]:
+    return [{"id": i} for i in ids]
+
+
+ODD = ["1", "01", "é", "e\u0301", "a b", "\x1b[31m", "\u202eevil", "x" * 300, "<line 3>", "10"]
+
+
+def test_odd_identities_are_orphans_like_any_other(tmp_path: Path, store_url: str) -> None:
+    """Identities alike in text but not equal ("1"/"01"/"10", a composed and a decomposed é),
+    escapes, bidi controls, a long one, one shaped like a positional key: exactly the ones
+    gone from the source are undone, each once."""
+    undone: list[str] = []
+
+    def undo(item: migrate.RollbackItem, scope: migrate.Scope) -> None:
+        undone.append(item.identity)
+
+    def config(ids: list[str]) -> migrate.Config:
+        source = migrate.MemorySource(_named(ids), window_size=3)
+        return _config(store_url, tmp_path, migrate.Migration("p", source, _noop, rollback=undo))
+
+    assert "succeeded" == migrate.run(config(ODD)).status
+    gone = {"01", "e\u0301", "\x1b[31m", "<line 3>"}
+    kept = [i for i in ODD if i not in gone]
+    summary = migrate.run(config(kept), migrate.RunOptions(rollback_orphans=True))
+    assert ("succeeded", 4) == (summary.status, summary.definitions["p"].orphans_rolled_back)
+    assert sorted(gone) == sorted(undone)
+    with config(kept).using_store(read_only=True) as store:
+        assert sorted(kept) == sorted(s.identity for s in store.items("p"))
+
+
+def test_items_failing_in_the_scan_are_seen_and_not_orphans(tmp_path: Path, store_url: str) -> None:
+    """An item still at the source whose processing fails in the flagged run keeps its (failed)
+    state: the scan met it. Only the record gone from the source is undone."""
+    undone: list[str] = []
+
+    def undo(item: migrate.RollbackItem, scope: migrate.Scope) -> None:
+        undone.append(item.identity)
+
+    def failing(item: migrate.Item, scope: migrate.Scope) -> None:
+        if item.identity == "2":
+            raise ValueError("2 breaks now")
+        _noop(item, scope)
+
+    rows = migrate.MemorySource(_rows(range(1, 6)), window_size=2)
+    first = _config(store_url, tmp_path, migrate.Migration("p", rows, _noop, rollback=undo))
+    assert "succeeded" == migrate.run(first).status
+    changed = [{**row, "v": 2} if row["id"] == "2" else row for row in _rows(range(1, 5))]
+    fewer = migrate.MemorySource(changed, window_size=2)  # 2 changed: processed again
+    config = _config(store_url, tmp_path, migrate.Migration("p", fewer, failing, rollback=undo))
+    summary = migrate.run(config, migrate.RunOptions(rollback_orphans=True))
+    assert 1 == summary.definitions["p"].orphans_rolled_back
+    assert ["5"] == undone
+    with config.using_store(read_only=True) as store:
+        assert {"1": "migrated", "2": "failed", "3": "migrated", "4": "migrated"} == {
+            s.identity: s.status for s in store.items("p")
+        }
+
+
+def test_ctrl_c_in_an_orphan_undo_keeps_what_was_undone_and_the_next_run_finishes(
+    tmp_path: Path, store_url: str
+) -> None:
+    """A KeyboardInterrupt in the third orphan's undo stops the run (stored failed,
+    interrupted) once the undos before it are committed; the next flagged run scans again and
+    rolls back the rest, undoing none twice."""
+    undone: list[str] = []
+
+    def undo(item: migrate.RollbackItem, scope: migrate.Scope) -> None:
+        if item.identity == "8" and "8" not in undone:
+            undone.append("8")
+            raise KeyboardInterrupt
+        undone.append(item.identity)
+
+    rows = migrate.MemorySource(_rows(range(1, 11)), window_size=4)
+    first = _config(store_url, tmp_path, migrate.Migration("p", rows, _noop, rollback=undo))
+    assert "succeeded" == migrate.run(first).status
+    fewer = migrate.MemorySource(_rows(range(1, 6)), window_size=4)
+    config = _config(store_url, tmp_path, migrate.Migration("p", fewer, _noop, rollback=undo))
+    options = migrate.RunOptions(rollback_orphans=True)
+    with pytest.raises(KeyboardInterrupt):
+        migrate.run(config, options)
+    assert ["6", "7", "8"] == undone
+    assert ["1", "2", "3", "4", "5", "8", "9", "10"] == _states(config, "p")
+    with config.using_store(read_only=True) as store:
+        stopped = store.runs(1)[0]
+        assert "Interrupted" == store.item("p", "8").rollback_attempts[0]["error"]["type"]  # type: ignore[union-attr]
+    assert (stopped.error or "").startswith("interrupted: KeyboardInterrupt"), stopped
+    assert "failed" == stopped.status
+
+    finished = migrate.run(config, options)
+    assert ("succeeded", 3) == (finished.status, finished.definitions["p"].orphans_rolled_back)
+    # The rerun selects in the store's identity order (text: "10" before "8"), then undoes in
+    # natural order within a page.
+    assert undone in (["6", "7", "8", "10", "8", "9"], ["6", "7", "8", "8", "9", "10"])
+    assert [str(i) for i in range(1, 6)] == _states(config, "p")

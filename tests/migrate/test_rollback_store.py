@@ -304,3 +304,55 @@ def test_a_schema_3_postgres_store_reads_read_only_and_upgrades_keeping_its_rows
             [(f.identity, len(f.rollback_attempts)) for f in store.failures("p")],
         )
     assert POSTGRES_SCHEMA_VERSION == int(version()) >= 4
+
+
+def _drop_seen_by(url: str, server: PostgresServer | None, version: int) -> None:
+    """Make the store at *url* what schema *version* (before ``seen_by``) wrote."""
+    if server is None:
+        db = sqlite3.connect(url.removeprefix("sqlite:///"))
+        with db:
+            db.execute("ALTER TABLE item_states DROP COLUMN seen_by")
+            db.execute("UPDATE schema_version SET version = ?", (version,))
+        db.close()
+        return
+    schema = sql.Identifier(url.rsplit("schema=", 1)[1].split("&", 1)[0])
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER TABLE {}.item_states DROP COLUMN seen_by").format(schema))
+        conn.execute(
+            sql.SQL("UPDATE {}.migrate_meta SET value = %s WHERE key = 'version'").format(schema),
+            (str(version),),
+        )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_store_from_before_orphans_reads_read_only_and_upgrades_to_mark_seen_states(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A store of the schema before ``seen_by`` (SQLite 6, PostgreSQL 4) reads read-only as it
+    is and stays so; opened for writing it gains the column in place, keeps its rows, and a
+    window's ``seen`` marks are then what `Store.orphans` leaves out."""
+    server: PostgresServer | None = None
+    if kind == "sqlite":
+        url, old = f"sqlite:///{tmp_path / 'state.db'}", 6
+    else:
+        server = request.getfixturevalue("postgres_server")
+        url, old = str(request.getfixturevalue("postgres_url")), 4
+    with migrate.open_store(url) as store:
+        store.create_run("old-run", "normal", {})
+        writes = [StateWrite(str(i), "migrated", "v") for i in (1, 2, 3)]
+        store.commit_window(WindowCommit("p", "old-run", writes, {}))
+    _drop_seen_by(url, server, old)
+
+    with migrate.open_store(url, read_only=True) as store:
+        assert (["1", "2", "3"], ["old-run"]) == (
+            [s.identity for s in store.items("p")],
+            [r.run_id for r in store.runs()],
+        )
+    with migrate.open_store(url) as store:
+        store.create_run("scan", "normal", {})
+        seen = [StateWrite("1", "migrated", "v")]
+        store.commit_window(WindowCommit("p", "scan", seen, {}, seen=["1", "3"]))
+        assert ["2"] == [s.identity for s in store.orphans("p", "scan")]
+        assert ["1", "2", "3"] == [s.identity for s in store.items("p")]
+    with migrate.open_store(url, read_only=True) as store:
+        assert ["2"] == [s.identity for s in store.orphans("p", "scan")]
