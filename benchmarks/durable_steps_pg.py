@@ -27,7 +27,9 @@ Every case runs in a fresh interpreter (this script with ``--case``) and prints 
    polls at ``--poll-ms``; ours and procrastinate also wake on ``NOTIFY``.
 3. **One durable retry**: a dispatched step that fails on its first attempt and succeeds on its
    second (``retries=2``), in one process, interleaved with the same run without the failure;
-   the cost is the difference per run.
+   the cost is the difference per run. **Compensation**: a 10-step run completing, beside the
+   same run failing at its last step and undoing the nine before it (local, then dispatched
+   steps): an undo costs what a step of its kind costs.
 4. **Floors**: one ``INSERT`` per step, hand-written with psycopg (autocommit: the statement is
    its own transaction, one round trip), both with psycopg's blocking connection and with its
    asyncio one (ours is an asyncio engine); and one ``FOR UPDATE SKIP LOCKED`` claim plus one
@@ -119,6 +121,7 @@ from _durable_ours import (  # noqa: E402
     case_ours_local,
     case_ours_local_work,
     case_ours_retry,
+    case_ours_saga,
     serve_ours,
 )
 from psycopg import sql  # noqa: E402
@@ -401,6 +404,7 @@ def cases(workers: Sequence[int]) -> list[str]:
         *(f"dbos-drain:{w}" for w in workers),
         *(f"procrastinate-drain:{w}" for w in workers),
         "ours-retry",
+        "ours-saga",
     ]
     return [
         key
@@ -457,6 +461,8 @@ def run_case(key: str, url: str, args: argparse.Namespace) -> Figures:
             )
         if kind == "ours-retry":
             return asyncio.run(case_ours_retry(ours, args.seconds))
+        if kind == "ours-saga":
+            return asyncio.run(case_ours_saga(ours, args.seconds))
         if kind == "dbos-local":
             return case_dbos_local(url, rest == "sync", args.seconds)
         if kind == "dbos-local-concurrent":
@@ -583,6 +589,17 @@ def report(results: dict[str, Figures], workers: Sequence[int]) -> None:
         plain, retried, cost = retry["plain_us"], retry["retried_us"], retry["cost_us"]
         print(f"  a run without a retry: {plain:,.0f} us; with one: {retried:,.0f} us")
         print(f"  the retry costs {cost:,.0f} us")
+    saga = results.get("ours-saga")
+    if saga is not None:
+        print("\nCompensation: a 10-step run completing, and failing at its last step with the")
+        print("nine before it undone; one process, interleaved (us)")
+        print(f"  {'steps':<12}{'completed':>11}{'compensated':>13}{'per step':>10}"
+              f"{'per undo':>10}{'undo / step':>13}")  # fmt: skip
+        for kind, label in (("local", "local"), ("remote", "dispatched")):
+            step_us, undo_us = saga[f"{kind}_step_us"], saga[f"{kind}_undo_us"]
+            print(f"  {label:<12}{saga[f'{kind}_completed_us']:>11,.0f}"
+                  f"{saga[f'{kind}_compensated_us']:>13,.0f}{step_us:>10,.0f}"
+                  f"{undo_us:>10,.0f}{undo_us / step_us:>13.2f}")  # fmt: skip
 
 
 def main() -> int:

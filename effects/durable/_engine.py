@@ -354,6 +354,7 @@ class Engine:
             TimeoutError: If the run has not finished within *timeout*.
             ValueError: If *timeout* or *poll_ms* is not valid.
         """
+        _storable(run_id)
         poll = checked_ms(poll_ms, "poll_ms") / 1000
         loop = asyncio.get_running_loop()
         deadline = (
@@ -403,6 +404,7 @@ class Engine:
         Raises:
             UnknownRunError: If no run has this id (a ``ValueError`` and a ``LookupError``).
         """
+        _storable(run_id)
         run = await self._store.get_run(run_id)
         if run is None:
             raise UnknownRunError(run_id)
@@ -435,6 +437,7 @@ class Engine:
         Raises:
             UnknownRunError: If no run has this id.
         """
+        _storable(run_id)
         found = await self._store.checkpoints(run_id)
         if not found and await self._store.get_run(run_id) is None:
             raise UnknownRunError(run_id)
@@ -447,6 +450,7 @@ class Engine:
         Raises:
             UnknownRunError: If no run has this id.
         """
+        _storable(run_id)
         stored = await self._store.events(run_id)
         if not stored and await self._store.get_run(run_id) is None:
             raise UnknownRunError(run_id)
@@ -464,6 +468,7 @@ class Engine:
                 undone (cancelled with compensation, or failed and compensated); or if its
                 workflow, as this engine has it, says ``requeue=False`` (or what to do instead).
         """
+        _storable(run_id)
         found = await self._store.get_run(run_id)
         if found is None:
             raise UnknownRunError(run_id)
@@ -506,6 +511,7 @@ class Engine:
                 its status.
             TypeError: If *compensate* is not a bool.
         """
+        _storable(run_id)
         if not isinstance(compensate, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
             msg = f"compensate must be True or False, got {compensate!r}"
             raise TypeError(msg)
@@ -532,6 +538,7 @@ class Engine:
         Raises:
             UnknownRunError: If no run has this id.
         """
+        _storable(run_id)
         if await self._store.get_run(run_id) is None:
             raise UnknownRunError(run_id)
         count = await self._store.redispatch_pending(run_id, now=self._now())
@@ -602,3 +609,21 @@ class Engine:
     def stop(self) -> None:
         """Ask ``work()`` to drain and return (safe from a signal handler via the loop)."""
         self._loop.stop()
+
+
+def _storable(run_id: object) -> None:
+    """
+    Refuse an id that is not a string (``TypeError``) and, as unknown, one no store can hold,
+    so no run can have it (NUL, a lone surrogate): the store's driver would otherwise fail with
+    an error of its own (PostgreSQL refuses NUL in text; an encoder refuses surrogates).
+    """
+    if not isinstance(run_id, str):
+        msg = f"run_id must be a str, got {type(run_id).__name__}: {run_id!r}"
+        raise TypeError(msg)
+    if "\x00" in run_id:
+        raise UnknownRunError(run_id)
+    if not run_id.isascii():
+        try:
+            run_id.encode()
+        except UnicodeEncodeError:
+            raise UnknownRunError(run_id) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -633,3 +634,45 @@ async def test_two_cancels_at_once_cancel_once(durable_engine: DurableEngineFact
     assert isinstance(refused[0], ValueError)
     assert "is cancelled" in str(refused[0])
     assert 1 == len(told)
+
+
+@pytest.mark.parametrize(
+    ("odd", "error"),
+    [
+        (None, TypeError),
+        (3, TypeError),
+        (b"pay-1", TypeError),
+        ("", UnknownRunError),
+        ("pay-1\x00", UnknownRunError),
+        ("pay-\udcff", UnknownRunError),
+        ("PAY-1", UnknownRunError),
+    ],
+)
+async def test_odd_ids_are_refused_everywhere_an_id_is_taken(
+    durable_engine: DurableEngineFactory, odd: Any, error: type[Exception]
+) -> None:
+    """An id of another type: TypeError naming it; empty, with NUL, a lone surrogate (no store
+    can hold it), or of another case: UnknownRunError; from every method that takes an id, on
+    every store; the real run is untouched."""
+    charge = charging([])
+    async with durable_engine(workflows=[paying(charge)], steps=[charge]) as engine:
+        real = await engine.start("pay", 1, run_id="pay-1")
+        before = await engine.events(real)
+
+        async def wait(run_id: Any) -> object:
+            return await engine.wait(run_id, timeout=0.01)
+
+        calls: tuple[Callable[[Any], Awaitable[object]], ...] = (
+            engine.get_run,
+            engine.checkpoints,
+            engine.events,
+            engine.requeue,
+            engine.cancel,
+            engine.redispatch_pending,
+            wait,
+        )
+        for call in calls:
+            with pytest.raises(error, match=r"no run with id|run_id must be a str, got"):
+                await call(odd)
+        assert before == await engine.events(real)
+        assert "pending" == (await engine.get_run(real)).status

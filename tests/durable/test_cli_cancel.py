@@ -100,3 +100,14 @@ def test_a_plainly_cancelled_run_is_resumed_by_retry(cli_app: App) -> None:
             return run.status, run.output
 
     assert ("completed", 6) == run_async(work)
+
+
+@pytest.mark.parametrize("command", ["cancel", "show", "retry", "redispatch"])
+def test_an_id_of_bytes_invalid_in_utf_8_is_an_unknown_run(cli_app: App, command: str) -> None:
+    """Byte 0xff on the command line (a lone surrogate once decoded): a usage error naming the
+    bytes (exit 2, one line), not an encoding traceback from the store; nothing changed."""
+    waiting(cli_app, "hold", "h-1")
+    before = cli_app.shown("h-1")
+    done = cli_app.cli("--app", "app:engine", command, "h\udcff")
+    assert_one_line_error(done, "argument RUN: b'h\\xff' is not valid UTF-8", code=2)
+    assert before == cli_app.shown("h-1")

@@ -7,6 +7,9 @@ counted in the processes' append-only execution logs.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from collections import Counter
 from typing import Any
 
@@ -126,6 +129,35 @@ async def killed_mid_unwind(nodes: Nodes) -> Facts:
         return facts
 
 
+async def ctrl_c_mid_undo(nodes: Nodes) -> Facts:
+    """
+    Hold, book three items, fail. The worker undoing item 1 gets Ctrl-C (SIGINT) while the undo
+    blocks: it hands the attempt back at once, and a second worker runs that undo again.
+    """
+    url = nodes.url
+    gate = nodes.folder / "gate"
+    gate.mkdir()
+    data = {"n": 3, "steps": 3, "gate": str(gate), "hold": ["unbook-1"]}
+    first = await spawn_ready(nodes, "worker-1", *_node(url, "worker"))
+    await spawn_ready(nodes, "orchestrator", *_node(url, "orchestrator"))
+    async with Engine(url, workflows=[saga]) as engine:
+        await engine.start(saga, data, run_id="saga-ctrl-c")
+        await until(nodes, "the undo of item 1 to start", _has(nodes, "unbook-start", i=1))
+        os.kill(first.pid, signal.SIGINT)
+        code = await asyncio.to_thread(first.process.wait, 60)
+        first.stopped = True
+        (gate / "release-unbook-1").write_text("go")
+        second = await spawn_ready(nodes, "worker-2", *_node(url, "worker"))
+
+        async def finished() -> bool:
+            return (await engine.get_run("saga-ctrl-c")).status in FINISHED
+
+        await until(nodes, "the run to finish", finished)
+        facts = await _facts(engine, nodes, "saga-ctrl-c")
+        facts["pids"] = {"worker-1": first.pid, "worker-2": second.pid, "code": code}
+        return facts
+
+
 @pytest.fixture(scope="module", params=STORES)
 def outcomes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -133,7 +165,11 @@ def outcomes(
     """The scenarios of this module, run at once (each on a store of its own)."""
     return run_concurrently(
         tmp_path_factory,
-        {"killed_between_steps": killed_between_steps, "killed_mid_unwind": killed_mid_unwind},
+        {
+            "killed_between_steps": killed_between_steps,
+            "killed_mid_unwind": killed_mid_unwind,
+            "ctrl_c_mid_undo": ctrl_c_mid_undo,
+        },
         scenario_store(request),
     )
 
@@ -194,3 +230,25 @@ def test_a_kill_mid_unwind_never_runs_a_completed_undo_again(
         (cp.name, cp.attempts) for cp in undo_checkpoints
     ]
     assert all(cp.status == "completed" for cp in undo_checkpoints)
+
+
+def test_ctrl_c_on_a_worker_mid_undo_hands_it_back_and_each_undo_is_done_once(
+    outcomes: dict[str, Facts | BaseException],
+) -> None:
+    """The stopped worker exits with its undo unfinished (never recorded done); the second
+    worker runs it; unbook 2, 1, 0 and unhold are each done once; the original error is kept."""
+    facts = outcome(outcomes, "ctrl_c_mid_undo")
+    run = facts["run"]
+    assert run.error is not None
+    assert ("failed", "last_step_failed") == (run.status, run.error.code)
+    assert 0 != facts["pids"]["code"]
+    undone = [what for what in _done(facts) if what[0] != "book"]
+    assert [("unbook", 2), ("unbook", 1), ("unbook", 0), ("unhold", None)] == undone
+    first, second = facts["pids"]["worker-1"], facts["pids"]["worker-2"]
+    starts = [(r["pid"], r.get("i")) for r in facts["effects"] if r["what"] == "unbook-start"]
+    assert (first, 1) in starts
+    assert (second, 1) in starts
+    assert [] == [e for e in facts["events"] if e.name == "step.compensation_failed"]
+    undo_checkpoints = [cp for cp in facts["checkpoints"] if cp.name.startswith("compensate:")]
+    assert all(cp.status == "completed" for cp in undo_checkpoints)
+    assert 4 == len(undo_checkpoints)
