@@ -421,3 +421,72 @@ async def test_a_statement_sqlite_refuses_fails_alone_as_a_store_error(
     assert isinstance(refused, StoreError), repr(refused)
     assert (True, True) == (url in str(refused), "too big" in str(refused)), refused
     assert (None, [False, True]) == (accepted, kept)
+
+
+# -- a cancel on a full disk ----------------------------------------------------------------------
+
+
+@step("disk:elsewhere")
+async def elsewhere(n: int) -> int:
+    """A step no engine of the test serves: its run waits on its pending task."""
+    return n
+
+
+@workflow("disk:waits")
+async def waits(ctx: WorkflowContext, n: int) -> int:
+    """A local step (undone by a no-op), then a dispatched step nobody serves."""
+    await ctx.local_step("first", lambda: n, compensate=lambda undo: None)
+    return await ctx.step(elsewhere, n)
+
+
+@pytest.mark.parametrize("compensate", [False, True], ids=["plain", "compensating"])
+async def test_a_cancel_on_a_full_disk_is_all_or_nothing(disk: Disk, compensate: bool) -> None:
+    """Cancelling while the disk is full either fails with a StoreError naming the store and
+    cause, leaving the run, its task and its trail exactly as they were, or is done whole; once
+    freed, a cancel (again) ends the run cancelled, its task withdrawn, the file sound."""
+    print("full disk:", disk.describe())
+    path = disk.folder / "durable.db"
+    url = f"sqlite:///{path}"
+    async with Engine(url, workflows=[waits], lease_ms=LEASE_MS) as engine:
+        await engine.start(waits, 3, run_id="waits")
+        await engine.run_until_idle()
+        assert ["queued"] == _task_statuses(path)
+        before = (
+            await engine.get_run("waits"),
+            await engine.checkpoints("waits"),
+            await engine.events("waits"),
+        )
+        assert "suspended" == before[0].status
+        db = _connection(engine)
+        disk.fill(db)
+        try:
+            await engine.cancel("waits", compensate=compensate)
+        except StoreError as refused:
+            message = str(refused)
+            assert (True, True) == (url in message, FULL in message), message
+            during = (
+                await engine.get_run("waits"),
+                await engine.checkpoints("waits"),
+                await engine.events("waits"),
+            )
+            assert before == during
+            assert ["queued"] == _task_statuses(path)
+            cancelled_while_full = False
+        else:
+            cancelled_while_full = True
+        integrity = _integrity(path)
+        disk.free(db)
+        if not cancelled_while_full:
+            await engine.cancel("waits", compensate=compensate)
+        await engine.run_until_idle()
+        run = await engine.get_run("waits")
+    print("cancelled while full:", cancelled_while_full)
+    assert "ok" == integrity
+    assert "cancelled" == run.status
+    assert "queued" not in _task_statuses(path)
+    assert "ok" == _integrity(path)
+
+
+def _task_statuses(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return [status for (status,) in db.execute("SELECT status FROM tasks ORDER BY task_id")]
