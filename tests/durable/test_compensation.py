@@ -680,3 +680,61 @@ async def test_an_undo_naming_a_queue_the_engine_lacks_is_refused_where_it_is_gi
     assert ("completed", "unknown queue 'nowhere': this engine has none") == (
         run.status, run.output
     )  # fmt: skip
+
+
+class _JumpingClock:
+    """A wall clock a test sets by hand: it may jump back or ahead (NTP, a VM resumed)."""
+
+    def __init__(self, start: float) -> None:
+        self.at = start
+
+    def now(self) -> float:
+        return self.at
+
+    def sleep(self, seconds: float) -> None:
+        self.at += seconds
+
+    async def sleep_async(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+        self.at += seconds
+
+
+async def test_an_undo_waiting_to_retry_survives_clock_jumps_and_runs_once_per_attempt(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """A dispatched undo fails once and waits 10 s for its retry. The clock jumps back an hour:
+    nothing runs (the wait is not over on this clock), nothing is lost. It jumps ahead a day:
+    the retry runs once, not once per missed interval; the run fails with its original error."""
+    attempts: list[int] = []
+
+    @step("refund-once", retries=5, backoff="fixed", backoff_ms=10_000)
+    async def refund(_: Any) -> None:
+        attempts.append(current_step().attempt)
+        if current_step().attempt == 1:
+            raise ConnectionError("gateway down")
+
+    @step("charge-jump")
+    async def charge(_: Any) -> int:
+        return 1
+
+    @workflow("jumping")
+    async def jumping(ctx: WorkflowContext, _: Any) -> None:
+        await ctx.step(charge, 1, compensate=refund)
+        await ctx.local_step("ship", fail(FatalError("no stock", "out_of_stock")))
+
+    clock = _JumpingClock(1_800_000_000.0)
+    async with durable_engine(
+        workflows=[jumping], steps=[charge, refund], compensation_retries=3, clock=clock
+    ) as engine:
+        run_id = await engine.start(jumping, None)
+        await engine.run_until_idle()
+        assert ([1], "suspended") == (attempts, (await engine.get_run(run_id)).status)
+        clock.at -= 3600
+        await engine.run_until_idle()
+        assert ([1], "suspended") == (attempts, (await engine.get_run(run_id)).status)
+        clock.at += 3600 + 86_400
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+    assert [1, 2] == attempts
+    assert run.error is not None
+    assert ("failed", "out_of_stock", None) == (run.status, run.error.code, run.error.details)
