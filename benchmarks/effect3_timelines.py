@@ -26,7 +26,17 @@ from typing import Any
 
 from effects import repeat, use_clock
 from effects.testing import VirtualClock
-from schedules import Schedule, exponential, fibonacci, fixed, forever, recurs, simulate, spaced
+from schedules import (
+    Schedule,
+    cron,
+    exponential,
+    fibonacci,
+    fixed,
+    forever,
+    recurs,
+    simulate,
+    spaced,
+)
 
 JS = r"""
 import { Effect, Schedule, TestClock, TestContext, Clock, Fiber } from "effect"
@@ -47,6 +57,12 @@ const schedules = {
   "exponential-and-spaced": () => Schedule.intersect(
     Schedule.exponential("100 millis"), Schedule.spaced("300 millis")),
   "fibonacci": () => Schedule.fibonacci("50 millis"),
+  "cron-daily-utc": () => Schedule.cron("0 3 * * *", "UTC"),
+  "cron-either-day": () => Schedule.cron("0 0 13 * 5", "UTC"),
+  "cron-leap-day": () => Schedule.cron("0 0 29 2 *", "UTC"),
+  "cron-weekdays-new-york": () => Schedule.cron("0 9 * * mon-fri", "America/New_York"),
+  "cron-fall-back-berlin": () => Schedule.cron("*/30 * * * *", "Europe/Berlin"),
+  "cron-spring-gap-berlin": () => Schedule.cron("30 2 * * *", "Europe/Berlin"),
 }
 
 function timeline(s, inputs, took, start) {
@@ -120,12 +136,36 @@ SCHEDULES: dict[str, tuple[Schedule[Any, Any], list[Any], list[float], float]] =
         12_345.0,
     ),
     "fibonacci": (fibonacci(0.05), [None] * 8, [], 0.0),
+    # cron reads epoch seconds: these start at fixed instants (2026-03-28 12:00 UTC and so on).
+    "cron-daily-utc": (cron("0 3 * * *"), [None] * 5, [1.5, 0.0, 30.0], 1_774_699_200.0),
+    "cron-either-day": (cron("0 0 13 * 5"), [None] * 7, [], 1_772_323_200.0),
+    "cron-leap-day": (cron("0 0 29 2 *"), [None] * 3, [], 1_772_323_200.0),
+    "cron-weekdays-new-york": (
+        cron("0 9 * * mon-fri", tz="America/New_York"),
+        [None] * 6,
+        [],
+        1_772_798_400.0,
+    ),
+    "cron-fall-back-berlin": (
+        cron("*/30 * * * *", tz="Europe/Berlin"),
+        [None] * 6,
+        [],
+        1_792_885_500.0,
+    ),
+    "cron-spring-gap-berlin": (
+        cron("30 2 * * *", tz="Europe/Berlin"),
+        [None] * 3,
+        [],
+        1_774_699_200.0,
+    ),
 }
 # Differences the README's table lists; anything else is a bug.
 ON_PURPOSE = {
     "within-vs-upTo": "within never waits past the limit; upTo's last wait does",
     "fixed-overrun": "after an overrun our grid restarts; Effect's keeps its phase",
     "repeat-times-0": "times=0 is a single run; Effect ignores times: 0",
+    "cron-spring-gap-berlin": "a skipped 02:30 fires at 03:00 (after the gap); Effect's at 03:30",
+    "cron-leap-day": "a wait of years is cut at MAX_DELAY (a wake-up; the output keeps the due)",
 }
 REPEATS: dict[str, tuple[Callable[[], Any], float, int | None]] = {
     "repeat-until-3": (lambda: repeat(spaced(1), until=lambda n: n >= 3, times=60), 0.3, None),
@@ -211,7 +251,7 @@ def main() -> int:
     for name in [*SCHEDULES, *REPEATS]:
         ours = ours_schedule(name) if name in SCHEDULES else ours_repeat(name)
         same = ours == theirs[name]
-        verdict = "same" if same else f"differs on purpose: {ON_PURPOSE[name]}"
+        verdict = "same" if same else f"differs on purpose: {ON_PURPOSE.get(name)}"
         if not same and name not in ON_PURPOSE:
             verdict, unexpected = "DIFFERS", unexpected + 1
         print(f"{name:<24} {verdict}")

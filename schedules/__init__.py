@@ -27,6 +27,7 @@ from schedules._constructors import (
     spaced,
     stop,
 )
+from schedules._cron import cron
 from schedules._durations import MAX_DELAY, DurationLike, to_seconds
 from schedules._schedule import (
     RandomLike,
@@ -49,6 +50,7 @@ __all__ = [
     "SimulatedStep",
     "StepInfo",
     "as_schedule",
+    "cron",
     "decorrelated",
     "elapsed",
     "exponential",

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeAlias, TypeGuard
 
 from schedules import (
     Schedule,
+    cron,
     decorrelated,
     elapsed,
     exponential,
@@ -51,6 +52,7 @@ Value: TypeAlias = "AnySchedule | bool | int | float | str | None"
 
 CONSTRUCTORS: Final[Mapping[str, Callable[..., AnySchedule]]] = MappingProxyType(
     {
+        "cron": cron,
         "decorrelated": decorrelated,
         "elapsed": elapsed,
         "exponential": exponential,

@@ -204,6 +204,7 @@ def test_every_public_constructor_is_callable_from_an_expression() -> None:
     import schedules
 
     names = {
+        "cron",
         "forever",
         "recurs",
         "once",
@@ -223,6 +224,8 @@ def test_every_public_constructor_is_callable_from_an_expression() -> None:
     assert all(CONSTRUCTORS[name] is getattr(schedules, name) for name in names)
     step = parse_schedule("from_step_options(retries=4, backoff='exp', backoff_ms=200)")
     assert step.delays() == [0.2, 0.4, 0.8]
+    # From the epoch (simulations start at 0): 03:00 on 1970-01-01, then daily.
+    assert [10800.0, 86400.0] == parse_schedule("cron('0 3 * * *')").delays(2)
 
 
 REFUSED = [

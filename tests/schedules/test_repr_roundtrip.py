@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from schedules import (
     Schedule,
+    cron,
     decorrelated,
     elapsed,
     exponential,
@@ -44,7 +45,11 @@ def _decorrelated(bounds: tuple[float, float]) -> AnySchedule:
     return decorrelated(min(bounds), max(bounds))
 
 
+CRONS = ["0 3 * * *", "*/15 9-17 * * mon-fri", "0 0 29 2 *", "5,35 */2 1-15/3 jan,JUL *"]
+ZONES = ["UTC", "Europe/Berlin", "America/New_York"]
+
 leaves: st.SearchStrategy[AnySchedule] = st.one_of(
+    st.builds(cron, st.sampled_from(CRONS), tz=st.sampled_from(ZONES)),
     st.builds(forever),
     st.builds(recurs, counts),
     st.builds(once),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from schedules import (
     Schedule,
     StepInfo,
+    cron,
     decorrelated,
     elapsed,
     exponential,
@@ -63,6 +64,9 @@ BUILT_INS: list[AnySchedule] = [
     from_delays(1, 2, 3),
     decorrelated(0.1, 5),
     elapsed(),
+    cron("*/5 * * * *"),
+    cron("30 2 * * *", tz="Europe/Berlin"),
+    cron("0 0 29 2 *") | spaced(3600),
     from_step_options(retries=6, backoff="exp", backoff_ms=100, backoff_max_ms=900, jitter=True),
     from_step_options(retries=4, backoff_ms=50),
     _INNER.jittered(min=0.5, max=1.5),

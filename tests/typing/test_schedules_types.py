@@ -8,6 +8,7 @@ from schedules import (
     Schedule,
     SimulatedStep,
     StepInfo,
+    cron,
     exponential,
     forever,
     from_step_options,
@@ -24,6 +25,16 @@ def constructors() -> None:
     assert_type(spaced("1s"), Schedule[object, int])
     assert_type(exponential(0.25), Schedule[object, float])
     assert_type(from_step_options(retries=3), Schedule[object, float])
+
+
+def calendar() -> None:
+    """A cron outputs its due time (epoch seconds); the zone is keyword-only, a str."""
+    assert_type(cron("0 3 * * *"), Schedule[object, float])
+    assert_type(cron("0 3 * * *", tz="Europe/Berlin").times(3), Schedule[object, float])
+    assert_type(cron("0 3 * * *") | spaced("1h"), Schedule[object, tuple[float, int]])
+    cron(b"0 3 * * *")  # type: ignore[arg-type]
+    cron("0 3 * * *", "Europe/Berlin")  # type: ignore[call-arg]
+    cron("0 3 * * *", tz=None)  # type: ignore[arg-type]
 
 
 def combinators() -> None:
