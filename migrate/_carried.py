@@ -43,7 +43,8 @@ def carry_changes(prior: str | None, journal: str | None) -> str | None:
         >>> carry_changes(prior, '[{"kind": "change", "destination": "sql:t", "key": 1}]')
         '[{"kind": "change", "destination": "sql:t", "key": 1}]'
     """
-    if prior is None or _CHANGE not in prior:
+    if prior is None or prior == journal or _CHANGE not in prior:
+        # The same entries again (an update that redid what the last run did): nothing to carry.
         return journal
     try:
         earlier: object = json.loads(prior)
