@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
 
 from effects._events import _REGISTRY as _HOOKS  # pyright: ignore[reportPrivateUsage]
 from effects._events import EventKind, Hook, RetryEvent
-from effects._services import Clock, bad_reading, checked_now, current_clock, current_random
+from effects._services import (
+    Clock,
+    bad_reading,
+    checked_now,
+    current_clock,
+    current_random,
+    wall_time,
+)
 
 if TYPE_CHECKING:
     from returns.result import Result
@@ -84,6 +91,7 @@ class Policy:
     __slots__ = (
         "_counting",
         "budget",
+        "epoch",
         "name",
         "on",
         "on_retry",
@@ -103,6 +111,8 @@ class Policy:
         times_only: int | None = None,
     ) -> None:
         self.schedule = schedule
+        #: Whether the schedule reads epoch seconds (a cron): it is stepped with the wall clock.
+        self.epoch = schedule.reads_epoch
         self.budget = budget
         self.on_retry = on_retry
         #: The exception types retried (``None``: every typed failure of an effect).
@@ -250,7 +260,8 @@ class Run:
             if value is False:
                 delay = None
             else:
-                self._state, _, delay = policy.schedule.step(now, error, self._state, self._rng)
+                at = wall_time(clock) if policy.epoch else now
+                self._state, _, delay = policy.schedule.step(at, error, self._state, self._rng)
             if delay is None:
                 if self.listening:
                     self._emit("give_up", attempt, None, error, now)

@@ -14,7 +14,7 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from effects._events import RepeatEvent, RepeatKind
-from effects._services import Clock, checked_now, current_clock, current_random
+from effects._services import Clock, checked_now, current_clock, current_random, wall_time
 
 if TYPE_CHECKING:
     from returns.result import Result
@@ -31,7 +31,7 @@ E = TypeVar("E", bound=Exception)
 class RepeatPolicy:
     """The precomputed parts of a ``Repeat``: composed schedule, listener, name."""
 
-    __slots__ = ("name", "on_repeat", "schedule")
+    __slots__ = ("epoch", "name", "on_repeat", "schedule")
 
     def __init__(
         self,
@@ -40,6 +40,8 @@ class RepeatPolicy:
         name: str | None,
     ) -> None:
         self.schedule = schedule
+        #: Whether the schedule reads epoch seconds (a cron): it is stepped with the wall clock.
+        self.epoch = schedule.reads_epoch
         self.on_repeat = on_repeat
         self.name = name
 
@@ -72,7 +74,8 @@ class RepeatRun:
         now = checked_now(self.clock)
         if run == 1:
             self._first = now
-        self._state, _, delay = self._policy.schedule.step(now, value, self._state, self._rng)
+        at = wall_time(self.clock) if self._policy.epoch else now
+        self._state, _, delay = self._policy.schedule.step(at, value, self._state, self._rng)
         if self._policy.on_repeat is not None:
             kind: RepeatKind = "done" if delay is None else "repeat"
             self._emit(kind, run, delay, value, now)

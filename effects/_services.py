@@ -100,6 +100,10 @@ class SystemClock:
         """Seconds of ``time.monotonic()``."""
         return time.monotonic()
 
+    def wall(self) -> float:
+        """Seconds since the Unix epoch (``time.time()``): what calendar schedules read."""
+        return time.time()
+
     def sleep(self, seconds: float) -> None:
         """Block the thread with ``time.sleep``."""
         time.sleep(seconds)
@@ -213,3 +217,23 @@ def use_random(rng: _R) -> _Use[_R]:
         0.324
     """
     return _Use(_random, rng)
+
+
+def wall_time(clock: Clock) -> float:
+    """
+    *clock*'s epoch reading for a schedule that reads epoch seconds (``cron``): its ``wall()``
+    where it has one (`SystemClock`: ``time.time()``; ``VirtualClock``: its virtual time), else
+    its ``now()``. Checked finite, as every reading is.
+
+    Raises:
+        ValueError: If the reading is NaN, infinite or not a number.
+    """
+    wall = getattr(clock, "wall", None)
+    reading = clock.now() if wall is None else wall()
+    try:
+        finite = reading - reading == 0.0
+    except TypeError:
+        finite = False
+    if not finite:
+        raise bad_reading(clock, reading)
+    return float(reading)

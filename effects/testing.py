@@ -60,6 +60,11 @@ class VirtualClock:
         """The virtual time in seconds."""
         return self._now
 
+    def wall(self) -> float:
+        """The virtual time too, read as epoch seconds by calendar schedules (``cron``): start
+        the clock at an epoch reading (``VirtualClock(start=1_800_000_000)``) to test one."""
+        return self._now
+
     def advance(self, duration: DurationLike) -> None:
         """
         Move the time forward by *duration* without recording a sleep.

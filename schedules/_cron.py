@@ -47,6 +47,11 @@ class _Cron(Schedule[object, float]):
     fields: CronFields = field(eq=False)
     zone: datetime.tzinfo = field(eq=False)
 
+    @property
+    def reads_epoch(self) -> bool:
+        """Always: a cron reads *now* as epoch seconds."""
+        return True
+
     def initial(self) -> Any:
         return None
 

@@ -144,6 +144,26 @@ class Schedule(ABC, Generic[In, Out]):
 
     __slots__ = ()
 
+    @property
+    def reads_epoch(self) -> bool:
+        """
+        Whether this schedule (or one it is built from) reads *now* as seconds since the Unix
+        epoch: a calendar schedule such as ``cron``. A driver then passes it the wall clock
+        (``time.time()``) instead of a monotonic one; others measure only differences of *now*.
+
+        Example:
+            >>> from schedules import cron, exponential
+            >>> (cron("0 3 * * *") & exponential(1)).times(3).reads_epoch
+            True
+            >>> exponential(1).reads_epoch
+            False
+        """
+        for name in ("inner", "left", "right", "first", "second", "schedule"):
+            part = getattr(self, name, None)
+            if isinstance(part, Schedule) and part.reads_epoch:
+                return True
+        return False
+
     @abstractmethod
     def initial(self) -> Any:
         """
