@@ -143,6 +143,7 @@ def _layout(frame: Frame, title: str, body: str, *, live: str = "", active: str 
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{title} · effects.durable</title>"
+        f'<link rel="icon" href="{_attr(frame.href("/static/favicon.svg"))}" type="image/svg+xml">'
         f'<link rel="stylesheet" href="{_attr(frame.href("/static/dashboard.css"))}">'
         f'<script src="{_attr(frame.href("/static/dashboard.js"))}" defer></script>'
         "</head><body>"
@@ -301,8 +302,14 @@ def _run_row(frame: Frame, run: Run, retrying: bool) -> str:
         f'<tr><td class="id"><a href="{_attr(run_href(frame, run.run_id))}">{text(run.run_id)}'
         f"</a></td><td>{text(run.workflow)}</td><td>{_status(run, retrying)}</td>"
         f'<td class="t">{iso(run.created_at)}</td><td class="t">{iso(run.updated_at)}</td>'
-        f'<td class="err">{text(clip(error_text(run.error), _CELL_LIMIT))}</td></tr>'
+        f'<td class="err">{_clipped_error(run.error)}</td></tr>'
     )
+
+
+def _clipped_error(error: StepError | None) -> str:
+    if error is None:
+        return '<span class="none">-</span>'
+    return text(clip(error_text(error), _CELL_LIMIT))
 
 
 # -- a run -----------------------------------------------------------------------------------

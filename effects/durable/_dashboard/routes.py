@@ -57,6 +57,7 @@ _TRUE: Final = frozenset({"1", "on", "true", "yes"})
 _STATIC: Final = {
     "dashboard.css": "text/css; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 
 
@@ -126,6 +127,8 @@ class _Board:
         return response
 
     def refused(self, request: Request, refusal: _RefusedError) -> Response:
+        if refusal.status == 403:  # as the guard's refusals: one line
+            return Response(f"{refusal.message}\n", 403, media_type="text/plain")
         if _wants_json(request):
             return JSONResponse({"error": refusal.message}, refusal.status)
         return self.html(

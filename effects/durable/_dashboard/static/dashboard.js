@@ -26,7 +26,9 @@
       const page = new DOMParser().parseFromString(await response.text(), "text/html");
       const fresh = page.getElementById("main");
       if (fresh) {
-        main.replaceChildren(...Array.from(fresh.childNodes, (node) => document.adoptNode(node)));
+        // A copy first: moving nodes out of the live list while walking it would skip half.
+        const nodes = Array.from(fresh.childNodes);
+        main.replaceChildren(...nodes);
         version = fresh.dataset.version;
         main.dataset.version = version;
         document.title = page.title;
