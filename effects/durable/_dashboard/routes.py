@@ -39,6 +39,7 @@ from effects.durable._dashboard.guard import CSRF_COOKIE, Guard, mount_point
 from effects.durable._engine import Engine
 from effects.durable._records import FINISHED, Checkpoint, Run
 from effects.durable._store import RunQuery
+from effects.durable._store.rules import REQUEUEABLE
 from effects.durable._time import epoch_ms
 from effects.durable._views import dumps, redacted, run_json, show_json
 from effects.durable.errors import UnknownRunError
@@ -199,8 +200,12 @@ class _Board:
             (await store.count_runs(attrs.evolve(overall, retrying_at=self.now()))).values()
         )
         retryable = 0
-        if not where.empty:
+        if where.empty:
+            pass
+        elif where.retrying:
             retryable = sum((await store.count_runs(attrs.evolve(query, retryable=True))).values())
+        else:  # the counts have it: the runs of the filter that requeue takes
+            retryable = sum(counts.get(s, 0) for s in REQUEUEABLE if where.status in (None, s))
         next_after = shown[-1].run_id if len(runs) > pages.PAGE_SIZE else None
         return self.html(
             request,

@@ -147,11 +147,16 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
     ),
     (
         # The dashboard: each checkpoint's effective policy (JSON text, written with the row),
-        # runs paged newest first by (created_at, run_id) off one index, and the retrying steps
+        # runs paged newest first by (created_at, run_id) off an index, and the retrying steps
         # (failed, not settled, a next attempt to come) in a partial index of their own.
         "ALTER TABLE checkpoints ADD COLUMN policy text",
         "DROP INDEX runs_by_created",
         'CREATE INDEX runs_by_created ON runs (created_at DESC, run_id COLLATE "C")',
+        # A status or a workflow filter pages off its own range (and counts the workflow's
+        # runs by status from the index alone), however rare its runs are.
+        'CREATE INDEX runs_by_status_created ON runs (status, created_at DESC, run_id COLLATE "C")',
+        "CREATE INDEX runs_by_workflow ON runs"
+        ' (workflow, created_at DESC, run_id COLLATE "C", status)',
         "CREATE INDEX checkpoints_retrying ON checkpoints (wake_at, run_id)"
         " WHERE status = 'failed' AND NOT final",
     ),

@@ -492,7 +492,8 @@ class SqliteStore:
         counted = attrs.evolve(query, after=None)
         with self._read_errors():
             clause, values = listing.where(sq.RUNS_FILTERS, counted.filter_values())
-            found = self._conn.execute(sq.COUNTS + clause + sq.COUNTS_GROUP, values).fetchall()
+            group = sq.COUNTS_GROUP_FILTERED if clause else sq.COUNTS_GROUP
+            found = self._conn.execute(sq.COUNTS + clause + group, values).fetchall()
             return dict(found)
 
     async def retrying(self, run_ids: Sequence[str], *, now: int) -> set[str]:
