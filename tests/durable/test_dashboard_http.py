@@ -470,3 +470,23 @@ def test_without_the_extra_the_import_names_the_pip_command() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)  # fmt: skip
     assert "pip install 'effect-schedules[dashboard]'" in done.stdout, done.stderr
+
+
+async def test_hostile_addresses_and_parameters_are_refused_with_one_line(
+    dash: tuple[DashApp, dict[str, str]],
+) -> None:
+    """Invalid UTF-8 in an id, an extra segment, a huge or negative page: 4xx, never a 500."""
+    app, ids = dash
+    async with client(app) as http:
+        assert 404 == (await http.get("/runs/%ff%fe")).status_code
+        assert 404 == (await http.get("/runs/pay-1/retry/again")).status_code
+        assert 405 == (await http.get("/runs/pay-1/retry")).status_code
+        assert 400 == (await http.get("/runs/pay-1?from=-1")).status_code
+        assert 400 == (await http.get("/runs/pay-1?limit=many")).status_code
+        far = await http.get(f"/runs/pay-1?from={10**30}")
+        assert (200, "0 of ") == (far.status_code, re.search(r"0 of ", far.text).group(0))  # type: ignore[union-attr]
+        assert 200 == (await http.get("/api/runs?limit=" + "9" * 40)).status_code
+        assert 200 == (await http.get("/?workflow=%00%1b&id=%E2%80%AE")).status_code
+        assert 404 == (await http.get("/static/..%2F..%2Fapp.py")).status_code
+        assert 404 == (await http.get("/static/app.py")).status_code
+    assert "suspended" == await status_of(app, ids["waiting"])

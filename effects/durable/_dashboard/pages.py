@@ -515,8 +515,8 @@ def queues_page(
             for name in names
         )
         table = (
-            '<table class="queues"><thead><tr><th>Queue</th><th>Slots in use</th>'
-            "<th>Concurrency</th><th>Attempts waiting</th></tr></thead>"
+            '<table class="queues"><thead><tr><th>Queue</th><th class="n">Slots in use</th>'
+            '<th class="n">Concurrency</th><th class="n">Attempts waiting</th></tr></thead>'
             f"<tbody>{rows}</tbody></table>"
         )
     else:
