@@ -9,14 +9,19 @@ Commands:
   results, turns stop and release their leases; then it exits 0. A second signal stops at once
   (attempts in flight are abandoned and their claims released) and exits 128 + the signal's
   number.
-- ``runs [--status S] [--workflow W] [--limit N] [--stale DURATION] [--json]``: runs, newest
-  first. ``--stale 10m``: only suspended runs whose oldest pending dispatch is older than that.
+- ``runs [--status S] [--workflow W] [--limit N] [--stale DURATION] [--after RUN] [--json]``:
+  runs, newest first. ``--stale 10m``: only suspended runs whose oldest pending dispatch is older
+  than that. ``--after RUN``: the page after RUN (keyset on creation time, then id).
 - ``show RUN [--json]``: a run with its checkpoints and its event trail.
 - ``retry RUN``: ``engine.requeue``: a failed, dead or cancelled run's failed steps get a fresh
   first attempt; completed steps are not run again.
 - ``redispatch RUN``: ``engine.redispatch_pending``: the run's pending dispatched steps are
   enqueued again (same ``step_id``, ``attempt + 1``); prints how many. For a dispatch that was
   lost (``runs --stale`` lists candidates); safe on a healthy run.
+- ``dashboard [--host 127.0.0.1] [--port 8765] [--read-only] [--token-env VAR]``: the web
+  dashboard (``effects.durable.dashboard``; the ``dashboard`` extra). Its first stdout line is
+  ``dashboard: http://HOST:PORT/`` (``--port 0`` picks a free port); SIGTERM or Ctrl-C stops it.
+  A host that is not loopback needs a token; ``--token-env VAR`` with VAR unset or empty exits 2.
 - ``cancel RUN [--compensate]``: ``engine.cancel``: the run is cancelled at once, its pending
   attempts withdrawn; with ``--compensate`` its completed steps' compensations run first (a
   worker of its workflow runs them), then it is cancelled. A plainly cancelled run can be
@@ -56,28 +61,35 @@ import sys
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, NoReturn, TypeAlias, get_args
-from urllib.parse import urlsplit, urlunsplit
 
 from effects.durable._app import AppError, load_engine
 from effects.durable._engine import Engine
 from effects.durable._records import RunStatus
 from effects.durable._time import epoch_ms
 from effects.durable._views import (
-    checkpoint_json,
     checkpoints_table,
     dumps,
-    event_json,
     events_table,
     iso,
+    redacted,
     run_json,
     run_text,
     runs_table,
     safe,
+    show_json,
 )
 from effects.durable.errors import StoreError, UnknownRunError
 from schedules import to_seconds
 
-__all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_STORE", "EXIT_USAGE", "CliError", "main"]
+__all__ = [
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "CliError",
+    "duration_ms",
+    "main",
+]
 
 EXIT_OK: Final = 0
 EXIT_USAGE: Final = 2
@@ -124,6 +136,16 @@ def _count(text: str) -> int:
     return min(value, _BIGGEST)
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return value
+
+
 def _text(text: str) -> str:
     """An argument the store can hold: UTF-8 text (argv bytes that are not come as surrogates)."""
     try:
@@ -136,8 +158,14 @@ def _text(text: str) -> str:
     return text
 
 
-def _duration_ms(text: str) -> int:
-    """A duration as ``schedules.to_seconds`` reads it (``"10m"``, ``"1h"``), or bare seconds."""
+def duration_ms(text: str) -> int:
+    """
+    A duration as ``schedules.to_seconds`` reads it (``"10m"``, ``"1h"``), or bare seconds, in
+    whole ms (``runs --stale``, the dashboard's ``?stale=``).
+
+    Raises:
+        ValueError: If *text* is no duration, naming it.
+    """
     try:
         number = float(text)
     except ValueError:
@@ -146,9 +174,16 @@ def _duration_ms(text: str) -> int:
         seconds = to_seconds(text if number is None else number)
     except (TypeError, ValueError):
         msg = f"expected a duration such as 90 (seconds), 500ms, 10m or 1h, got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
+        raise ValueError(msg) from None
     ms = seconds * 1000
     return round(ms) if ms < _BIGGEST else _BIGGEST  # 1e306 s: longer than any store has been
+
+
+def _duration_ms(text: str) -> int:
+    try:
+        return duration_ms(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _interval_ms(text: str) -> int:
@@ -214,6 +249,12 @@ def _parser() -> _Parser:
         metavar="DURATION",
         help="only suspended runs whose oldest pending dispatch is older than this, e.g. 10m",
     )
+    p.add_argument(
+        "--after",
+        type=_text,
+        metavar="RUN",
+        help="only runs after RUN in this order (the next page: pass the last run shown)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON array")
 
     p = command("show", "a run, its checkpoints and its event trail")
@@ -225,6 +266,24 @@ def _parser() -> _Parser:
 
     p = command("redispatch", "enqueue a run's pending dispatched steps again (attempt + 1)")
     p.add_argument("run_id", type=_text, metavar="RUN")
+
+    p = command("dashboard", "serve the web dashboard (the dashboard extra)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; another than loopback needs --token-env)",
+    )
+    p.add_argument(
+        "--port", type=_port, default=8765, help="port to listen on (default 8765; 0: a free one)"
+    )
+    p.add_argument(
+        "--read-only", action="store_true", help="show no action buttons, refuse every POST"
+    )
+    p.add_argument(
+        "--token-env",
+        metavar="VAR",
+        help="every request needs the token in environment variable VAR (Bearer or ?token=)",
+    )
 
     p = command("cancel", "cancel a run that is not finished; its pending attempts are withdrawn")
     p.add_argument("run_id", type=_text, metavar="RUN")
@@ -323,7 +382,7 @@ def _store_errors(engine: Engine) -> Generator[None]:
     try:
         yield
     except sqlite3.DatabaseError as error:
-        msg = f"store {_redacted(engine.store.url)} is not usable: {error}"
+        msg = f"store {redacted(engine.store.url)} is not usable: {error}"
         raise StoreError(msg) from error
 
 
@@ -333,7 +392,11 @@ def _store_errors(engine: Engine) -> Generator[None]:
 async def _cmd_runs(spec: str, args: argparse.Namespace) -> int:
     async with _opened(spec) as engine:
         runs = await engine.list_runs(
-            status=args.status, workflow=args.workflow, limit=args.limit, stale_ms=args.stale
+            status=args.status,
+            workflow=args.workflow,
+            limit=args.limit,
+            stale_ms=args.stale,
+            after=args.after,
         )
     _out(dumps([run_json(r) for r in runs]) if args.json else runs_table(runs))
     return EXIT_OK
@@ -350,12 +413,7 @@ async def _cmd_show(spec: str, args: argparse.Namespace) -> int:
         events = await engine.events(run_id)
         now = epoch_ms(engine.clock)
     if args.json:
-        document = {
-            "run": run_json(run),
-            "checkpoints": [checkpoint_json(c) for c in checkpoints],
-            "events": [event_json(e) for e in events],
-        }
-        _out(dumps(document))
+        _out(dumps(show_json(run, checkpoints, events)))
         return EXIT_OK
     _out(
         "\n\n".join(
@@ -466,14 +524,6 @@ def _engine_log(level: int) -> Generator[None]:
         logger.setLevel(before)
 
 
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
 async def _cmd_work(spec: str, args: argparse.Namespace) -> int:
     stopper = _Stopper()
     # Signals are handled from before the app is imported: a stop asked for during a slow import
@@ -486,7 +536,7 @@ async def _cmd_work(spec: str, args: argparse.Namespace) -> int:
                     _say("stopped before starting work")
                     return EXIT_OK
                 _say(
-                    f"worker {engine.id} (pid {os.getpid()}) on {_redacted(engine.store.url)}; "
+                    f"worker {engine.id} (pid {os.getpid()}) on {redacted(engine.store.url)}; "
                     "SIGTERM or Ctrl-C drains it"
                 )
                 stopper.task = asyncio.ensure_future(
@@ -581,6 +631,39 @@ async def _cmd_cancel(spec: str, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _cmd_dashboard(spec: str, args: argparse.Namespace) -> int:
+    token: str | None = None
+    if args.token_env is not None:
+        token = os.environ.get(args.token_env) or None
+        if token is None:
+            msg = (
+                f"--token-env {args.token_env}: the variable is unset or empty (no token, no start)"
+            )
+            raise CliError(msg)
+    try:
+        from effects.durable._dashboard import serve  # noqa: PLC0415 - the optional extra
+    except ImportError as error:
+        raise CliError(str(error)) from None
+    host: str = args.host
+    if token is None and not serve.is_loopback(host):
+        msg = (
+            f"--host {host} is not a loopback address: anyone who reaches it could act on your"
+            " runs; give a token with --token-env VAR (or serve on 127.0.0.1)"
+        )
+        raise CliError(msg)
+    async with _opened(spec) as engine:
+        try:
+            sock, url = serve.bind(host, args.port)
+        except OSError as error:
+            raise CliError(f"cannot listen on {host} port {args.port}: {error}") from None
+        _out(f"dashboard: {url}")
+        mode = ", read-only" if args.read_only else ""
+        _say(f"dashboard of {redacted(engine.store.url)}{mode}; SIGTERM or Ctrl-C stops it")
+        await serve.serve(engine, sock, read_only=args.read_only, token=token)
+    _say("stopped")
+    return EXIT_OK
+
+
 _COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any, Any, int]]]] = {
     "work": _cmd_work,
     "runs": _cmd_runs,
@@ -588,4 +671,5 @@ _COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any,
     "retry": _cmd_retry,
     "redispatch": _cmd_redispatch,
     "cancel": _cmd_cancel,
+    "dashboard": _cmd_dashboard,
 }

@@ -135,6 +135,7 @@ def _local_outcome(
     errors: list[StepError],
     created: int,
     now: int,
+    policy: StepPolicy,
     failed: bool = False,
 ) -> Checkpoint:
     """A local step's checkpoint once its outcome is known (completed, or failed for good)."""
@@ -153,6 +154,7 @@ def _local_outcome(
         final=failed,
         created_at=created,
         updated_at=now,
+        policy=policy.stored()[0],
     )
 
 
@@ -459,6 +461,7 @@ class WorkflowContext:
                     await self._fail_local(
                         seq=seq,
                         name=name,
+                        policy=policy,
                         recorded=recorded,
                         created=created,
                         attempt=attempt,
@@ -514,6 +517,7 @@ class WorkflowContext:
                         output=text,
                         started=started,
                         now=now,
+                        policy=policy.stored()[1],
                     )
                 except StoreError as error:
                     turn.broken = error
@@ -526,7 +530,14 @@ class WorkflowContext:
                 NewEvent("step.completed", now, seq, {"attempt": attempt, "kind": "local"})
             )
             checkpoint = _local_outcome(
-                turn, seq, name, attempt=attempt, errors=errors, created=created, now=now
+                turn,
+                seq,
+                name,
+                attempt=attempt,
+                errors=errors,
+                created=created,
+                now=now,
+                policy=policy,
             )
             await turn.commit(
                 HOLD,
@@ -543,6 +554,7 @@ class WorkflowContext:
         *,
         seq: int,
         name: str,
+        policy: StepPolicy,
         recorded: Checkpoint | None,
         created: int,
         attempt: int,
@@ -552,7 +564,15 @@ class WorkflowContext:
     ) -> None:
         turn = self._turn
         checkpoint = _local_outcome(
-            turn, seq, name, attempt=attempt, errors=errors, created=created, now=now, failed=True
+            turn,
+            seq,
+            name,
+            attempt=attempt,
+            errors=errors,
+            created=created,
+            now=now,
+            policy=policy,
+            failed=True,
         )
         write = CheckpointWrite(checkpoint, None if recorded is None else recorded.rev)
         await turn.commit(HOLD, checkpoints=(write,), events=events, now=now)

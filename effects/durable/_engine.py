@@ -8,8 +8,8 @@ import os
 import random as _random
 import secrets
 import socket
-from collections.abc import Iterable
-from types import TracebackType
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar, overload
 
 import attrs
@@ -149,6 +149,7 @@ class Engine:
         )
         self._steps: dict[str, StepDef[Any, Any]] = _by_name(steps, StepDef, "step")
         queues_by_name: dict[str, Queue] = _by_name(queues, Queue, "queue")
+        self._queues = queues_by_name
         self._lease_ms = checked_ms(lease_ms, "lease_ms")
         reconcile = checked_ms(reconcile_ms, "reconcile_ms")
         redispatch = (
@@ -210,6 +211,11 @@ class Engine:
     def clock(self) -> Clock:
         """The engine's clock."""
         return self._clock
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        """The engine's flow-control queues by name (a read-only view)."""
+        return MappingProxyType(self._queues)
 
     @property
     def id(self) -> str:
@@ -417,18 +423,44 @@ class Engine:
         workflow: str | None = None,
         limit: int = 100,
         stale_ms: int | None = None,
+        after: str | None = None,
+        id_prefix: str | None = None,
+        retrying: bool = False,
     ) -> list[Run]:
         """
-        Runs, newest first.
+        Runs, newest first (by creation time, then id).
 
         Args:
             status: Only runs with this status.
             workflow: Only runs of this workflow.
             limit: At most this many.
             stale_ms: Only suspended runs whose oldest pending dispatch is older than this.
+            after: Only runs after this run in that order (the next page after its last run).
+            id_prefix: Only runs whose id starts with this.
+            retrying: Only runs with a step waiting out its backoff now (failed, not settled,
+                its next attempt in the future).
+
+        Raises:
+            UnknownRunError: If *after* names no run.
         """
-        stale_before = None if stale_ms is None else self._now() - stale_ms
-        return await self._store.list_runs(RunQuery(status, workflow, limit, stale_before))
+        now = self._now()
+        stale_before = None if stale_ms is None else now - stale_ms
+        key = None
+        if after is not None:
+            found = await self._store.get_run(after)
+            if found is None:
+                raise UnknownRunError(after)
+            key = (found.created_at, found.run_id)
+        query = RunQuery(
+            status,
+            workflow,
+            limit,
+            stale_before,
+            after=key,
+            id_prefix=id_prefix,
+            retrying_at=now if retrying else None,
+        )
+        return await self._store.list_runs(query)
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """

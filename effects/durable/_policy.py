@@ -4,6 +4,7 @@ Step policies: the seed's StepOptions in snake_case, declared once, validated on
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal, TypedDict
 
@@ -12,7 +13,7 @@ import attrs
 from effects.durable._bounds import checked_count, checked_ms
 from schedules import Schedule, from_step_options, recurs
 
-__all__ = ["StepOptions", "StepPolicy", "policy_from_options"]
+__all__ = ["StepOptions", "StepPolicy", "attempts_bound", "policy_from_options", "policy_repr"]
 
 
 class StepOptions(TypedDict, total=False):
@@ -68,6 +69,35 @@ class StepPolicy:
     """
 
     fields: Mapping[str, Any] = attrs.field(factory=dict[str, Any])
+    # The stored form, built when first asked for (a definition's policy is asked for often).
+    _stored: tuple[dict[str, Any], str] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
+
+    def stored(self) -> tuple[dict[str, Any], str]:
+        """
+        The effective retry policy as a checkpoint stores it, as data and as JSON text: the five
+        retry fields of ``StepOptions`` with their defaults filled in (``retries``, ``backoff``,
+        ``backoff_ms``, ``backoff_max_ms``, ``jitter``), or, for a ``retry=`` schedule,
+        ``{"retry": repr(schedule), "retries": cap or None}``.
+        """
+        if self._stored is None:
+            custom = self.fields.get("retry")
+            data: dict[str, Any]
+            if custom is not None:
+                data = {"retry": repr(custom), "retries": self.retries}
+            else:
+                data = {
+                    "retries": self.fields.get("retries", 1),
+                    "backoff": self.fields.get("backoff", "fixed"),
+                    "backoff_ms": self.fields.get("backoff_ms", 0),
+                    "backoff_max_ms": self.fields.get("backoff_max_ms"),
+                    "jitter": bool(self.fields.get("jitter", False)),
+                }
+            text = json.dumps(data, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+            object.__setattr__(self, "_stored", (data, text))
+        assert self._stored is not None
+        return self._stored
 
     def get(self, name: str, default: Any = None) -> Any:
         """The field's value, or *default* when it was not given."""
@@ -191,3 +221,48 @@ def _validate(fields: dict[str, Any]) -> None:
 
 
 _EMPTY: Final = StepPolicy({})
+
+
+def attempts_bound(stored: object) -> int | None:
+    """
+    The most attempts (the first included) a checkpoint's stored policy allows: its ``retries``,
+    or ``None`` for none known (a ``retry=`` schedule without ``retries``, whose own stopping
+    rule its repr shows; or a checkpoint written before policies were stored).
+    """
+    if not isinstance(stored, dict):
+        return None
+    retries = stored.get("retries")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        return None
+    return retries
+
+
+def policy_repr(stored: object) -> str | None:
+    """
+    A checkpoint's stored policy as the expression of its schedule
+    (``from_step_options(retries=3, backoff='exp', backoff_ms=0.1)``, or the ``retry=``
+    schedule's repr with ``& recurs(n)`` for a ``retries`` cap); ``None`` when none is stored.
+
+    Example:
+        >>> policy_repr({"retry": "spaced(1)", "retries": 3})
+        'spaced(1) & recurs(2)'
+    """
+    if not isinstance(stored, dict):
+        return None
+    data: dict[str, Any] = stored  # pyright: ignore[reportUnknownVariableType]
+    if "retry" in data:
+        retries = attempts_bound(data)
+        shown = str(data["retry"])
+        return shown if retries is None else f"{shown} & recurs({retries - 1})"
+    try:
+        return repr(
+            from_step_options(
+                retries=data.get("retries", 1),
+                backoff=data.get("backoff", "fixed"),
+                backoff_ms=data.get("backoff_ms", 0),
+                backoff_max_ms=data.get("backoff_max_ms"),
+                jitter=bool(data.get("jitter", False)),
+            )
+        )
+    except (TypeError, ValueError):  # a store written by hand: show what it holds
+        return json.dumps(data, ensure_ascii=False)

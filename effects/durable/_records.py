@@ -114,6 +114,10 @@ class Checkpoint:
         heartbeat_at: Epoch ms of the worker's last persisted beat (the claim counts), or ``None``.
         handler: The name of the step a dispatched compensation (``compensate:<step>``) runs,
             which its tasks carry; ``None`` for every other checkpoint (its tasks carry ``name``).
+        policy: The step's effective retry policy as stored when the checkpoint was first
+            written (a per-call override included): the five retry fields of ``StepOptions``, or
+            ``{"retry": <the schedule's repr>, "retries": <cap or None>}``; ``None`` for a
+            checkpoint written before policies were stored.
 
     ``errors`` may be given as the JSON text of the list (as a store holds it): it is decoded
     when first read, and written back as it was when the checkpoint changes in other ways.
@@ -147,6 +151,7 @@ class Checkpoint:
     redispatches: int = 0
     heartbeat_at: int | None = None
     handler: str | None = None
+    policy: Any = None
     _decoded: tuple[StepError, ...] | None = attrs.field(
         default=None, init=False, eq=False, repr=False
     )

@@ -135,6 +135,7 @@ def _dispatch_new(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
         dispatched_at=now,
         lease_ms=lease,
         handler=member.handler,
+        policy=member.policy.stored()[0],
     )
     plan.writes.append(CheckpointWrite(cp, None, input=member.input_text))
     plan.tasks.append(_task(turn, cp, member.input_text, 1, now))

@@ -11,6 +11,7 @@ import datetime
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
+from urllib.parse import urlsplit, urlunsplit
 
 from effects.durable._records import Checkpoint, Event, Run
 from effects.durable.errors import StepError
@@ -21,13 +22,16 @@ __all__ = [
     "clip",
     "dumps",
     "error_text",
+    "event_data",
     "event_json",
     "events_table",
     "iso",
+    "redacted",
     "run_json",
     "run_text",
     "runs_table",
     "safe",
+    "show_json",
 ]
 
 _SHORT: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -150,6 +154,7 @@ def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
         "errors": [e.to_json() for e in c.errors],
         "final": c.final,
         "handler": c.handler,
+        "policy": c.policy,
         "group": c.group,
         "queue": c.queue,
         "progress": c.progress,
@@ -254,7 +259,35 @@ def checkpoints_table(checkpoints: Sequence[Checkpoint]) -> str:
     return _table([*header, *(["progress"] if progress else [])], rows)
 
 
-def _event_data(data: Mapping[str, Any]) -> str:
+def show_json(
+    run: Run, checkpoints: Sequence[Checkpoint], events: Sequence[Event]
+) -> dict[str, Any]:
+    """What ``show RUN --json`` prints: ``{"run", "checkpoints", "events"}``."""
+    return {
+        "run": run_json(run),
+        "checkpoints": [checkpoint_json(c) for c in checkpoints],
+        "events": [event_json(e) for e in events],
+    }
+
+
+def redacted(url: str) -> str:
+    """*url* with its password, if any, shown as ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def event_data(data: Mapping[str, Any], limit: int = 2 * _CELL_LIMIT) -> str:
+    """
+    An event's data on one line, ``key=value`` (times as ISO-8601, errors as ``[code]
+    message``), escaped and cut to *limit* characters.
+    """
+    return _event_data(data, limit)
+
+
+def _event_data(data: Mapping[str, Any], limit: int = 2 * _CELL_LIMIT) -> str:
     parts: list[str] = []
     for key, value in data.items():
         if key.endswith("_at") and isinstance(value, int) and not isinstance(value, bool):
@@ -269,7 +302,7 @@ def _event_data(data: Mapping[str, Any]) -> str:
         else:
             text = json.dumps(value, ensure_ascii=False)
         parts.append(f"{key}={text}")
-    return clip(safe(" ".join(parts)), 2 * _CELL_LIMIT)
+    return clip(safe(" ".join(parts)), limit)
 
 
 def events_table(events: Sequence[Event]) -> str:

@@ -106,6 +106,18 @@ def test_runs_filters_by_status_workflow_and_limit(
     assert expected == [r["run_id"] for r in app.json("runs", *args)]
 
 
+def test_runs_after_pages_on_from_the_run_given(app: App) -> None:
+    """``--after RUN`` lists the runs after RUN, newest first; an unknown RUN is exit 2."""
+    assert ["declined-1", "greet-2"] == [
+        r["run_id"] for r in app.json("runs", "--after", "pay-1", "--limit", "2")
+    ]
+    assert ["greet-1"] == [r["run_id"] for r in app.json("runs", "--after", "greet-2")]
+    assert [] == app.json("runs", "--after", "greet-1")
+    done = app.cli("--app", "app:engine", "runs", "--after", "nope")
+    assert 2 == done.returncode
+    assert "nope" in done.stderr
+
+
 def test_runs_prints_no_runs_for_an_empty_result(app: App) -> None:
     """A filter that matches nothing prints ``no runs``, exit 0."""
     done = app.cli("--app", "app:engine", "runs", "--status", "cancelled")
@@ -188,6 +200,8 @@ def test_show_json_holds_the_run_checkpoints_and_events_as_stored(app: App) -> N
     } == {key: checkpoint[key] for key in ("seq", "name", "kind", "step_id", "status")} | {
         key: checkpoint[key] for key in ("attempts", "input", "dispatched_at")
     }
+    assert {"retries": 1, "backoff": "fixed", "backoff_ms": 0, "backoff_max_ms": None,
+            "jitter": False} == checkpoint["policy"]  # fmt: skip
     assert [["run.started", None], ["step.dispatched", 1]] == [
         [e["name"], e["seq"]] for e in document["events"]
     ]

@@ -455,6 +455,104 @@ async def test_runs_are_listed_newest_first_and_filtered(store: Store) -> None:
     assert [] == await ids(stale_before=NOW)
 
 
+async def test_runs_are_paged_by_keyset_and_filtered_by_prefix_and_retryable(
+    store: Store,
+) -> None:
+    """``after`` pages newest first (ties by id), an id prefix, and the requeueable runs."""
+    for run_id, at in (("b", 5), ("a", 5), ("c", 5), ("x<1>", 4), ("xy", 3), ("ab", 9)):
+        await store.create_run(NewRun(run_id, *WF, "null", NOW + at), [])
+
+    async def ids(**filters: Any) -> list[str]:
+        return [r.run_id for r in await store.list_runs(RunQuery(**filters))]
+
+    assert ["ab", "a", "b", "c", "x<1>", "xy"] == await ids()
+    assert ["b", "c"] == await ids(after=(NOW + 5, "a"), limit=2)
+    assert ["x<1>", "xy"] == await ids(after=(NOW + 5, "c"))
+    assert [] == await ids(after=(NOW + 3, "xy"))
+    assert ["ab", "a"] == await ids(id_prefix="a")
+    assert ["x<1>"] == await ids(id_prefix="x<")
+    assert [] == await ids(id_prefix="%")
+    assert [] == await ids(retryable=True)
+    assert {"pending": 6} == await store.count_runs()
+    assert {"pending": 2} == await store.count_runs(RunQuery(id_prefix="x", after=(0, "z")))
+    assert {} == await store.count_runs(RunQuery(status="failed"))
+
+
+async def test_retrying_runs_are_those_with_a_failed_step_whose_next_attempt_is_ahead(
+    store: Store,
+) -> None:
+    """``retrying``: a failed, unsettled checkpoint with ``wake_at`` after now; and its filter."""
+    token = await claimed(store)
+    error = StepError("boom", "x", None, "ValueError")
+    waiting = remote(1, status="failed", wake_at=NOW + 100, error=error, errors=(error,))
+    settled = remote(2, status="failed", wake_at=NOW + 100, error=error, final=True)
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("suspend", wake_at=NOW + 100),
+            [CheckpointWrite(waiting, None, input="1"), CheckpointWrite(settled, None, input="1")],
+        )
+    )
+    await store.create_run(NewRun("r2", *WF, "null", NOW + 1), [])
+    assert {"r1"} == await store.retrying(["r1", "r2", "nope"], now=NOW + 99)
+    assert set() == await store.retrying(["r1", "r2"], now=NOW + 100)
+    assert set() == await store.retrying([], now=NOW)
+    assert ["r1"] == [r.run_id for r in await store.list_runs(RunQuery(retrying_at=NOW + 99))]
+    assert [] == await store.list_runs(RunQuery(retrying_at=NOW + 100))
+    assert {"suspended": 1} == await store.count_runs(RunQuery(retrying_at=NOW))
+
+
+async def test_a_checkpoint_keeps_the_policy_it_was_first_written_with(store: Store) -> None:
+    """The policy is written with the row (fast path too); an update of the row keeps it."""
+    token = await claimed(store)
+    five = {"retries": 3, "backoff": "exp", "backoff_ms": 10, "backoff_max_ms": None,
+            "jitter": False}  # fmt: skip
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("continue"),
+            [CheckpointWrite(remote(1, policy=five), None, input="1")],
+        )
+    )
+    await store.record_local_step(
+        "r1", token, seq=2, name="q", output="1", started=NOW, now=NOW,
+        policy='{"retry":"spaced(1)","retries":null}',
+    )  # fmt: skip
+    first, _ = await store.checkpoints("r1")
+    changed = attrs.evolve(first, status="failed", policy={"retries": 99})
+    await store.commit_turn(
+        TurnCommit("r1", token, NOW + 1, RunAdvance("continue"), [
+            CheckpointWrite(changed, first.rev, input="1")])
+    )  # fmt: skip
+    assert [five, {"retry": "spaced(1)", "retries": None}] == [
+        c.policy for c in await store.checkpoints("r1")
+    ]
+
+
+async def test_queue_stats_count_slots_in_use_and_attempts_waiting(store: Store) -> None:
+    """``queue_stats``: per queue, the attempts holding a slot and those waiting for one."""
+    assert {} == await store.queue_stats()
+    token = await claimed(store)
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("suspend"),
+            [CheckpointWrite(remote(s, queue="q"), None, input="1") for s in (1, 2, 3)]
+            + [CheckpointWrite(remote(4), None, input="1")],
+            [task(s, queue="q", queue_limit=2) for s in (1, 2, 3)] + [task(4)],
+        )
+    )
+    assert {"q": (2, 1)} == await store.queue_stats()
+    await store.claim_tasks(groups=["default"], now=NOW, claim_until=NOW + 9, worker="w", limit=1)
+    assert {"q": (2, 1)} == await store.queue_stats()
+
+
 async def test_the_attempts_of_one_commit_are_claimed_in_the_commits_order(store: Store) -> None:
     """Steps dispatched together, listed out of sequence order: workers claim them as listed."""
     token = await claimed(store)

@@ -167,7 +167,8 @@ async def mid_flight(ctx: WorkflowContext, value: Any) -> Any:
 def _before_sagas(url: str, tmp_path: Path) -> str:
     """A store of the schema version before sagas, its run suspended on a queued step."""
     sqlite = url.startswith("sqlite:")
-    migrations = lite._MIGRATIONS[:-1] if sqlite else pg._MIGRATIONS[:-1]
+    # SQLite's sagas step is its 4th migration, PostgreSQL's its 3rd.
+    migrations = lite._MIGRATIONS[:3] if sqlite else pg._MIGRATIONS[:2]
     filled = [
         "INSERT INTO runs (run_id, workflow, version, status, input, created_at, updated_at)"
         " VALUES ('r', 'mid-flight', '1', 'suspended', '5', 0, 0)",
@@ -212,3 +213,66 @@ async def test_a_store_from_before_sagas_gains_their_columns_in_place_and_its_ru
     assert [(None, None)] == rows(
         url, "SELECT r.cancel, c.handler FROM runs r JOIN checkpoints c ON c.run_id = r.run_id"
     )
+
+
+def _before_policies(url: str, tmp_path: Path) -> str:
+    """A store of the schema version before stored policies, its run suspended on a step."""
+    sqlite = url.startswith("sqlite:")
+    # The policy column is SQLite's 5th migration, PostgreSQL's 4th.
+    migrations = lite._MIGRATIONS[:4] if sqlite else pg._MIGRATIONS[:3]
+    filled = [
+        "INSERT INTO runs (run_id, workflow, version, status, input, created_at, updated_at)"
+        " VALUES ('r', 'two-steps', '1', 'suspended', '5', 0, 0)",
+        "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts, input,"
+        " created_at, updated_at, dispatched_at) VALUES ('r', 1, 'echo', 'remote', 'r:1',"
+        " 'pending', 1, '5', 0, 0, 0)",
+        "INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status,"
+        " available_at, created_at) VALUES ('r', 1, 'r:1', 'echo', 'default', '5', 1,"
+        " 'queued', 0, 0)",
+        "INSERT INTO durable_meta VALUES ('schema', 'effects.durable'),"
+        f" ('version', '{len(migrations)}')",
+    ]
+    statements = [s for step in migrations for s in step] + filled
+    if sqlite:
+        path = tmp_path / "before-policies.db"
+        with sqlite3.connect(path) as db:
+            for statement in statements:
+                db.execute(statement)
+        db.close()
+        return f"sqlite:///{path}"
+    libpq, options = parse_postgres_url(url)
+    with psycopg.connect(libpq, autocommit=True) as db:
+        db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(options.schema)))
+        db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(options.schema)))
+        for statement in statements:
+            db.execute(statement)  # type: ignore[call-overload]
+    return url
+
+
+@workflow("two-steps")
+async def two_steps(ctx: WorkflowContext, value: Any) -> Any:
+    """The older store's dispatched step, then one the upgraded engine dispatches."""
+    first = await ctx.step(echo, value)
+    return await ctx.step(echo, first + 1, retries=4, backoff="exp", backoff_ms=5)
+
+
+async def test_a_store_from_before_policies_gains_the_column_and_new_checkpoints_fill_it(
+    durable_store_url: str, tmp_path: Path
+) -> None:
+    """One upgrade adds checkpoints.policy (NULL for the old row) and the keyset index."""
+    url = _before_policies(durable_store_url, tmp_path)
+    async with Engine(url, workflows=[two_steps], steps=[echo]) as engine:
+        await engine.run_until_idle()
+        run = await engine.get_run("r")
+        old_cp, new_cp = await engine.checkpoints("r")
+    assert ("completed", 6) == (run.status, run.output)
+    assert None is old_cp.policy
+    assert {"retries": 4, "backoff": "exp", "backoff_ms": 5, "backoff_max_ms": None,
+            "jitter": False} == new_cp.policy  # fmt: skip
+    current = lite.SCHEMA_VERSION if url.startswith("sqlite:") else pg.SCHEMA_VERSION
+    assert [(str(current),)] == rows(url, "SELECT value FROM durable_meta WHERE key = 'version'")
+    if url.startswith("sqlite:"):
+        indexes = rows(url, "SELECT name FROM sqlite_master WHERE type = 'index' ORDER BY name")
+    else:
+        indexes = rows(url, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+    assert {("runs_by_created",), ("checkpoints_retrying",)} <= set(indexes)

@@ -82,19 +82,39 @@ class NewRun:
 @attrs.frozen
 class RunQuery:
     """
-    Which runs ``list_runs`` returns, newest first: at most *limit*, of *status* and of
-    *workflow* when given, and with *stale_before* (epoch ms) only suspended runs whose oldest
-    pending dispatch was made before it.
+    Which runs ``list_runs`` returns, newest first (by ``created_at``, then ``run_id``): at most
+    *limit*, of *status* and of *workflow* when given; with *stale_before* (epoch ms) only
+    suspended runs whose oldest pending dispatch was made before it; with *after* (the
+    ``(created_at, run_id)`` of a run) only the runs that come after it in that order (a keyset
+    page); with *id_prefix* only runs whose id starts with it; with *retrying_at* (epoch ms) only
+    runs with a retrying checkpoint then (``rules.retrying``); with *retryable* only failed,
+    dead or cancelled runs (those ``requeue`` takes).
     """
 
     status: str | None = None
     workflow: str | None = None
     limit: int = 100
     stale_before: int | None = None
+    after: tuple[int, str] | None = None
+    id_prefix: str | None = None
+    retrying_at: int | None = None
+    retryable: bool = False
 
-    def filter_values(self) -> tuple[str | None, str | None, int | None]:
-        """The filters' values in ``listing.filters``'s order (``None``: that filter is off)."""
-        return self.status, self.workflow, self.stale_before
+    def filter_values(self) -> tuple[tuple[object, ...] | None, ...]:
+        """
+        The filters' parameters in ``listing.filters``'s order, each a tuple of the values its
+        clause binds (``None``: that filter is off).
+        """
+        after = None if self.after is None else (self.after[0], self.after[0], self.after[1])
+        return (
+            None if self.status is None else (self.status,),
+            None if self.workflow is None else (self.workflow,),
+            None if self.stale_before is None else (self.stale_before,),
+            after,
+            None if not self.id_prefix else (self.id_prefix,),
+            None if self.retrying_at is None else (self.retrying_at,),
+            () if self.retryable else None,
+        )
 
 
 ALL_RUNS: RunQuery = RunQuery()
@@ -283,6 +303,25 @@ class Store(Protocol):
         """The runs *query* selects, newest first."""
         ...
 
+    async def count_runs(self, query: RunQuery = ALL_RUNS) -> dict[str, int]:
+        """
+        How many runs *query*'s filters select (its *limit* and *after* ignored), by status;
+        a status no run has is left out.
+        """
+        ...
+
+    async def retrying(self, run_ids: Sequence[str], *, now: int) -> set[str]:
+        """Which of *run_ids* have a retrying checkpoint at epoch ms *now* (``rules.retrying``)."""
+        ...
+
+    async def queue_stats(self) -> dict[str, tuple[int, int]]:
+        """
+        Each flow-control queue that has attempts, as ``(in_use, waiting)``: the attempts
+        holding one of its slots (queued, claimed, or withdrawn but still running), and those
+        waiting for one.
+        """
+        ...
+
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints by sequence number."""
         ...
@@ -315,11 +354,21 @@ class Store(Protocol):
         ...
 
     async def record_local_step(
-        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
+        self,
+        run_id: str,
+        token: str,
+        *,
+        seq: int,
+        name: str,
+        output: str,
+        started: int,
+        now: int,
+        policy: str | None = None,
     ) -> None:
         """
         The common case of a turn's commit, on its own fast path: a local step that succeeded
-        on its first attempt. Insert its completed checkpoint (``started`` is its creation time),
+        on its first attempt. Insert its completed checkpoint (``started`` is its creation time;
+        *policy* the JSON text of its effective policy),
         if *token* still holds the run; else raise ``StaleTurnError`` and write nothing. No event
         rows are written: ``Engine.events`` shows the step's ``step.started`` and
         ``step.completed`` from the checkpoint itself.

@@ -10,29 +10,58 @@ __all__ = ["filters", "given", "where"]
 _Filter = TypeVar("_Filter")
 
 
-def filters(mark: LiteralString) -> tuple[LiteralString, LiteralString, LiteralString]:
+def filters(
+    mark: LiteralString,
+    *,
+    not_final: LiteralString,
+    starts_with: LiteralString,
+    text_order: LiteralString = "",
+) -> tuple[LiteralString, ...]:
     """
-    The clauses of ``list_runs``'s filters, each of one parameter written *mark*: of a status, of
-    a workflow, and stale (suspended, with a pending dispatch made before the given epoch ms).
+    The clauses of ``list_runs``'s filters (``RunQuery.filter_values``'s order), each binding
+    its values at the marks *mark*: of a status; of a workflow; stale (suspended, with a
+    pending dispatch made before the given epoch ms); after a run (keyset: ``created_at``
+    twice, then ``run_id``; newest first, ties by id in *text_order*); an id prefix (the
+    dialect's *starts_with* test); retrying at the given epoch ms (``rules.retrying``, the
+    dialect writing "not final" as *not_final*); retryable (no value).
     """
     stale = (
         "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE kind = 'remote'"
         f" AND status IN ('pending', 'running') AND dispatched_at < {mark})"
     )
-    return f"status = {mark}", f"workflow = {mark}", stale
+    # `created_at <= c` first: a range the index starts at, not a filter it walks to.
+    after = f"created_at <= {mark} AND (created_at < {mark} OR run_id{text_order} > {mark})"
+    retrying = (
+        "run_id IN (SELECT run_id FROM checkpoints WHERE status = 'failed'"
+        f" AND {not_final} AND wake_at > {mark})"
+    )
+    return (
+        f"status = {mark}",
+        f"workflow = {mark}",
+        stale,
+        after,
+        starts_with,
+        retrying,
+        "status IN ('failed', 'dead', 'cancelled')",
+    )
 
 
-def where(clauses: Sequence[str], values: Sequence[object]) -> tuple[str, list[object]]:
+def where(
+    clauses: Sequence[str], values: Sequence[tuple[object, ...] | None]
+) -> tuple[str, list[object]]:
     """
-    The ``WHERE`` of the *clauses* whose value is given (not ``None``), joined by AND (``""``
+    The ``WHERE`` of the *clauses* whose values are given (not ``None``), joined by AND (``""``
     when none is), and those values in order.
     """
     applied = given(clauses, values)
     if not applied:
         return "", []
-    return " WHERE " + " AND ".join(c for c, _ in applied), [value for _, value in applied]
+    bound = [value for _, params in applied for value in params]
+    return " WHERE " + " AND ".join(c for c, _ in applied), bound
 
 
-def given(filters: Sequence[_Filter], values: Sequence[object]) -> list[tuple[_Filter, object]]:
-    """The *filters* whose value is given (not ``None``), each with that value, in order."""
+def given(
+    filters: Sequence[_Filter], values: Sequence[tuple[object, ...] | None]
+) -> list[tuple[_Filter, tuple[object, ...]]]:
+    """The *filters* whose values are given (not ``None``), each with those values, in order."""
     return [(f, value) for f, value in zip(filters, values, strict=True) if value is not None]

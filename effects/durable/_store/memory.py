@@ -52,11 +52,13 @@ from effects.durable._store.rows import (
     error_text,
     events_of,
     leased_run,
+    policy_text,
     run_of,
     task_of,
     task_values,
 )
 from effects.durable._store.rules import (
+    REQUEUEABLE,
     Verdict,
     admission,
     admits,
@@ -74,6 +76,7 @@ from effects.durable._store.rules import (
     recovery_verdict,
     redispatch,
     redispatchable,
+    retrying,
     runnable,
     settled,
     stale_dispatch,
@@ -176,6 +179,7 @@ class _CheckpointRow:
     lease_ms: int | None = None
     redispatches: int = 0
     handler: str | None = None
+    policy: str | None = None
 
 
 @attrs.frozen
@@ -701,27 +705,83 @@ class MemoryStore:
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> list[Run]:
         """The runs *query* selects, newest first."""
         with self._read() as tables:
-            stale_before = query.stale_before
-
-            def stale(run: _RunRow) -> bool:
-                assert stale_before is not None
-                return run.status == "suspended" and any(
-                    stale_dispatch(cp.kind, cp.status, cp.dispatched_at, stale_before)
-                    for cp in tables.checkpoints.get(run.run_id, {}).values()
-                )
-
-            # ``listing.filters``'s clauses, in their order, as predicates on a row.
-            clauses: tuple[Callable[[_RunRow], bool], ...] = (
-                lambda run: run.status == query.status,
-                lambda run: run.workflow == query.workflow,
-                stale,
-            )
-            applied = [f for f, _ in listing.given(clauses, query.filter_values())]
-            found = [run for run in tables.runs.values() if all(f(run) for f in applied)]
+            found = self._selected(tables, query)
             found.sort(key=lambda r: r.run_id)
             found.sort(key=lambda r: r.created_at, reverse=True)
             # As SQL's LIMIT: a negative one is no limit.
             return [_run(r) for r in (found if query.limit < 0 else found[: query.limit])]
+
+    async def count_runs(self, query: RunQuery = ALL_RUNS) -> dict[str, int]:
+        """How many runs *query*'s filters select, by status (limit and after ignored)."""
+        with self._read() as tables:
+            counts: dict[str, int] = {}
+            for run in self._selected(tables, attrs.evolve(query, after=None)):
+                counts[run.status] = counts.get(run.status, 0) + 1
+            return counts
+
+    @staticmethod
+    def _selected(tables: _Tables, query: RunQuery) -> list[_RunRow]:
+        """The rows *query*'s filters select, in no order."""
+        stale_before = query.stale_before
+        after = query.after
+        retrying_at = query.retrying_at
+
+        def stale(run: _RunRow) -> bool:
+            assert stale_before is not None
+            return run.status == "suspended" and any(
+                stale_dispatch(cp.kind, cp.status, cp.dispatched_at, stale_before)
+                for cp in tables.checkpoints.get(run.run_id, {}).values()
+            )
+
+        def comes_after(run: _RunRow) -> bool:
+            assert after is not None
+            return (-run.created_at, run.run_id) > (-after[0], after[1])
+
+        def is_retrying(run: _RunRow) -> bool:
+            assert retrying_at is not None
+            return any(
+                retrying(cp.status, cp.final, cp.wake_at, retrying_at)
+                for cp in tables.checkpoints.get(run.run_id, {}).values()
+            )
+
+        # ``listing.filters``'s clauses, in their order, as predicates on a row.
+        clauses: tuple[Callable[[_RunRow], bool], ...] = (
+            lambda run: run.status == query.status,
+            lambda run: run.workflow == query.workflow,
+            stale,
+            comes_after,
+            lambda run: run.run_id.startswith(query.id_prefix or ""),
+            is_retrying,
+            lambda run: run.status in REQUEUEABLE,
+        )
+        applied = [f for f, _ in listing.given(clauses, query.filter_values())]
+        return [run for run in tables.runs.values() if all(f(run) for f in applied)]
+
+    async def retrying(self, run_ids: Sequence[str], *, now: int) -> set[str]:
+        """Which of *run_ids* have a retrying checkpoint at *now*."""
+        with self._read() as tables:
+            return {
+                run_id
+                for run_id in run_ids
+                if any(
+                    retrying(cp.status, cp.final, cp.wake_at, now)
+                    for cp in tables.checkpoints.get(run_id, {}).values()
+                )
+            }
+
+    async def queue_stats(self) -> dict[str, tuple[int, int]]:
+        """Each queue that has attempts: ``(in_use, waiting)``."""
+        with self._read() as tables:
+            stats: dict[str, tuple[int, int]] = {}
+            for task in tables.tasks.values():
+                if task.queue is None:
+                    continue
+                in_use, waiting = stats.get(task.queue, (0, 0))
+                stats[task.queue] = (
+                    in_use + (task.status in _SLOT_HOLDERS),
+                    waiting + (task.status == "waiting"),
+                )
+            return dict(sorted(stats.items()))
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints by sequence number."""
@@ -841,8 +901,9 @@ class MemoryStore:
             seq=cp.seq,
             created_at=cp.created_at if old is None else old.created_at,
             rev=1 if old is None else old.rev + 1,
-            # A turn never writes a worker's progress: an update keeps it.
+            # A turn never writes a worker's progress: an update keeps it, and the policy.
             progress=None if old is None else old.progress,
+            policy=policy_text(cp) if old is None else old.policy,
             **dict(zip(CHECKPOINT_WRITE_COLUMNS, written, strict=True)),
         )
         tables.put(cps, cp.seq, row)
@@ -894,7 +955,16 @@ class MemoryStore:
         tables.put(tables.runs, run.run_id, new)
 
     async def record_local_step(
-        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
+        self,
+        run_id: str,
+        token: str,
+        *,
+        seq: int,
+        name: str,
+        output: str,
+        started: int,
+        now: int,
+        policy: str | None = None,
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
         with self._write() as tables:
@@ -923,6 +993,7 @@ class MemoryStore:
                 dispatched_at=None,
                 created_at=started,
                 updated_at=now,
+                policy=policy,
             )
             tables.put(cps, seq, row)
 

@@ -77,6 +77,7 @@ from effects.durable._store.rows import (
     errors_text,
     events_of,
     leased_run,
+    policy_text,
     run_of,
     task_of,
     task_values,
@@ -833,6 +834,38 @@ class PostgresStore:
 
         return await self._call(go)
 
+    async def count_runs(self, query: RunQuery = ALL_RUNS) -> dict[str, int]:
+        """How many runs *query*'s filters select, by status (limit and after ignored)."""
+        counted = attrs.evolve(query, after=None)
+        clause, values = listing.where(pq.RUNS_FILTERS, counted.filter_values())
+        statement = pq.COUNTS + clause + pq.COUNTS_GROUP
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> dict[str, int]:
+            cursor = await conn.execute(statement, values)  # pyright: ignore[reportArgumentType]
+            return dict(await cursor.fetchall())
+
+        return await self._call(go)
+
+    async def retrying(self, run_ids: Sequence[str], *, now: int) -> set[str]:
+        """Which of *run_ids* have a retrying checkpoint at *now*."""
+        if not run_ids:
+            return set()
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> set[str]:
+            cursor = await conn.execute(pq.RETRYING, (list(run_ids), now))
+            return {run_id for (run_id,) in await cursor.fetchall()}
+
+        return await self._call(go)
+
+    async def queue_stats(self) -> dict[str, tuple[int, int]]:
+        """Each queue that has attempts: ``(in_use, waiting)``."""
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> dict[str, tuple[int, int]]:
+            cursor = await conn.execute(pq.QUEUE_STATS)
+            return {queue: (used, waiting) for queue, used, waiting in await cursor.fetchall()}
+
+        return await self._call(go)
+
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints by sequence number."""
 
@@ -1080,6 +1113,7 @@ class PostgresStore:
             prefix = f"c{n}_"
             params[prefix + "seq"] = cp.seq
             params[prefix + "created_at"] = cp.created_at
+            params[prefix + "policy"] = policy_text(cp)
             values = checkpoint_values(write, commit.now)
             params.update(zip(_prefixed(prefix, CHECKPOINT_WRITE_COLUMNS), values, strict=True))
             if cp.errors:
@@ -1103,7 +1137,8 @@ class PostgresStore:
         values = checkpoint_values(write, commit.now)
         if write.expected_rev is None:
             return await conn.execute(
-                pq.CHECKPOINT_INSERT, (*values, commit.run_id, cp.seq, cp.created_at)
+                pq.CHECKPOINT_INSERT,
+                (*values, commit.run_id, cp.seq, cp.created_at, policy_text(cp)),
             )
         return await conn.execute(
             pq.CHECKPOINT_UPDATE, (*values, commit.run_id, cp.seq, write.expected_rev)
@@ -1159,7 +1194,16 @@ class PostgresStore:
         return admitted_any
 
     async def record_local_step(
-        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
+        self,
+        run_id: str,
+        token: str,
+        *,
+        seq: int,
+        name: str,
+        output: str,
+        started: int,
+        now: int,
+        policy: str | None = None,
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
         params = {
@@ -1170,6 +1214,7 @@ class PostgresStore:
             "started": started,
             "now": now,
             "token": token,
+            "policy": policy,
         }
 
         def inserted(_: Any, count: int) -> None:

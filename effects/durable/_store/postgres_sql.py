@@ -14,7 +14,7 @@ from typing import Final, LiteralString
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -145,6 +145,21 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         "ALTER TABLE runs ADD COLUMN cancel text",
         "ALTER TABLE checkpoints ADD COLUMN handler text",
     ),
+    (
+        # The dashboard: each checkpoint's effective policy (JSON text, written with the row),
+        # runs paged newest first by (created_at, run_id) off an index, and the retrying steps
+        # (failed, not settled, a next attempt to come) in a partial index of their own.
+        "ALTER TABLE checkpoints ADD COLUMN policy text",
+        "DROP INDEX runs_by_created",
+        'CREATE INDEX runs_by_created ON runs (created_at DESC, run_id COLLATE "C")',
+        # A status or a workflow filter pages off its own range (and counts the workflow's
+        # runs by status from the index alone), however rare its runs are.
+        'CREATE INDEX runs_by_status_created ON runs (status, created_at DESC, run_id COLLATE "C")',
+        "CREATE INDEX runs_by_workflow ON runs"
+        ' (workflow, created_at DESC, run_id COLLATE "C", status)',
+        "CREATE INDEX checkpoints_retrying ON checkpoints (wake_at, run_id)"
+        " WHERE status = 'failed' AND NOT final",
+    ),
 )
 
 # -- schema ----------------------------------------------------------------------------------------
@@ -271,8 +286,24 @@ RUN_AND_LEASE: Final = f"SELECT {_RUN_COLUMNS}, lease_token FROM runs WHERE run_
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
 #: The filters of ``list_runs``, in the order ``listing.where`` takes their values.
-RUNS_FILTERS: Final = listing.filters("%s")
+RUNS_FILTERS: Final = listing.filters(
+    "%s", not_final="NOT final", starts_with="starts_with(run_id, %s)", text_order=' COLLATE "C"'
+)
 RUNS_ORDER: Final = ' ORDER BY created_at DESC, run_id COLLATE "C" LIMIT %s'
+#: ``count_runs``: this, its filters, then ``COUNTS_GROUP``.
+COUNTS: Final = "SELECT status, COUNT(*) FROM runs"
+COUNTS_GROUP: Final = " GROUP BY status"
+#: ``rules.retrying``: the runs of the ``text[]`` ``%s`` with a retrying checkpoint at ``%s``.
+RETRYING: Final = (
+    "SELECT DISTINCT run_id FROM checkpoints WHERE run_id = ANY(%s::text[])"
+    " AND status = 'failed' AND NOT final AND wake_at > %s"
+)
+#: ``queue_stats``: each queue's attempts holding a slot, and waiting for one.
+QUEUE_STATS: Final = (
+    f"SELECT queue, COUNT(*) FILTER (WHERE status IN {rows.SLOT_HOLDERS}),"
+    " COUNT(*) FILTER (WHERE status = 'waiting') FROM tasks WHERE queue IS NOT NULL"
+    ' GROUP BY queue ORDER BY queue COLLATE "C"'
+)
 CHECKPOINTS: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s ORDER BY seq"
 CHECKPOINT: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s AND seq = %s"
 EVENTS: Final = "SELECT name, level, at, seq, data FROM events WHERE run_id = %s ORDER BY id"
@@ -359,7 +390,8 @@ def checkpoint_from_held(n: int) -> str:
     return (
         f" {p}w AS (INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
         " wake_at, output, error, final, retry_state, grp, queue, dispatched_at, input,"
-        " timeout_ms, lease_ms, redispatches, heartbeat_at, handler, created_at, updated_at)"
+        " timeout_ms, lease_ms, redispatches, heartbeat_at, handler, created_at, updated_at,"
+        " policy)"
         f" SELECT held.run_id, %({p}seq)s::integer, %({p}name)s::text, %({p}kind)s::text,"
         f" %({p}step_id)s::text, %({p}status)s::text, %({p}attempts)s::integer,"
         f" %({p}wake_at)s::bigint, %({p}output)s::text, %({p}error)s::text,"
@@ -367,7 +399,7 @@ def checkpoint_from_held(n: int) -> str:
         f" %({p}queue)s::text, %({p}dispatched_at)s::bigint, %({p}input)s::text,"
         f" %({p}timeout_ms)s::bigint, %({p}lease_ms)s::bigint, %({p}redispatches)s::integer,"
         f" %({p}heartbeat_at)s::bigint, %({p}handler)s::text, %({p}created_at)s::bigint,"
-        f" %({p}updated_at)s::bigint"
+        f" %({p}updated_at)s::bigint, %({p}policy)s::text"
         " FROM held),"
     )
 
@@ -409,8 +441,8 @@ def tasks_from_held(count: int) -> str:
 
 
 CHECKPOINT_INSERT: Final = (
-    f"INSERT INTO checkpoints ({', '.join(rows.CHECKPOINT_WRITE_COLUMNS)}, run_id, seq, created_at)"
-    f" VALUES ({', '.join('%s' for _ in rows.CHECKPOINT_WRITE_COLUMNS)}, %s, %s, %s)"
+    f"INSERT INTO checkpoints ({', '.join(rows.CHECKPOINT_WRITE_COLUMNS)}, run_id, seq, created_at,"
+    f" policy) VALUES ({', '.join('%s' for _ in rows.CHECKPOINT_WRITE_COLUMNS)}, %s, %s, %s, %s)"
     " ON CONFLICT (run_id, seq) DO NOTHING"
 )
 #: A turn's update of a checkpoint, a compare-and-set on its revision.
@@ -422,9 +454,9 @@ CHECKPOINT_UPDATE: Final = (
 # lock holds off a recovery of the run until this insert commits.
 LOCAL_STEP_INSERT: Final = (
     "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
-    " output, created_at, updated_at)"
+    " output, created_at, updated_at, policy)"
     " SELECT %(run)s, %(seq)s, %(name)s, 'local', %(run)s || ':' || %(seq)s,"
-    " 'completed', 1, %(output)s, %(started)s, %(now)s"
+    " 'completed', 1, %(output)s, %(started)s, %(now)s, %(policy)s::text"
     f" WHERE EXISTS (SELECT 1 FROM runs WHERE {LEASE_HELD} FOR SHARE)"
 )
 #: The same on a retry after a lost reply (the first try may have written the row).

@@ -33,6 +33,7 @@ __all__ = [
     "events_of",
     "leased_run",
     "loads",
+    "policy_text",
     "run_of",
     "task_of",
     "task_values",
@@ -82,6 +83,7 @@ CHECKPOINT_COLUMNS: Final = (
     "redispatches",
     "heartbeat_at",
     "handler",
+    "policy",
 )
 #: The columns of a task ``task_of`` reads, before its checkpoint's progress, timeout and lease.
 TASK_COLUMNS: Final = (
@@ -212,6 +214,7 @@ def checkpoint_of(row: Sequence[Any]) -> Checkpoint:
         redispatches=row[23],
         heartbeat_at=row[24],
         handler=row[25],
+        policy=loads(row[26]),
     )
 
 
@@ -259,6 +262,11 @@ def checkpoint_values(write: CheckpointWrite, now: int) -> tuple[Any, ...]:
         cp.handler,
         now,
     )
+
+
+def policy_text(checkpoint: Checkpoint) -> str | None:
+    """The stored JSON text of *checkpoint*'s policy (an insert writes it; updates keep it)."""
+    return None if checkpoint.policy is None else dumps(checkpoint.policy)
 
 
 def task_values(task: NewTask, status: str, now: int) -> tuple[Any, ...]:

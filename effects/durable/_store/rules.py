@@ -39,6 +39,7 @@ __all__ = [
     "recovery_verdict",
     "redispatch",
     "redispatchable",
+    "retrying",
     "runnable",
     "settled",
     "stale_dispatch",
@@ -139,6 +140,16 @@ def stale_dispatch(kind: str, status: str, dispatched_at: int | None, before: in
         and dispatched_at is not None
         and dispatched_at < before
     )
+
+
+def retrying(status: str, final: bool, wake_at: int | None, now: int) -> bool:
+    """
+    A checkpoint waiting out its backoff: failed, not settled, its next attempt after epoch ms
+    *now* (a requeued step, due at once, is not retrying).
+
+    SQL: ``listing.filters``'s retrying clause, ``sqlite_sql.RETRYING``, ``postgres_sql.RETRYING``.
+    """
+    return status == "failed" and not final and wake_at is not None and wake_at > now
 
 
 def wakes(status: str) -> bool:

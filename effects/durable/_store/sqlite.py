@@ -45,6 +45,7 @@ from effects.durable._store.rows import (
     error_text,
     events_of,
     leased_run,
+    policy_text,
     run_of,
     task_of,
     task_values,
@@ -486,6 +487,29 @@ class SqliteStore:
             ).fetchall()
             return [run_of(row) for row in rows]
 
+    async def count_runs(self, query: RunQuery = ALL_RUNS) -> dict[str, int]:
+        """How many runs *query*'s filters select, by status (limit and after ignored)."""
+        counted = attrs.evolve(query, after=None)
+        with self._read_errors():
+            clause, values = listing.where(sq.RUNS_FILTERS, counted.filter_values())
+            group = sq.COUNTS_GROUP_FILTERED if clause else sq.COUNTS_GROUP
+            found = self._conn.execute(sq.COUNTS + clause + group, values).fetchall()
+            return dict(found)
+
+    async def retrying(self, run_ids: Sequence[str], *, now: int) -> set[str]:
+        """Which of *run_ids* have a retrying checkpoint at *now*."""
+        if not run_ids:
+            return set()
+        with self._read_errors():
+            found = self._conn.execute(sq.RETRYING, (dumps(list(run_ids)), now)).fetchall()
+            return {run_id for (run_id,) in found}
+
+    async def queue_stats(self) -> dict[str, tuple[int, int]]:
+        """Each queue that has attempts: ``(in_use, waiting)``."""
+        with self._read_errors():
+            found = self._conn.execute(sq.QUEUE_STATS).fetchall()
+            return {queue: (in_use, waiting) for queue, in_use, waiting in found}
+
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """The run's checkpoints by sequence number."""
         with self._read_errors():
@@ -555,7 +579,8 @@ class SqliteStore:
             if write.expected_rev is None:
                 try:
                     db.execute(
-                        sq.CHECKPOINT_INSERT, (*values, commit.run_id, cp.seq, cp.created_at)
+                        sq.CHECKPOINT_INSERT,
+                        (*values, commit.run_id, cp.seq, cp.created_at, policy_text(cp)),
                     )
                 except sqlite3.IntegrityError:
                     msg = f"run {commit.run_id}: checkpoint {cp.seq} was written meanwhile"
@@ -642,10 +667,19 @@ class SqliteStore:
         )
 
     async def record_local_step(
-        self, run_id: str, token: str, *, seq: int, name: str, output: str, started: int, now: int
+        self,
+        run_id: str,
+        token: str,
+        *,
+        seq: int,
+        name: str,
+        output: str,
+        started: int,
+        now: int,
+        policy: str | None = None,
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
-        values = (run_id, seq, name, output, started, now, token)
+        values = (run_id, seq, name, output, started, now, token, policy)
 
         def insert(db: sqlite3.Connection) -> None:
             try:

@@ -11,7 +11,7 @@ from typing import Final
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
 SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
@@ -131,6 +131,20 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE runs ADD COLUMN cancel TEXT",
         "ALTER TABLE checkpoints ADD COLUMN handler TEXT",
     ),
+    (
+        # The dashboard: each checkpoint's effective policy (JSON, written with the row), runs
+        # paged newest first by (created_at, run_id) off an index, and the retrying steps
+        # (failed, not settled, a next attempt to come) in a partial index of their own.
+        "ALTER TABLE checkpoints ADD COLUMN policy TEXT",
+        "DROP INDEX runs_by_created",
+        "CREATE INDEX runs_by_created ON runs (created_at DESC, run_id)",
+        # A status or a workflow filter pages off its own range (and counts the workflow's
+        # runs by status from the index alone), however rare its runs are.
+        "CREATE INDEX runs_by_status_created ON runs (status, created_at DESC, run_id)",
+        "CREATE INDEX runs_by_workflow ON runs (workflow, created_at DESC, run_id, status)",
+        "CREATE INDEX checkpoints_retrying ON checkpoints (wake_at, run_id)"
+        " WHERE status = 'failed' AND final = 0",
+    ),
 )
 
 # -- schema ----------------------------------------------------------------------------------------
@@ -190,8 +204,27 @@ RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
 #: The filters of ``list_runs``, in the order ``listing.where`` takes their values.
-RUNS_FILTERS: Final = listing.filters("?")
+RUNS_FILTERS: Final = listing.filters(
+    "?", not_final="final = 0", starts_with="instr(run_id, ?) = 1"
+)
 RUNS_ORDER: Final = " ORDER BY created_at DESC, run_id LIMIT ?"
+#: ``count_runs``: this, its filters, then ``COUNTS_GROUP``.
+COUNTS: Final = "SELECT status, COUNT(*) FROM runs"
+COUNTS_GROUP: Final = " GROUP BY status"
+#: The same under a filter: grouped by an expression, so SQLite reads the filter's own index
+#: (``runs_by_workflow`` covers a workflow's counts) rather than walking ``runs_by_status``
+#: for its order, row by row into the table.
+COUNTS_GROUP_FILTERED: Final = " GROUP BY status || ''"
+#: ``rules.retrying``: the runs of the JSON list ``?`` with a retrying checkpoint at ``?``.
+RETRYING: Final = (
+    "SELECT DISTINCT run_id FROM checkpoints WHERE run_id IN (SELECT value FROM json_each(?))"
+    " AND status = 'failed' AND final = 0 AND wake_at > ?"
+)
+#: ``queue_stats``: each queue's attempts holding a slot, and waiting for one.
+QUEUE_STATS: Final = (
+    f"SELECT queue, SUM(status IN {rows.SLOT_HOLDERS}), SUM(status = 'waiting') FROM tasks"
+    " WHERE queue IS NOT NULL GROUP BY queue ORDER BY queue"
+)
 CHECKPOINTS: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY seq"
 CHECKPOINT: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?"
 EVENTS: Final = "SELECT name, level, at, seq, data FROM events WHERE run_id = ? ORDER BY id"
@@ -229,8 +262,8 @@ ADVANCE_RELEASE: Final = (
     f" updated_at = ? WHERE {LEASE_HELD}"
 )
 CHECKPOINT_INSERT: Final = (
-    f"INSERT INTO checkpoints ({', '.join(rows.CHECKPOINT_WRITE_COLUMNS)}, run_id, seq, created_at)"
-    f" VALUES ({', '.join('?' for _ in rows.CHECKPOINT_WRITE_COLUMNS)}, ?, ?, ?)"
+    f"INSERT INTO checkpoints ({', '.join(rows.CHECKPOINT_WRITE_COLUMNS)}, run_id, seq, created_at,"
+    f" policy) VALUES ({', '.join('?' for _ in rows.CHECKPOINT_WRITE_COLUMNS)}, ?, ?, ?, ?)"
 )
 #: A turn's update of a checkpoint, a compare-and-set on its revision.
 CHECKPOINT_UPDATE: Final = (
@@ -238,11 +271,11 @@ CHECKPOINT_UPDATE: Final = (
     " rev = rev + 1 WHERE run_id = ? AND seq = ? AND rev = ?"
 )
 #: ``record_local_step``: the completed checkpoint, inserted only if the lease holds
-#: (``rules.lease_holds`` of the run ``?1`` and the token ``?7``).
+#: (``rules.lease_holds`` of the run ``?1`` and the token ``?7``), with its policy ``?8``.
 LOCAL_STEP_INSERT: Final = (
     "INSERT INTO checkpoints (run_id, seq, name, kind, step_id, status, attempts,"
-    " output, created_at, updated_at)"
-    " SELECT ?1, ?2, ?3, 'local', ?1 || ':' || ?2, 'completed', 1, ?4, ?5, ?6"
+    " output, created_at, updated_at, policy)"
+    " SELECT ?1, ?2, ?3, 'local', ?1 || ':' || ?2, 'completed', 1, ?4, ?5, ?6, ?8"
     " WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1 AND lease_token = ?7"
     " AND status = 'running')"
 )
