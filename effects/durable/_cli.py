@@ -53,6 +53,7 @@ import argparse
 import asyncio
 import contextlib
 import io
+import json
 import logging
 import os
 import signal
@@ -82,8 +83,10 @@ from effects.durable.errors import StoreError, UnknownRunError
 from schedules import to_seconds
 
 __all__ = [
+    "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_REFUSED",
+    "EXIT_STILL_RUNNING",
     "EXIT_STORE",
     "EXIT_USAGE",
     "CliError",
@@ -92,8 +95,12 @@ __all__ = [
 ]
 
 EXIT_OK: Final = 0
+#: ``start --wait``: the run it waited for ended failed, cancelled or dead.
+EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_REFUSED: Final = 3
+#: ``start --wait --timeout``: the run was still running when the wait ended.
+EXIT_STILL_RUNNING: Final = 4
 EXIT_STORE: Final = 5
 EXIT_INTERRUPTED: Final = 130
 
@@ -179,6 +186,16 @@ def duration_ms(text: str) -> int:
     return round(ms) if ms < _BIGGEST else _BIGGEST  # 1e306 s: longer than any store has been
 
 
+def _json_value(text: str) -> Any:
+    """``--input``: one JSON document."""
+    _text(text)
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        msg = f'expected JSON, such as 3, "text" or {{"order": 7}}, got {text!r}: {error}'
+        raise argparse.ArgumentTypeError(msg) from None
+
+
 def _duration_ms(text: str) -> int:
     try:
         return duration_ms(text)
@@ -200,11 +217,13 @@ def _parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
         description=(
-            "Run a durable workflow engine's worker; list, inspect, retry and cancel its runs."
+            "Run a durable workflow engine's worker; start, list, inspect, retry and cancel its"
+            " runs."
         ),
-        epilog="Exit codes: 0 done; 2 usage error, unknown run, unusable --app, no store there; "
-        "3 refused by the run's status; 5 the store cannot be used; 128+N work stopped by a "
-        "second signal N; 130 interrupted.",
+        epilog="Exit codes: 0 done; 1 the run start --wait waited for failed; 2 usage error, "
+        "unknown run or workflow, unusable --app, no store there; 3 refused by the run's status; "
+        "4 start --wait timed out (the run still runs); 5 the store cannot be used; 128+N work "
+        "stopped by a second signal N; 130 interrupted.",
     )
     parser.add_argument("--app", metavar="MODULE:ENGINE", help=app_help)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -283,6 +302,26 @@ def _parser() -> _Parser:
         "--token-env",
         metavar="VAR",
         help="every request needs the token in environment variable VAR (Bearer or ?token=)",
+    )
+
+    p = command("start", "start a run of a workflow the engine has; print its id")
+    p.add_argument("workflow", type=_text, metavar="WORKFLOW")
+    p.add_argument(
+        "--input", type=_json_value, default=None, metavar="JSON", help="its input (default null)"
+    )
+    p.add_argument(
+        "--run-id", type=_text, metavar="ID", help="its id (default random; an existing id: no-op)"
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until workers finish it, then print show --json (exit 1 if it failed)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_duration_ms,
+        metavar="DURATION",
+        help="with --wait: wait at most this long, then print the run as it stands (exit 4)",
     )
 
     p = command("cancel", "cancel a run that is not finished; its pending attempts are withdrawn")
@@ -631,6 +670,42 @@ async def _cmd_cancel(spec: str, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _cmd_start(spec: str, args: argparse.Namespace) -> int:
+    if args.timeout is not None and not args.wait:
+        raise CliError("--timeout needs --wait")
+    engine = load_engine(spec)
+    # Like work, start writes: it creates the store where there is none yet.
+    with _store_errors(engine):
+        async with engine:
+            try:
+                run_id = await engine.start(args.workflow, args.input, run_id=args.run_id)
+            except TypeError as error:  # an input its codec cannot store
+                raise CliError(str(error)) from None
+            except UnknownRunError:
+                raise
+            except ValueError as error:  # no such workflow, or the id is another workflow's
+                raise CliError(str(error)) from None
+            if not args.wait:
+                _out(safe(run_id))
+                return EXIT_OK
+            timeout = None if args.timeout is None else args.timeout / 1000
+            code = EXIT_OK
+            try:
+                # Runs nothing itself: the run is finished by some engine's work().
+                finished = await engine.wait(run_id, timeout=timeout)
+            except TimeoutError:
+                code = EXIT_STILL_RUNNING
+            else:
+                if finished.status != "completed":
+                    code = EXIT_FAILED
+            run = await engine.store.get_run(run_id)
+            if run is None:  # pragma: no cover - pruned in the meantime
+                raise UnknownRunError(run_id)
+            document = show_json(run, await engine.checkpoints(run_id), await engine.events(run_id))
+    _out(dumps(document))
+    return code
+
+
 async def _cmd_dashboard(spec: str, args: argparse.Namespace) -> int:
     token: str | None = None
     if args.token_env is not None:
@@ -672,4 +747,5 @@ _COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any,
     "redispatch": _cmd_redispatch,
     "cancel": _cmd_cancel,
     "dashboard": _cmd_dashboard,
+    "start": _cmd_start,
 }
