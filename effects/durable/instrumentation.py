@@ -83,28 +83,21 @@ def _workflow(name: str | None) -> str:
 class _OtelProbe:
     """The probe ``attach_otel`` adds: spans and metrics of one engine's process."""
 
-    def __init__(self, trace: ModuleType, metrics: ModuleType, tracer: Any, meter: Any) -> None:
+    def __init__(self, trace: ModuleType, tracer: Any, meter: Any) -> None:
         self._trace = trace
         self._tracer = tracer
         self._error = trace.Status(trace.StatusCode.ERROR)
         self._parents: dict[str, Context] = {}
         self._labels: dict[tuple[str, ...], dict[str, str]] = {}
-        # The counters are counted here and read by the SDK at each collection (observable
-        # counters): an attempt costs a dict update, not an SDK call.
-        self._attempt_counts: dict[tuple[str, ...], int] = {}
-        self._run_counts: dict[tuple[str, ...], int] = {}
-        self.detached = False
-        meter.create_observable_counter(
+        # Synchronous counters: several engines of one process attached to one meter share
+        # them (an observable counter's callback would be kept for the first engine alone).
+        self._attempts = meter.create_counter(
             "durable.step.attempts",
-            callbacks=[self._observed(self._attempt_counts, metrics)],
             unit="{attempt}",
             description="Step attempts that ended, by outcome (completed, failed, timeout, lost)",
         )
-        meter.create_observable_counter(
-            "durable.runs",
-            callbacks=[self._observed(self._run_counts, metrics)],
-            unit="{run}",
-            description="Runs that ended, by status",
+        self._runs = meter.create_counter(
+            "durable.runs", unit="{run}", description="Runs that ended, by status"
         )
         self._duration = meter.create_histogram(
             "durable.step.duration", unit="s", description="How long a step attempt ran"
@@ -114,18 +107,6 @@ class _OtelProbe:
             unit="s",
             description="A dispatched attempt's wait from its dispatch (or wake_at) to its claim",
         )
-
-    def _observed(
-        self, counted: dict[tuple[str, ...], int], metrics: ModuleType
-    ) -> Callable[[Any], list[Any]]:
-        def observe(options: Any) -> list[Any]:
-            del options
-            if self.detached:
-                return []
-            # A copy first: the reader may run in its own thread while the loop counts.
-            return [metrics.Observation(n, self._label(*key)) for key, n in tuple(counted.items())]
-
-        return observe
 
     def _parent(self, traceparent: str | None, run_id: str) -> Context:
         key = traceparent or run_id
@@ -211,8 +192,7 @@ class _OtelProbe:
                 timestamp=_ns(attempt.ended_at),
             )
         span.end(end_time=_ns(attempt.ended_at))
-        key = (workflow, attempt.name, attempt.kind, attempt.outcome)
-        self._attempt_counts[key] = self._attempt_counts.get(key, 0) + 1
+        self._attempts.add(1, self._label(workflow, attempt.name, attempt.kind, attempt.outcome))
         if attempt.outcome in ("completed", "failed"):
             # Timeouts and lost workers are the engine's verdicts, not a run of the step.
             seconds = max(0, attempt.ended_at - attempt.started_at) / 1000
@@ -248,8 +228,7 @@ class _OtelProbe:
 
     def run_ended(self, run_id: str, workflow: str, status: str) -> None:
         del run_id  # never a metric label
-        key = (workflow, status)
-        self._run_counts[key] = self._run_counts.get(key, 0) + 1
+        self._runs.add(1, self._label(workflow, status))
 
 
 def attach_otel(
@@ -288,7 +267,7 @@ def attach_otel(
         meter_provider: Where metrics go; default the global one.
 
     Returns:
-        ``detach()``: stop (idempotent).
+        ``detach()``: stop (idempotent); the counters keep reporting what they counted.
 
     Raises:
         ImportError: Without opentelemetry-api (``pip install 'effect-schedules[otel]'``).
@@ -303,16 +282,9 @@ def attach_otel(
     meter = (
         metrics.get_meter(_SCOPE) if meter_provider is None else meter_provider.get_meter(_SCOPE)
     )
-    probe = _OtelProbe(trace, metrics, tracer, meter)
-    remove = probes_of(checked).add(probe)
-
-    def detach() -> None:
-        # The observable counters stay registered with the meter (OpenTelemetry cannot take
-        # them back); detached, they report nothing.
-        probe.detached = True
-        remove()
-
-    return detach
+    # The instruments stay with the meter (OpenTelemetry cannot take them back): once detached,
+    # they keep what they counted, which no longer grows.
+    return probes_of(checked).add(_OtelProbe(trace, tracer, meter))
 
 
 class _PrometheusProbe:
