@@ -6,6 +6,7 @@ and no input, output or error text in any attribute, event or label.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 
-from effects.durable import Engine, WorkflowContext, workflow
+from effects.durable import Engine, RemoteStepTimeout, WorkflowContext, step, workflow
 from effects.durable._pytest_plugin import DurableEngineFactory
 from effects.durable.instrumentation import attach_otel
 from tests.durable.support import Flaky
@@ -267,3 +268,65 @@ def test_attach_otel_refuses_what_is_not_an_engine() -> None:
     not_an_engine: Any = "sqlite:///durable.db"
     with pytest.raises(TypeError, match=r"attach_otel takes an effects\.durable Engine"):
         attach_otel(not_an_engine)
+
+
+async def test_a_lost_worker_and_a_liveness_timeout_are_attempts_of_their_own_outcome(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """A claim that expires counts ``lost``; a dispatched step nobody picks up, ``timeout``."""
+
+    @step("silent", retries=2, backoff_ms=1000)
+    async def silent(_: None) -> str:
+        return "done"
+
+    @step("unserved", timeout_ms=1000, retries=1)
+    async def unserved(_: None) -> str:
+        raise AssertionError("no worker serves this step")
+
+    @workflow("lossy")
+    async def lossy(ctx: WorkflowContext, _: None) -> str:
+        with contextlib.suppress(RemoteStepTimeout):
+            await ctx.step(unserved, None)
+        return await ctx.step(silent, None)
+
+    telemetry = Telemetry()
+    async with (
+        durable_engine(workflows=[lossy], lease_ms=5000) as engine,
+        durable_engine(steps=[silent]) as worker,
+    ):
+        telemetry.attach(engine)
+        telemetry.attach(worker)
+        run_id = await engine.start(lossy, None)
+        await engine.run_until_idle(advance_time=True)  # the liveness window passes
+        now = round(durable_engine.clock.now() * 1000)
+        await engine.store.claim_tasks(
+            groups=["default"], now=now, claim_until=now + 5000, worker="dead", limit=1
+        )
+        await engine.run_until_idle(advance_time=True)  # the claim expires: worker lost
+        await worker.run_until_idle()
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+    spans, points = telemetry.spans(), telemetry.points()
+    telemetry.shutdown()
+    assert ("completed", "done") == (run.status, run.output)
+    outcomes = {
+        (p["attributes"]["durable.step.name"], p["attributes"]["durable.step.outcome"]): p["value"]
+        for p in points
+        if p["name"] == "durable.step.attempts"
+    }
+    assert {
+        ("unserved", "timeout"): 1,
+        ("silent", "lost"): 1,
+        ("silent", "completed"): 1,
+    } == outcomes
+    lost = [
+        s
+        for s in spans
+        if s["attributes"].get("durable.step.attempt") == 1 and s["name"] == "durable.step silent"
+    ]
+    assert ["ERROR"] == [s["status"] for s in lost]
+    assert ["effects.durable.WorkerLost"] == [s["attributes"]["error.type"] for s in lost]
+    (timed_out,) = [s for s in spans if s["name"] == "durable.step unserved"]
+    assert "effects.durable.RemoteStepTimeout" == timed_out["attributes"]["error.type"]
+    # Neither is a run of the step: no duration for them.
+    assert {"completed": 1} == counts(points, "durable.step.duration", "durable.step.outcome")
