@@ -258,6 +258,84 @@ async def case_ours_local(url: str, sync_steps: bool, seconds: float) -> Figures
     return figures
 
 
+#: The slices the telemetry case alternates, in seconds (each side in turn, so load from other
+#: processes hits both alike).
+TELEMETRY_SLICE_S = 0.25
+
+
+async def case_ours_telemetry(url: str, seconds: float) -> Figures:
+    """
+    The local-step case (runs of the 10-step workflow, ``start`` + ``run_until_idle``) on one
+    engine, without and with ``attach_otel`` in alternating slices: the SDK's tracer provider
+    with a ``BatchSpanProcessor`` (what production uses) whose exporter drops what it is given
+    (it counts the spans, so the case checks one span per step and one root per run), and a
+    meter provider read by an ``InMemoryMetricReader``. Steps/s of each side over all its slices.
+    """
+    # Imported here: only this case needs the SDK (a dev dependency).
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from effects.durable.instrumentation import attach_otel
+
+    class Dropped(SpanExporter):
+        """Counts the spans it is given, keeps none."""
+
+        def __init__(self) -> None:
+            self.spans = 0
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            self.spans += len(spans)
+            return SpanExportResult.SUCCESS
+
+    exporter = Dropped()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    totals = {"plain": [0.0, 0.0], "otel": [0.0, 0.0]}
+    traced_runs = 0
+    async with Engine(url, workflows=[ten_async]) as engine:
+
+        async def one_run() -> int:
+            await engine.start(ten_async, 0)
+            await engine.run_until_idle()
+            return STEPS_PER_RUN
+
+        await one_run()
+        slices = max(2, round(seconds / TELEMETRY_SLICE_S))
+        for n in range(slices):
+            for side in ("plain", "otel") if n % 2 == 0 else ("otel", "plain"):
+                detach = (
+                    attach_otel(
+                        engine, tracer_provider=tracer_provider, meter_provider=meter_provider
+                    )
+                    if side == "otel"
+                    else None
+                )
+                figures = await timed_async(TELEMETRY_SLICE_S, one_run)
+                if detach is not None:
+                    detach()
+                    traced_runs += round(figures["count"]) // STEPS_PER_RUN
+                totals[side][0] += figures["count"]
+                totals[side][1] += figures["seconds"]
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+    expected = traced_runs * (STEPS_PER_RUN + 1)
+    if exporter.spans != expected:
+        msg = (
+            f"expected {expected} spans (a root and {STEPS_PER_RUN} steps per run),"
+            f" got {exporter.spans}"
+        )
+        raise RuntimeError(msg)
+    plain, otel = (count / elapsed for count, elapsed in totals.values())
+    return {"plain_rate": plain, "otel_rate": otel, "rate": otel, "spans": exporter.spans}
+
+
 async def _timed_while_working(
     engine: Engine, seconds: float, once: Callable[[], Awaitable[int]], **work: int
 ) -> Figures:

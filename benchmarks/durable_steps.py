@@ -150,6 +150,7 @@ from _durable_harness import (
 from _durable_ours import (
     BEAT_WINDOW_MS,
     BEAT_YIELDS,
+    TELEMETRY_SLICE_S,
     Counts,
     Variant,
     case_ours_concurrent,
@@ -161,6 +162,7 @@ from _durable_ours import (
     case_ours_queue,
     case_ours_retry,
     case_ours_saga,
+    case_ours_telemetry,
     serve_ours,
 )
 from _sqlite_counting import Tally, counted
@@ -304,6 +306,8 @@ def run_case(key: str, args: argparse.Namespace) -> Figures:
             return case_floor(folder, journal.upper(), synchronous.upper(), args.seconds)
         if kind == "ours-local":
             return asyncio.run(case_ours_local(url_of(rest[1]), rest[0] == "sync", args.seconds))
+        if kind == "ours-telemetry":
+            return asyncio.run(case_ours_telemetry(url_of(rest[0]), args.seconds))
         if kind == "ours-dispatch":
             return asyncio.run(
                 case_ours_dispatch(children, url_of(rest[0]), Dispatch.of(args, int(rest[1])))
@@ -806,6 +810,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=_positive(int), default=1, help="best of N rounds (1)")
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS columns")
     parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="measure only the local-step case without and with attach_otel, side by side",
+    )
+    parser.add_argument(
         "--only",
         type=lambda text: [part for part in text.split(",") if part],
         help="measure only the cases whose keys start with one of these, comma-separated"
@@ -852,6 +861,41 @@ def _postgres_benchmark(argv: Sequence[str]) -> int | None:
     return None
 
 
+#: The telemetry budget of issue 22: attached telemetry costs the local-step case at most this.
+TELEMETRY_BUDGET = 0.10
+
+
+def _telemetry(args: argparse.Namespace) -> int:
+    """``--telemetry``: the local-step case without and with ``attach_otel``, and their ratio."""
+    key = "ours-telemetry:normal"
+    found: list[Figures] = []
+    for _ in range(args.rounds):
+        print(f"  ... {key}", file=sys.stderr, end="", flush=True)
+        start = time.monotonic()
+        found.append(measure(key, args))
+        print(f" {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
+    # The round whose ratio is the median: one slow slice of either side moves no verdict.
+    ratios = sorted(f["otel_rate"] / f["plain_rate"] for f in found)
+    ratio = ratios[len(ratios) // 2]
+    best = next(f for f in found if f["otel_rate"] / f["plain_rate"] == ratio)
+    cost = 1 / ratio - 1
+    print(
+        f"Local steps with telemetry: runs of a 10-step workflow, WAL+NORMAL, {args.seconds:g} s"
+        f" per side in {TELEMETRY_SLICE_S:g} s slices, median of {args.rounds} round(s)"
+    )
+    print(f"  {'case':46} {'steps/s':>9}")
+    print(f"  {'ours, async def steps':46} {best['plain_rate']:>9,.0f}")
+    print(f"  {'ours, async def steps, attach_otel (SDK)':46} {best['otel_rate']:>9,.0f}")
+    verdict = "within" if cost <= TELEMETRY_BUDGET else "OVER"
+    print(
+        f"  with / without = {ratio:.3f}: telemetry costs {cost:+.1%} per step"
+        f" ({verdict} the {TELEMETRY_BUDGET:.0%} budget); every round: "
+        + ", ".join(f"{r:.3f}" for r in ratios)
+    )
+    print(f"  spans exported: {best['spans']:,.0f} (one per step, one root per run)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure every case and print the tables."""
     given = list(sys.argv[1:] if argv is None else argv)
@@ -875,6 +919,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.case:
         print(json.dumps(run_case(args.case, args)))
         return 0
+    if args.telemetry:
+        return _telemetry(args)
     version = None if args.no_dbos else dbos_version()
     print(
         f"durable_steps: effects.durable beside DBOS Transact{f' {version}' if version else ''}"

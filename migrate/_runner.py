@@ -35,6 +35,7 @@ from migrate._reports import ErrorCount, ProgressEvent, RunSummary
 from migrate._sources import Contract
 from migrate._state import Counts, DefinitionResult
 from migrate._store import Store, WindowCommit
+from migrate._telemetry import SpanHandle, Value, span
 from migrate._window_loop import LoopStart, WindowLoop, WindowResult
 
 __all__ = ["ErrorTally", "Progress", "RunLifecycle", "new_run_id", "run"]
@@ -45,6 +46,22 @@ _T = TypeVar("_T")
 _TOP_ERRORS = 5
 #: Runs of digits, which make otherwise equal error messages differ (ids, counts, lines).
 _NUMBERS = re.compile(r"\d+")
+
+
+def _count_into(traced: SpanHandle, counts: Counts) -> None:
+    """The item counts as attributes ``migration.items.<outcome>`` (those that are not 0)."""
+    for field in attrs.fields(Counts):
+        value = getattr(counts, field.name)
+        if value:
+            traced.set(f"migration.items.{field.name}", value)
+
+
+def _summary_counts(summary: RunSummary) -> Counts:
+    """The counts of every definition of *summary*, added up."""
+    total = Counts()
+    for result in summary.definitions.values():
+        total += result.counts
+    return total
 
 
 def new_run_id() -> str:
@@ -226,6 +243,16 @@ class _Run(RunLifecycle):
         self.errors.count(definition_id, kind, type_, message)
 
     def execute(self) -> RunSummary:
+        attributes = {"migration.run.id": self.run_id, "migration.run.mode": self.plan.mode}
+        with span("migration.run", attributes) as traced:
+            summary = self._execute()
+            traced.set("migration.run.status", summary.status)
+            _count_into(traced, _summary_counts(summary))
+            if summary.status != "succeeded":
+                traced.failed("MigrationFailed")
+            return summary
+
+    def _execute(self) -> RunSummary:
         store = self.store
         store.recover_dead_runs()
         started = time.time()
@@ -423,14 +450,23 @@ class _Definition:
     def run(self) -> None:
         # Every retried call of this definition's work, from this thread or from the tasks and
         # worker threads it starts (they copy the context), counts into its tally.
-        with counting_retries(self.tally):
+        attributes = {
+            "migration.run.id": self.run_id,
+            "migration.definition.id": self.definition_id,
+            "migration.definition.mode": self.step.mode,
+        }
+        with span("migration.definition", attributes) as traced, counting_retries(self.tally):
             self.open()
             try:
                 while self.next_window():
                     pass
             finally:
                 self.loop.close()
-            self.finish()
+            result = self.finish()
+            traced.set("migration.definition.status", result.status)
+            _count_into(traced, result.counts)
+            if result.status != "succeeded":
+                traced.failed("DefinitionFailed")
 
     def open(self, resumed: DefinitionResult | None = None) -> None:
         """
@@ -467,16 +503,25 @@ class _Definition:
         Raises:
             KeyboardInterrupt: After committing a window cut short by Ctrl-C.
         """
-        result = next(self._windows, None)
-        if result is None:
-            return False
-        if result.stop is not None:
-            self.error = result.stop
-            return False
-        self._commit(result)
-        if result.interrupted:
-            raise KeyboardInterrupt
-        return True
+        attributes: dict[str, Value] = {
+            "migration.run.id": self.run_id,
+            "migration.definition.id": self.definition_id,
+            "migration.window.index": self.windows + 1,
+        }
+        with span("migration.source.window", attributes) as traced:
+            result = next(self._windows, None)
+            if result is None:
+                traced.discard()  # the loop was done: this window read nothing
+                return False
+            if result.stop is not None:
+                self.error = result.stop
+                traced.failed("SourceError")
+                return False
+            self._commit(result)
+            _count_into(traced, result.counts)
+            if result.interrupted:
+                raise KeyboardInterrupt
+            return True
 
     def finish(self) -> DefinitionResult:
         """Store the definition's end: its status, and the needs-update and failed counts."""

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import attrs
 from returns.result import Failure, Result
 
+from effects import Effect
 from effects._callables import is_async_callable
 from migrate._carried import carry_changes
 from migrate._definition import Migration
@@ -40,6 +41,7 @@ from migrate._sources import Cursor, Fault, Item
 from migrate._sources._base import MissingFieldError, duplicate_fault, excerpt
 from migrate._state import Counts, ErrorEvidence, ItemStatus
 from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
+from migrate._telemetry import observed_read
 from migrate._text import plural, storable, stored_text, unstorable_part
 from migrate._window_writes import BatchFailure, WindowWrites, current_writes, writing
 from migrate._workers import DaemonPool
@@ -47,6 +49,8 @@ from migrate._workers import DaemonPool
 __all__ = ["FailureNote", "LoopStart", "WindowLoop", "WindowResult"]
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
+_X = TypeVar("_X", bound=Exception)
 
 _DEFAULT_WINDOW = 1000
 _TICK_EVERY = 0.1  # seconds between "item" progress callbacks inside a window
@@ -310,6 +314,15 @@ class WindowLoop:
             state is not None and state.error is not None and (state.error.type in POSITIONAL_TYPES)
         )
 
+    def _traced(self, effect: Effect[_R, _X], count: Callable[[_R], int]) -> Effect[_R, _X]:
+        """*effect* (a read of the source), each attempt in a span while runs are observed."""
+        attributes = {
+            "migration.run.id": self.run_id,
+            "migration.definition.id": self.definition_id,
+        }
+        traced = observed_read(effect.run, attributes, count)
+        return effect if traced is None else Effect.from_result(traced)
+
     def windows(self) -> Iterator[WindowResult]:
         """Yield each window's result; call `start` first."""
         self.next_tick = time.monotonic() + _TICK_EVERY
@@ -329,7 +342,7 @@ class WindowLoop:
         # can be cleared.
         whole_pass = False
         while True:
-            effect = source.read(cursor)
+            effect = self._traced(source.read(cursor), _records)
             if retry is not None:
                 effect = effect.pipe(retry)
             sink = Scope(self.run_id, self.definition_id, "")
@@ -409,7 +422,7 @@ class WindowLoop:
         met: dict[str, Fault] = {}
         cursor: Cursor = None
         while True:
-            effect = source.read(cursor)
+            effect = self._traced(source.read(cursor), _records)
             if retry is not None:
                 effect = effect.pipe(retry)
             sink = Scope(self.run_id, self.definition_id, "")
@@ -462,7 +475,7 @@ class WindowLoop:
         batch_error: ErrorEvidence | None = None
         if source.lookup_strategy == "scan":
             # One read of the source for every targeted identity, not one per identity.
-            effect = source.lookup_many(targets)
+            effect = self._traced(source.lookup_many(targets), len)
             if retry is not None:
                 effect = effect.pipe(retry)
             sink = Scope(self.run_id, self.definition_id, "")
@@ -1215,6 +1228,11 @@ async def _ended(call: concurrent.futures.Future[Any]) -> None:
 def _resolve(ended: asyncio.Future[None]) -> None:
     if not ended.done():  # cancelled meanwhile (the item's timeout, Ctrl-C)
         ended.set_result(None)
+
+
+def _records(window: Any) -> int:
+    """The records a window of a source read: its items and its faults."""
+    return len(window.items) + len(window.faults)
 
 
 def _run_in(scope: Scope, thunk: Callable[[], Result[_T, SourceError]]) -> Result[_T, SourceError]:

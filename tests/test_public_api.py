@@ -11,9 +11,12 @@ PACKAGES = [
     "effects",
     "effects.durable",
     "effects.durable.errors",
+    "effects.durable.instrumentation",
     "effects.http",
+    "effects.instrumentation",
     "effects.testing",
     "migrate",
+    "migrate.instrumentation",
     "schedules",
     "schedules.testing",
 ]

@@ -14,6 +14,7 @@ from effects import Clock, is_async_callable
 from effects.durable._codec import JSON, dump, from_data
 from effects.durable._definitions import StepDef
 from effects.durable._failures import in_thread, is_failure, no_handler, thrown
+from effects.durable._probes import Attempt, Probes
 from effects.durable._records import Task
 from effects.durable._renewal import Renewal
 from effects.durable._step_context import StepContext, step_context
@@ -37,7 +38,16 @@ class AttemptRunner:
     ``RunCancelled``.
     """
 
-    __slots__ = ("_clock", "_hear", "_lease_ms", "_owner", "_running", "_steps", "_store")
+    __slots__ = (
+        "_clock",
+        "_hear",
+        "_lease_ms",
+        "_owner",
+        "_probes",
+        "_running",
+        "_steps",
+        "_store",
+    )
 
     def __init__(
         self,
@@ -48,8 +58,10 @@ class AttemptRunner:
         lease_ms: int,
         steps: Mapping[str, StepDef[Any, Any]],
         hear: Callable[[str, int], None],
+        probes: Probes,
     ) -> None:
         self._store, self._clock, self._owner = store, clock, owner
+        self._probes = probes
         self._lease_ms, self._steps, self._hear = lease_ms, steps, hear
         #: The beats of the attempts in flight, by task id.
         self._running: dict[int, _Beats] = {}
@@ -91,7 +103,10 @@ class AttemptRunner:
             finally:
                 renewer.cancel()
                 self._running.pop(task.task_id, None)
-        await self._store.record_result(task, self._owner, outcome, self._now())
+        ended = self._now()
+        await self._store.record_result(task, self._owner, outcome, ended)
+        if self._probes.probes:
+            self._probes.attempt(attempt_of(task, claimed_at, ended, outcome))
 
     async def _renew(self, task: Task) -> bool:
         return await self._store.renew_claim(
@@ -162,6 +177,28 @@ class AttemptRunner:
             failure = attrs.evolve(StepError.from_exception(error), retryable=False)
             return TaskOutcome(error=failure, progress=progress)
         return TaskOutcome(output=output, progress=progress)
+
+
+def attempt_of(task: Task, claimed_at: int, ended: int, outcome: TaskOutcome) -> Attempt:
+    """The probes' record of a dispatched attempt claimed at *claimed_at* that ended *ended*."""
+    error = outcome.error
+    waited = None if task.available_at is None else max(0, claimed_at - task.available_at)
+    return Attempt(
+        run_id=task.run_id,
+        workflow=task.workflow,
+        traceparent=task.traceparent,
+        name=task.name,
+        seq=task.seq,
+        step_id=task.step_id,
+        kind="remote",
+        attempt=task.attempt,
+        redispatched=task.redispatched,
+        started_at=claimed_at,
+        ended_at=ended,
+        outcome="completed" if error is None else "failed",
+        error_type=None if error is None else error.type,
+        queue_wait_ms=waited,
+    )
 
 
 class _Beats:

@@ -31,6 +31,7 @@ from effects.durable._codec import JSON, Codec, dump, from_data
 from effects.durable._definitions import StepDef, check_name
 from effects.durable._failures import in_thread, is_failure, thrown
 from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
+from effects.durable._probes import Attempt
 from effects.durable._records import Checkpoint, CheckpointKind
 from effects.durable._remote import Member, compensation_failed, liveness, settle_members
 from effects.durable._step_context import StepContext, step_context
@@ -160,6 +161,43 @@ def _local_outcome(
 
 def _started(at: int, seq: int, attempt: int) -> NewEvent:
     return NewEvent("step.started", at, seq, {"attempt": attempt, "kind": "local"})
+
+
+def _local_attempt(  # noqa: PLR0917 - one call shape, five callers in one function
+    turn: Turn,
+    seq: int,
+    name: str,
+    attempt: int,
+    started: int,
+    now: int,
+    error: StepError | None = None,
+    wake_at: int | None = None,
+) -> Attempt:
+    """The probes' record of a local step's attempt (failed with *error*, retried at *wake_at*)."""
+    run = turn.run
+    return Attempt(
+        run_id=run.run_id,
+        workflow=run.workflow,
+        traceparent=run.traceparent,
+        name=name,
+        seq=seq,
+        step_id=f"{run.run_id}:{seq}",
+        kind="local",
+        attempt=attempt,
+        redispatched=False,
+        started_at=started,
+        ended_at=now,
+        outcome="completed" if error is None else "failed",
+        error_type=None if error is None else error.type,
+        wake_at=wake_at,
+    )
+
+
+def _tell_probes(turn: Turn, untold: list[Attempt]) -> None:
+    """Tell the probes the attempts a commit has just recorded."""
+    for attempt in untold:
+        turn.probes.attempt(attempt)
+    untold.clear()
 
 
 def _describe(name: str, kind: CheckpointKind) -> str:
@@ -396,6 +434,9 @@ class WorkflowContext:
         schedule = None
         state: Any = None
         errors: list[StepError] = []
+        # The failed attempts the probes hear once a commit has recorded them.
+        untold: list[Attempt] = []
+        probed = bool(turn.probes.probes)
         attempt = 0
         while True:
             attempt += 1
@@ -448,6 +489,10 @@ class WorkflowContext:
                         state = schedule.initial()
                     state, _, delay = schedule.step(now / 1000, told, state, turn.rng)
                 if delay is None:
+                    if probed:
+                        untold.append(
+                            _local_attempt(turn, seq, name, attempt, started, now, step_error)
+                        )
                     tell_hooks(
                         "give_up",
                         attempt=attempt,
@@ -469,6 +514,7 @@ class WorkflowContext:
                         events=events,
                         now=now,
                     )
+                    _tell_probes(turn, untold)
                     if undoes is not None:
                         return _UNDO_FAILED
                     # What every replay will raise; the exception itself where it is the same.
@@ -477,6 +523,12 @@ class WorkflowContext:
                         raise
                     raise replayed from error
                 delay_ms = wait_ms(delay, step_error.retry_after)
+                if probed:
+                    untold.append(
+                        _local_attempt(
+                            turn, seq, name, attempt, started, now, step_error, now + delay_ms
+                        )
+                    )
                 tell_hooks(
                     "retry",
                     attempt=attempt,
@@ -502,6 +554,7 @@ class WorkflowContext:
                     # Renewed to cover the wait, so no other engine recovers the run meanwhile.
                     await turn.commit(turn.lease(now, delay_ms), events=events, now=now)
                     events = []
+                    _tell_probes(turn, untold)
                     await turn.clock.sleep_async(delay_ms / 1000)
                 continue
             if text is None:
@@ -522,6 +575,9 @@ class WorkflowContext:
                 except StoreError as error:
                     turn.broken = error
                     raise
+                if probed:
+                    untold.append(_local_attempt(turn, seq, name, attempt, started, now))
+                    _tell_probes(turn, untold)
                 if codec is JSON and type(result) in _JSON_SCALARS:
                     return result  # JSON gives back exactly these
                 return from_data(codec, json.loads(text))
@@ -547,6 +603,9 @@ class WorkflowContext:
                 events=events,
                 now=now,
             )
+            if probed:
+                untold.append(_local_attempt(turn, seq, name, attempt, started, now))
+                _tell_probes(turn, untold)
             return from_data(codec, json.loads(text))
 
     async def _fail_local(

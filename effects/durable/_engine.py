@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import random as _random
 import secrets
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 import attrs
 
@@ -19,6 +20,7 @@ from effects.durable._bounds import checked_count, checked_ms
 from effects.durable._codec import dump, from_data
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._finishes import Finishes
+from effects.durable._probes import Probes
 from effects.durable._queue import Queue
 from effects.durable._records import FINISHED, Checkpoint, Event, Run
 from effects.durable._store import ClaimedRun, NewEvent, NewRun, RunQuery, Store
@@ -29,6 +31,8 @@ from effects.durable.errors import StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
 __all__ = ["Engine", "open_store"]
+
+_log: Final = logging.getLogger("effects.durable")
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -175,8 +179,11 @@ class Engine:
         self._groups = sorted({s.group for s in self._steps.values()})
         self._id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._opened = 0
+        self._listeners: tuple[Callable[[Event], object], ...] = ()
+        self._untap: Callable[[], None] | None = None
         # What wait() learns in memory, from the turns of this engine.
         self._finishes = Finishes()
+        self._probes = Probes()
         self._loop = WorkerLoop(
             store=self._store,
             clock=self._clock,
@@ -194,6 +201,7 @@ class Engine:
             workflow_keys=self._workflow_keys,
             groups=self._groups,
             finishes=self._finishes,
+            probes=self._probes,
         )
 
     def __repr__(self) -> str:
@@ -221,6 +229,59 @@ class Engine:
     def id(self) -> str:
         """This engine's owner id on leases and claims (``host:pid:random``)."""
         return self._id
+
+    # -- listeners --------------------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[Event], object]) -> Callable[[], None]:
+        """
+        Call ``listener(event)`` for every event this engine's store object writes, in this
+        process: exactly the events ``events()`` shows (a local step's first-try
+        ``step.started`` and ``step.completed``, which no row holds, included), each right after
+        the commit that wrote it, in commit order, on the engine's event loop. Other processes'
+        events are heard by their own listeners. A listener that raises is logged on
+        ``effects.durable`` and ignored; it must not block (it runs inside the engine's write
+        path). With no listener the engine collects nothing.
+
+        Args:
+            listener: A function of one ``Event``; its return value is ignored.
+
+        Returns:
+            A function that removes this listener (calling it again does nothing).
+
+        Raises:
+            TypeError: If *listener* is not callable.
+
+        """
+        if not callable(listener):
+            msg = f"subscribe takes a function of one Event, got {listener!r}"
+            raise TypeError(msg)
+        self._listeners = (*self._listeners, listener)
+        if self._untap is None:
+            self._untap = self._store.tap(self._heard)
+        removed = False
+
+        def unsubscribe() -> None:
+            nonlocal removed
+            if removed:
+                return
+            removed = True
+            index = next(i for i, heard in enumerate(self._listeners) if heard is listener)
+            self._listeners = self._listeners[:index] + self._listeners[index + 1 :]
+            if not self._listeners and self._untap is not None:
+                self._untap()
+                self._untap = None
+
+        return unsubscribe
+
+    def _heard(self, events: Sequence[Event]) -> None:
+        for event in events:
+            for listener in self._listeners:
+                try:
+                    listener(event)
+                except Exception:  # noqa: BLE001 - a listener's bug must not stop the engine
+                    _log.exception(
+                        "a listener raised on event %s of run %s; ignored", event.name, event.run_id
+                    )
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -316,14 +377,26 @@ class Engine:
         reserved = self._workflows.get(definition.name) is definition and self._loop.reserve()
         token = f"{self._id}:{secrets.token_hex(6)}" if reserved else None
         lease_until = None if token is None else now + self._lease_ms
+        trace = self._probes.run_trace(run_id, definition.name, now)
         try:
             existing = await self._store.create_run(
-                NewRun(run_id, definition.name, definition.version, text, now, token, lease_until),
+                NewRun(
+                    run_id,
+                    definition.name,
+                    definition.version,
+                    text,
+                    now,
+                    token,
+                    lease_until,
+                    trace.traceparent,
+                ),
                 (NewEvent("run.started", now, None, {"workflow": definition.name}),),
             )
         finally:
             if reserved:
                 self._loop.unreserve()
+        if existing is None or isinstance(existing, ClaimedRun):
+            trace.made()
         if isinstance(existing, ClaimedRun):
             await self._loop.take(existing)
             return run_id
@@ -554,6 +627,8 @@ class Engine:
         await self._loop.cancelled(run_id)
         if run.status == "cancelled":
             self._finishes.finished(run)
+            if self._probes.probes:
+                self._probes.run_ended(run_id, run.workflow, "cancelled")
         else:
             self._loop.notify()  # pending: a turn of it undoes, then cancels
         return self._decoded(run)
@@ -659,3 +734,8 @@ def _storable(run_id: object) -> None:
             run_id.encode()
         except UnicodeEncodeError:
             raise UnknownRunError(run_id) from None
+
+
+def probes_of(engine: Engine) -> Probes:
+    """The telemetry probes of *engine* (for ``effects.durable.instrumentation``)."""
+    return engine._probes  # pyright: ignore[reportPrivateUsage]

@@ -61,6 +61,8 @@ class Run:
         cancel: How the run was asked to cancel: ``None`` (never, or a requeue resumed it),
             ``"plain"`` (``engine.cancel(run_id)``), or ``"compensate"`` (``engine.cancel(run_id,
             compensate=True)``: its compensations run first, then it is ``cancelled``).
+        traceparent: The W3C ``traceparent`` made at ``start`` (one trace per run, whichever
+            process runs it), or ``None`` for a run of a store from before telemetry.
     """
 
     run_id: str
@@ -75,6 +77,7 @@ class Run:
     updated_at: int
     wake_at: int | None = None
     cancel: str | None = None
+    traceparent: str | None = None
 
 
 @attrs.frozen
@@ -182,6 +185,7 @@ class Event:
     One entry of a run's event trail.
 
     Attributes:
+        run_id: The run the event belongs to.
         name: ``step.started``, ``step.completed``, ``step.failed``, ``step.retry_scheduled``,
             ``run.started``, ``run.completed``, ``run.failed``, ``run.recovered``, ...
         level: ``"info"``, ``"warning"`` or ``"error"``.
@@ -190,6 +194,7 @@ class Event:
         data: JSON details (``attempt``, ``wake_at``, ``error``, ...).
     """
 
+    run_id: str
     name: str
     level: str
     at: int
@@ -216,6 +221,10 @@ class Task:
         last_progress: The progress the previous attempt last reported, or ``None``.
         timeout_ms: The step's liveness window, or ``None``.
         lease_ms: The step's lost-dispatch lease, or ``None``.
+        workflow: The workflow of the run, or ``None`` (an attempt enqueued before telemetry).
+        traceparent: The run's W3C ``traceparent``, or ``None``.
+        available_at: Epoch ms from which the attempt could be claimed (its dispatch, or the
+            ``wake_at`` of its retry); ``None`` where unknown.
     """
 
     task_id: int
@@ -231,3 +240,6 @@ class Task:
     last_progress: Any = None
     timeout_ms: int | None = None
     lease_ms: int | None = None
+    workflow: str | None = None
+    traceparent: str | None = None
+    available_at: int | None = None

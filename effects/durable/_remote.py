@@ -19,6 +19,7 @@ from effects import hooks
 from effects.durable._codec import Codec, from_data
 from effects.durable._failures import lapsed_dispatch, lost_dispatch
 from effects.durable._policy import StepPolicy
+from effects.durable._probes import Attempt, RetryWait
 from effects.durable._records import Checkpoint
 from effects.durable._store import CheckpointWrite, NewEvent, NewTask, RunAdvance
 from effects.durable._store.rules import task_name
@@ -64,8 +65,12 @@ class _Plan:
     events: list[NewEvent] = attrs.field(factory=list[NewEvent])
     # Told to effects hooks once the plan is committed.
     hooks: list[_Told] = attrs.field(factory=list[_Told])
+    # Told to the engine's probes once the plan is committed: the retries it stamped.
+    waits: list[RetryWait] = attrs.field(factory=list[RetryWait])
 
     def tell(self, turn: Turn, now: int) -> None:
+        for wait in self.waits:
+            turn.probes.retry_wait(wait)
         if not hooks():
             return  # nobody listens: build no error (it would decode every attempt's)
         for kind, cp, delay, extra in self.hooks:
@@ -99,6 +104,8 @@ def _task(
         now,
         queue,
         queue_limit=None if queue is None else turn.host.queue_limit(queue),
+        workflow=turn.run.workflow,
+        traceparent=turn.run.traceparent,
         **extra,
     )
 
@@ -287,6 +294,21 @@ def _plan_member(turn: Turn, member: Member, plan: _Plan, now: int) -> None:
     delay_ms = wait_ms(delay, error.retry_after)
     wake_at = now + delay_ms
     plan.hooks.append(("retry", cp, delay_ms / 1000, None))
+    if turn.probes.probes:
+        run = turn.run
+        plan.waits.append(
+            RetryWait(
+                run_id=run.run_id,
+                workflow=run.workflow,
+                traceparent=run.traceparent,
+                name=task_name(cp),
+                seq=cp.seq,
+                step_id=cp.step_id,
+                attempt=cp.attempts,
+                at=now,
+                wake_at=wake_at,
+            )
+        )
     scheduled = NewEvent(
         "step.retry_scheduled",
         now,
@@ -452,6 +474,24 @@ async def liveness(turn: Turn, member: Member) -> Any:
             now=now,
         )
         cp = attrs.evolve(timed_out, rev=cp.rev + 1)
+        if turn.probes.probes:
+            turn.probes.attempt(
+                Attempt(
+                    run_id=run_id,
+                    workflow=turn.run.workflow,
+                    traceparent=turn.run.traceparent,
+                    name=member.name,
+                    seq=member.seq,
+                    step_id=step_id,
+                    kind="remote",
+                    attempt=attempt,
+                    redispatched=False,
+                    started_at=fresh.dispatched_at or now,
+                    ended_at=now,
+                    outcome="timeout",
+                    error_type=timeout.step_error.type,
+                )
+            )
         last = round_ == retries - 1
         tell_hooks(
             "give_up" if last else "retry",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from effects.durable._records import Checkpoint, Event
 
@@ -12,6 +12,10 @@ _RUN_FIRST: Final = frozenset({"run.started", "run.requeued"})
 _RUN_LAST: Final = frozenset(
     {"run.error_routed", "run.completed", "run.failed", "run.dead", "run.cancelled"}
 )
+
+
+def _first_local() -> dict[str, Any]:
+    return {"attempt": 1, "kind": "local"}
 
 
 def merge_events(stored: list[Event], checkpoints: list[Checkpoint]) -> list[Event]:
@@ -30,8 +34,8 @@ def merge_events(stored: list[Event], checkpoints: list[Checkpoint]) -> list[Eve
         and cp.attempts == 1
         and cp.seq not in with_rows
         for event in (
-            Event("step.started", "info", cp.created_at, cp.seq, {"attempt": 1, "kind": "local"}),
-            Event("step.completed", "info", cp.updated_at, cp.seq, {"attempt": 1, "kind": "local"}),
+            Event(cp.run_id, "step.started", "info", cp.created_at, cp.seq, _first_local()),
+            Event(cp.run_id, "step.completed", "info", cp.updated_at, cp.seq, _first_local()),
         )
     ]
     if not derived:

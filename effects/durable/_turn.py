@@ -11,6 +11,7 @@ import attrs
 
 from effects import Clock, RetryEvent, notify_hooks
 from effects.durable._definitions import StepDef
+from effects.durable._probes import Probes
 from effects.durable._records import Run
 from effects.durable._store import (
     CheckpointWrite,
@@ -136,6 +137,8 @@ class Turn:
     waits_only: bool = False
     #: The step names of this turn by sequence number (for log lines).
     names: dict[int, str] = attrs.field(factory=dict[int, str])
+    #: The engine's telemetry probes.
+    probes: Probes = attrs.field(factory=Probes)
 
     def now(self) -> int:
         """Epoch ms now."""

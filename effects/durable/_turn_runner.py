@@ -16,6 +16,7 @@ from effects.durable._context import WorkflowContext
 from effects.durable._definitions import StepDef, WorkflowDef
 from effects.durable._failures import cancelled_run
 from effects.durable._finishes import Finishes
+from effects.durable._probes import Probes
 from effects.durable._renewal import Renewal
 from effects.durable._saga import play, with_failed_undos
 from effects.durable._store import ClaimedRun, NewEvent, RunAdvance, StaleTurnError, Store
@@ -50,6 +51,7 @@ class TurnRunner:
         "_finishes",
         "_host",
         "_lease_ms",
+        "_probes",
         "_random",
         "_steps",
         "_store",
@@ -68,8 +70,10 @@ class TurnRunner:
         host: TurnHost,
         dispatched: Callable[[], None],
         finishes: Finishes,
+        probes: Probes,
     ) -> None:
         self._store, self._clock, self._random, self._lease_ms = store, clock, random, lease_ms
+        self._probes = probes
         self._workflows, self._steps = workflows, steps
         self._host, self._dispatched, self._finishes = host, dispatched, finishes
 
@@ -86,6 +90,7 @@ class TurnRunner:
             self._dispatched,
             self._host,
             lease_until=epoch_ms(self._clock) + self._lease_ms,
+            probes=self._probes,
         )
 
     async def release(self, claimed: ClaimedRun) -> None:
@@ -167,6 +172,9 @@ class TurnRunner:
             await self._finish_failed(turn, ending.error, ending.compensation_failed)
         else:
             await self._finish_cancelled(turn, ending.compensation_failed)
+        if self._probes.probes:
+            run = turn.run
+            self._probes.run_ended(run.run_id, run.workflow, ending.kind)
         return True
 
     async def _finish_completed(self, turn: Turn, text: str, routed: str | None) -> None:

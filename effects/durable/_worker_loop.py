@@ -17,9 +17,11 @@ from effects import Clock
 from effects.durable._attempt_runner import AttemptRunner
 from effects.durable._definitions import StepDef, WorkflowDef
 from effects.durable._finishes import Finishes
+from effects.durable._probes import Attempt, Probes
 from effects.durable._queue import Queue
 from effects.durable._records import Task
-from effects.durable._store import ClaimedRun, Store
+from effects.durable._store import ClaimedRun, RecoveryReport, Store
+from effects.durable._store.rules import task_name
 from effects.durable._time import epoch_ms
 from effects.durable._turn import StepWaiter
 from effects.durable._turn_runner import TurnEnd, TurnRunner
@@ -66,11 +68,13 @@ class WorkerLoop:
         workflow_keys: Sequence[tuple[str, str]],
         groups: Sequence[str],
         finishes: Finishes,
+        probes: Probes,
     ) -> None:
         self._store, self._clock, self._owner, self._lease_ms = store, clock, owner, lease_ms
         self._max_recovery, self._queues = max_recovery, queues
         self._workflow_keys, self._groups = workflow_keys, groups
         self._finishes = finishes
+        self._probes = probes
         #: What turns read (TurnHost): the engine's options, and work()'s poll interval (1000
         #: ms until it runs).
         self.redispatch_ms = redispatch_ms
@@ -88,9 +92,16 @@ class WorkerLoop:
             host=self,
             dispatched=self._dispatched,
             finishes=finishes,
+            probes=probes,
         )
         self._attempts = AttemptRunner(
-            store=store, clock=clock, owner=owner, lease_ms=lease_ms, steps=steps, hear=self._hear
+            store=store,
+            clock=clock,
+            owner=owner,
+            lease_ms=lease_ms,
+            steps=steps,
+            hear=self._hear,
+            probes=probes,
         )
         self._inflight: set[asyncio.Task[None]] = set()
         self._turn_tasks: set[asyncio.Task[None]] = set()
@@ -385,7 +396,40 @@ class WorkerLoop:
             _log.error("run %s is dead: its lease expired too many times", run_id)
         for step_id in report.lost_tasks:
             _log.warning("step %s lost its worker; its attempt counts as failed", step_id)
+        if self._probes.probes:
+            await self._tell_recovery(report)
         return bool(report.recovered_runs or report.lost_tasks)
+
+    async def _tell_recovery(self, report: RecoveryReport) -> None:
+        """Tell the probes the runs a recovery made dead and the attempts whose worker it lost."""
+        for run_id in report.dead_runs:
+            run = await self._store.get_run(run_id)
+            if run is not None:
+                self._probes.run_ended(run_id, run.workflow, "dead")
+        for step_id in report.lost_tasks:
+            run_id, _, seq = step_id.rpartition(":")
+            run = await self._store.get_run(run_id)
+            cp = await self._store.get_checkpoint(run_id, int(seq))
+            if run is None or cp is None:
+                continue
+            now = self._now()
+            self._probes.attempt(
+                Attempt(
+                    run_id=run_id,
+                    workflow=run.workflow,
+                    traceparent=run.traceparent,
+                    name=task_name(cp),
+                    seq=cp.seq,
+                    step_id=step_id,
+                    kind="remote",
+                    attempt=cp.attempts,
+                    redispatched=False,
+                    started_at=cp.heartbeat_at or now,
+                    ended_at=now,
+                    outcome="lost",
+                    error_type=None if cp.error is None else cp.error.type,
+                )
+            )
 
     async def advance_through(self, until: int | None) -> None:
         """

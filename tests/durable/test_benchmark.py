@@ -468,3 +468,22 @@ def test_benchmark_saga_case_prints_an_undos_cost_beside_a_steps() -> None:
         assert abs(_float(completed) / 10 - _float(per_step)) <= 1
         assert _quotient_close(_float(ratio), _float(per_undo), _float(per_step), 0.5), rows
     assert "the failed runs undid nine steps" in table
+
+
+def test_benchmark_telemetry_prints_both_rates_and_their_ratio() -> None:
+    """--telemetry (issue 22): the local-step case without and with attach_otel, and the ratio."""
+    done = _bench("--telemetry", "--seconds", "0", "--rounds", "2")
+    assert 0 == done.returncode, done.stderr
+    out = done.stdout
+    plain = re.search(rf"^  ours, async def steps\s+({NUMBER})$", out, re.MULTILINE)
+    traced = re.search(rf"^  ours, async def steps, attach_otel \(SDK\)\s+({NUMBER})$", out, re.M)
+    ratio = re.search(r"with / without = ([\d.]+): telemetry costs ([+-][\d.]+)% per step", out)
+    assert plain is not None, out
+    assert traced is not None, out
+    assert ratio is not None, out
+    assert _close(float(ratio[1]), _float(traced[1]), _float(plain[1])), out
+    assert abs(1 / float(ratio[1]) - 1 - float(ratio[2]) / 100) < 0.002, out
+    assert re.search(r"every round: [\d.]+, [\d.]+$", out, re.MULTILINE), out
+    spans = re.search(r"spans exported: ([\d,]+) \(one per step, one root per run\)", out)
+    assert spans is not None, out
+    assert 0 == _float(spans[1]) % 11, out

@@ -80,14 +80,20 @@ def remote(seq: int, *, status: str = "pending", attempts: int = 1, **fields: An
     return Checkpoint(**values)
 
 
+#: The W3C trace context of run ``r1``.
+TRACEPARENT: Final = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 def task(seq: int, attempt: int = 1, **fields: Any) -> NewTask:
-    """An attempt of checkpoint *seq* of run ``r1``."""
+    """An attempt of checkpoint *seq* of run ``r1``, carrying its workflow and traceparent."""
+    fields = {"workflow": WF[0], "traceparent": TRACEPARENT, **fields}
     return NewTask("r1", seq, f"r1:{seq}", "charge", "default", '{"n":1}', attempt, NOW, **fields)
 
 
 async def claimed(store: Store, now: int = NOW, lease_ms: int = LEASE) -> str:
-    """Run ``r1`` (made here) claimed by ``e1``: its lease token."""
-    await store.create_run(NewRun("r1", *WF, '{"a":1}', NOW), [NewEvent("run.started", NOW)])
+    """Run ``r1`` (made here, with its traceparent) claimed by ``e1``: its lease token."""
+    made = NewRun("r1", *WF, '{"a":1}', NOW, traceparent=TRACEPARENT)
+    await store.create_run(made, [NewEvent("run.started", NOW)])
     (run,) = await store.claim_runs(
         workflows=[WF], now=now, lease_until=now + lease_ms, owner="e1", limit=5
     )
@@ -164,6 +170,63 @@ async def test_a_run_is_created_claimed_turned_and_completed(
         durable_store_url,
         "SELECT run_id, status, lease_token, lease_until, woken FROM runs",
     )
+
+
+async def test_a_runs_traceparent_is_kept_and_every_attempt_carries_it(store: Store) -> None:
+    """The run keeps its traceparent; its attempts, a redispatch too, carry it and the workflow."""
+    await dispatched(store)
+    run = await store.get_run("r1")
+    assert run is not None
+    assert TRACEPARENT == run.traceparent
+    (first,) = await store.claim_tasks(
+        groups=["default"], now=NOW + 3, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    assert (WF[0], TRACEPARENT, NOW, False) == (
+        first.workflow, first.traceparent, first.available_at, first.redispatched
+    )  # fmt: skip
+    assert 1 == await store.redispatch_pending("r1", now=NOW + 5)
+    (again,) = await store.claim_tasks(
+        groups=["default"], now=NOW + 6, claim_until=NOW + 100, worker="w2", limit=5
+    )
+    assert (2, WF[0], TRACEPARENT, NOW + 5, True) == (
+        again.attempt, again.workflow, again.traceparent, again.available_at, again.redispatched
+    )  # fmt: skip
+
+
+async def test_a_tap_hears_each_committed_write_and_nothing_of_a_refused_one(
+    store: Store,
+) -> None:
+    """Events as committed, the derived ones of a first-try local step; a stale commit: none."""
+    heard: list[list[tuple[str, str, int | None, int]]] = []
+    untap = store.tap(
+        lambda events: heard.append([(e.run_id, e.name, e.seq, e.at) for e in events])
+    )
+    token = await claimed(store)
+    await store.record_local_step(
+        "r1", token, seq=1, name="q", output="7", started=NOW, now=NOW + 1
+    )
+    stale = TurnCommit(
+        "r1", "not-the-token", NOW + 2, RunAdvance("continue"), events=[NewEvent("run.failed", NOW)]
+    )
+    with pytest.raises(StaleTurnError):
+        await store.commit_turn(stale)
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW + 3,
+            RunAdvance("finish", status="completed", output='"done"'),
+            events=[NewEvent("run.error_routed", NOW + 3), NewEvent("run.completed", NOW + 3)],
+        )
+    )
+    untap()
+    untap()
+    await store.create_run(NewRun("r2", *WF, "1", NOW), [NewEvent("run.started", NOW)])
+    assert [
+        [("r1", "run.started", None, NOW)],
+        [("r1", "step.started", 1, NOW), ("r1", "step.completed", 1, NOW + 1)],
+        [("r1", "run.error_routed", None, NOW + 3), ("r1", "run.completed", None, NOW + 3)],
+    ] == heard
 
 
 async def test_a_live_lease_refuses_another_claim_and_a_stranger_token(store: Store) -> None:

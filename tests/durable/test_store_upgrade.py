@@ -1,6 +1,7 @@
 """
-A store of the previous schema version is upgraded in place: its pickles are dropped unread,
-its errors keep their order, and attempts left behind a settled step are withdrawn.
+A store of a previous schema version is upgraded in place: its pickles are dropped unread,
+its errors keep their order, and attempts left behind a settled step are withdrawn; sagas and
+telemetry add their columns to a store from before them.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 import pickle
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 import pytest
@@ -19,7 +20,9 @@ import effects.durable._store.postgres as pg
 import effects.durable._store.sqlite as lite
 from effects.durable import Engine, StepFailedError, WorkflowContext, step, workflow
 from effects.durable._store.postgres import parse_postgres_url
+from effects.durable.instrumentation import _ids  # pyright: ignore[reportPrivateUsage]
 from tests.durable.support import rows
+from tests.durable.telemetry_support import Telemetry
 
 pytestmark = [pytest.mark.anyio, pytest.mark.not_on_memory("stores of older versions")]
 
@@ -164,11 +167,15 @@ async def mid_flight(ctx: WorkflowContext, value: Any) -> Any:
     return await ctx.step(echo, value)
 
 
-def _before_sagas(url: str, tmp_path: Path) -> str:
-    """A store of the schema version before sagas, its run suspended on a queued step."""
+#: The schema versions of each dialect before sagas, and before telemetry (the two latest).
+BEFORE_SAGAS: Final = {"sqlite": 3, "postgresql": 2}
+BEFORE_TELEMETRY: Final = {"sqlite": (4, 5), "postgresql": (3, 4)}
+
+
+def _older(url: str, tmp_path: Path, version: int) -> str:
+    """A store of schema *version*, its run suspended on a queued step."""
     sqlite = url.startswith("sqlite:")
-    # SQLite's sagas step is its 4th migration, PostgreSQL's its 3rd.
-    migrations = lite._MIGRATIONS[:3] if sqlite else pg._MIGRATIONS[:2]
+    migrations = (lite._MIGRATIONS if sqlite else pg._MIGRATIONS)[:version]
     filled = [
         "INSERT INTO runs (run_id, workflow, version, status, input, created_at, updated_at)"
         " VALUES ('r', 'mid-flight', '1', 'suspended', '5', 0, 0)",
@@ -182,7 +189,7 @@ def _before_sagas(url: str, tmp_path: Path) -> str:
         f" ('version', '{len(migrations)}')",
     ]
     if sqlite:
-        path = tmp_path / "before-sagas.db"
+        path = tmp_path / f"version-{version}.db"
         with sqlite3.connect(path) as db:
             for statement in [s for step in migrations for s in step] + filled:
                 db.execute(statement)
@@ -201,7 +208,8 @@ async def test_a_store_from_before_sagas_gains_their_columns_in_place_and_its_ru
     durable_store_url: str, tmp_path: Path
 ) -> None:
     """One upgrade adds runs.cancel and checkpoints.handler; the suspended run completes."""
-    url = _before_sagas(durable_store_url, tmp_path)
+    dialect = "sqlite" if durable_store_url.startswith("sqlite:") else "postgresql"
+    url = _older(durable_store_url, tmp_path, BEFORE_SAGAS[dialect])
     async with Engine(url, workflows=[mid_flight], steps=[echo]) as engine:
         await engine.run_until_idle()
         run = await engine.get_run("r")
@@ -276,3 +284,32 @@ async def test_a_store_from_before_policies_gains_the_column_and_new_checkpoints
     else:
         indexes = rows(url, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
     assert {("runs_by_created",), ("checkpoints_retrying",)} <= set(indexes)
+
+
+@pytest.mark.parametrize("step", [0, 1], ids=["current", "after-policy"])
+async def test_a_store_from_before_telemetry_gains_its_columns_and_its_run_is_traced(
+    durable_store_url: str, tmp_path: Path, step: int
+) -> None:
+    """
+    From the version before the policy column, or the one with it, one upgrade adds the
+    traceparent columns; the run, started before, is traced in a trace its id derives.
+    """
+    dialect = "sqlite" if durable_store_url.startswith("sqlite:") else "postgresql"
+    url = _older(durable_store_url, tmp_path, BEFORE_TELEMETRY[dialect][step])
+    telemetry = Telemetry()
+    async with Engine(url, workflows=[mid_flight], steps=[echo]) as engine:
+        telemetry.attach(engine)
+        await engine.run_until_idle()
+        run = await engine.get_run("r")
+    spans = telemetry.spans()
+    telemetry.shutdown()
+    assert ("completed", 5, None) == (run.status, run.output, run.traceparent)
+    current = lite.SCHEMA_VERSION if dialect == "sqlite" else pg.SCHEMA_VERSION
+    assert [(str(current),)] == rows(url, "SELECT value FROM durable_meta WHERE key = 'version'")
+    assert [(None,)] == rows(url, "SELECT traceparent FROM runs")
+    # The attempt's row is gone with its result; the query fails unless the columns exist.
+    assert [] == rows(url, "SELECT traceparent, workflow FROM tasks")
+    (attempt,) = [s for s in spans if s["name"] == "durable.step echo"]
+    trace_id, span_id, _ = _ids(None, "r")
+    assert (f"{trace_id:032x}", f"{span_id:016x}") == (attempt["trace_id"], attempt["parent"])
+    assert "unknown" == attempt["attributes"]["durable.workflow.name"]

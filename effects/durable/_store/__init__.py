@@ -67,7 +67,8 @@ class StaleTurnError(DurableError):
 class NewRun:
     """
     A run to create: ``pending``, or, with *lease_token*, ``running`` and leased (until epoch ms
-    *lease_until*) to the engine that starts it and runs its first turn at once.
+    *lease_until*) to the engine that starts it and runs its first turn at once; *traceparent*
+    is its W3C trace context.
     """
 
     run_id: str
@@ -77,6 +78,7 @@ class NewRun:
     now: int
     lease_token: str | None = None
     lease_until: int | None = None
+    traceparent: str | None = None
 
 
 @attrs.frozen
@@ -136,7 +138,8 @@ class NewTask:
     """
     A dispatched attempt to enqueue. One naming a *queue* is admitted only while fewer than
     *queue_limit* attempts of that queue hold a slot (queued or claimed); otherwise it waits, and
-    the store admits the oldest waiting attempt whenever a slot frees.
+    the store admits the oldest waiting attempt whenever a slot frees. It carries its run's
+    *workflow* and *traceparent* (telemetry in the worker's process).
     """
 
     run_id: str
@@ -150,6 +153,8 @@ class NewTask:
     queue: str | None = None
     redispatched: bool = False
     queue_limit: int | None = None
+    workflow: str | None = None
+    traceparent: str | None = None
 
 
 @attrs.frozen
@@ -277,6 +282,20 @@ class Store(Protocol):
         woken runs if *runs*, queued attempts if *tasks*; first *due* too when the write may
         bring a time to come. A store that hears no other process (SQLite, memory) never
         calls them: polling finds their work.
+        """
+        ...
+
+    def tap(self, observer: Callable[[Sequence[Event]], None]) -> Callable[[], None]:
+        """
+        Call *observer* with the events each transaction of this store object writes, in their
+        order, right after it commits, on the event loop (or thread) that wrote them; a local
+        step's first-try success (``record_local_step``) counts its ``step.started`` and
+        ``step.completed`` as ``Engine.events`` derives them. Writes of other store objects
+        (other processes) are not heard. An observer that raises is logged and ignored. While
+        nothing is tapped a store collects nothing. Returns the remover (idempotent).
+
+        Raises:
+            TypeError: If *observer* is not callable.
         """
         ...
 

@@ -54,6 +54,7 @@ from effects.durable._store.rows import (
     leased_run,
     policy_text,
     run_of,
+    tapped_events,
     task_of,
     task_values,
 )
@@ -82,6 +83,7 @@ from effects.durable._store.rules import (
     stale_dispatch,
     wakes,
 )
+from effects.durable._store.taps import Observer, Taps, local_step_rows
 from effects.durable._store.trail import (
     EventRow,
     admitted,
@@ -150,6 +152,7 @@ class _RunRow:
     lease_until: int | None = None
     recovery_attempts: int = 0
     cancel: str | None = None
+    traceparent: str | None = None
 
 
 @attrs.frozen
@@ -200,6 +203,8 @@ class _TaskRow:
     redispatched: bool
     created_at: int
     queue_limit: int | None
+    traceparent: str | None = None
+    workflow: str | None = None
 
 
 @attrs.frozen
@@ -259,6 +264,8 @@ class _Tables:
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     hints: list[_Hint] = attrs.field(factory=list[_Hint])
     journal: list[tuple[dict[Any, Any], Any, Any]] | None = None
+    #: The events the transaction in progress wrote, while its store object is tapped.
+    tap: list[EventRow] | None = None
 
     def put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
         """Set ``table[key]`` to *value* (``None``: delete it), journaled."""
@@ -341,9 +348,14 @@ class MemoryStore:
         self.url = url
         self.name = parse_memory_url(url)
         self._tables: _Tables | None = None
+        self._taps = Taps()
 
     def __repr__(self) -> str:
         return f"MemoryStore({self.url!r})"
+
+    def tap(self, observer: Observer) -> Callable[[], None]:
+        """Hear the events each transaction of this store object writes (see ``Store.tap``)."""
+        return self._taps.add(observer)
 
     @classmethod
     def drop(cls, name: str) -> bool:
@@ -457,9 +469,11 @@ class MemoryStore:
     def _write(self) -> Generator[_Tables]:
         """One transaction: every write of the block lands, or (it raised) none does."""
         tables = self._open_tables
+        tapped: list[EventRow] | None = [] if self._taps.active else None
         with tables.lock:
             journal: list[tuple[dict[Any, Any], Any, Any]] = []
             tables.journal, last_task_id = journal, tables.last_task_id
+            tables.tap = tapped
             try:
                 yield tables
             except BaseException:
@@ -468,6 +482,10 @@ class MemoryStore:
                 raise
             finally:
                 tables.journal = None
+                tables.tap = None
+        # Told outside the lock: an observer may read this store.
+        if tapped:
+            self._taps.deliver(tapped_events(tapped))
 
     def _tell(self, *, runs: bool = False, tasks: bool = False, due: bool = False) -> None:
         """Wake the other engines of this thread that listen for what a write brought."""
@@ -498,6 +516,8 @@ class MemoryStore:
         trail = tables.events.get(run_id, ())
         row = _EventRow(run_id, len(trail) + 1, seq, name, level, at, data)
         tables.put(tables.events, run_id, (*trail, row))
+        if tables.tap is not None:
+            tables.tap.append(event)
 
     def _insert_events(self, tables: _Tables, events: Iterable[EventRow]) -> None:
         for event in events:
@@ -688,6 +708,7 @@ class MemoryStore:
                 updated_at=run.now,
                 lease_token=run.lease_token,
                 lease_until=run.lease_until if leased else None,
+                traceparent=run.traceparent,
             )
             tables.put(tables.runs, run.run_id, row)
             self._insert_events(tables, event_rows(run.run_id, events))
@@ -797,7 +818,7 @@ class MemoryStore:
         """The run's events, oldest first."""
         with self._read() as tables:
             trail = tables.events.get(run_id, ())
-            return events_of([(e.name, e.level, e.at, e.seq, e.data) for e in trail])
+            return events_of(run_id, [(e.name, e.level, e.at, e.seq, e.data) for e in trail])
 
     async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         """One checkpoint, read afresh."""
@@ -996,6 +1017,8 @@ class MemoryStore:
                 policy=policy,
             )
             tables.put(cps, seq, row)
+            if tables.tap is not None:
+                tables.tap.extend(local_step_rows(run_id, seq, started, now))
 
     # -- workers ----------------------------------------------------------------------------------
 
@@ -1131,6 +1154,8 @@ class MemoryStore:
         with self._write() as tables:
             count = 0
             cps = tables.checkpoints_of(run_id)
+            run_row = tables.runs.get(run_id)
+            carried = None if run_row is None else _run(run_row)
             for step in filter(redispatchable, self._checkpoints(tables, run_id)):
                 seq, row = step.seq, cps[step.seq]
                 again = attrs.evolve(
@@ -1152,7 +1177,7 @@ class MemoryStore:
                         None,
                     )
                     limit = None if held is None else held.queue_limit
-                self._enqueue(tables, redispatch(step, now, limit), now)
+                self._enqueue(tables, redispatch(step, now, limit, carried), now)
                 self._release_slots(tables, unclaimed, now)
                 self._append_event(tables, redispatched(run_id, seq, step.attempts + 1, now))
                 count += 1

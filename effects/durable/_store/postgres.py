@@ -34,6 +34,7 @@ import logging
 import re
 import secrets
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Final, LiteralString, TypeVar
@@ -79,6 +80,7 @@ from effects.durable._store.rows import (
     leased_run,
     policy_text,
     run_of,
+    tapped_events,
     task_of,
     task_values,
 )
@@ -96,6 +98,7 @@ from effects.durable._store.rules import (
     redispatchable,
 )
 from effects.durable._store.schema import SCHEMA_NAME, check_tables, schema_version
+from effects.durable._store.taps import Observer, Taps, local_step_rows
 from effects.durable._store.trail import (
     EventRow,
     admitted,
@@ -346,6 +349,9 @@ class PostgresStore:
         # Off, every turn commit and result takes its general transaction instead of its
         # one-statement path (the contract suite shows both write the same rows).
         self._one_statement_paths = True
+        self._taps = Taps()
+        #: The connections whose session has the events tap on.
+        self._tap_conns: weakref.WeakSet[AsyncConnection[Any]] = weakref.WeakSet()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r})"
@@ -552,15 +558,19 @@ class PostgresStore:
         *,
         again: bool = False,
         once: bool = False,
+        quiet: bool = False,
     ) -> T:
         """
         Run *fn* on a pooled connection, again with backoff while the server is unreachable (or
         reports a deadlock or serialization failure), for at most ``reconnect_timeout_ms``.
         *again* says an earlier try may have landed already; *once* raises the first
-        ``psycopg.OperationalError`` instead of retrying.
+        ``psycopg.OperationalError`` instead of retrying; *quiet* says *fn* writes no event
+        (a read), so a tapped store need not look for any.
         """
 
         pool = self._conns
+        if not quiet and (self._taps.active or self._tap_conns):
+            fn = partial(self._tapped, fn)
         deadline = time.monotonic() + self._options.reconnect_timeout_ms / 1000
         retry = _Retry(again)
         backoff = _FIRST_BACKOFF
@@ -723,6 +733,47 @@ class PostgresStore:
         finally:
             self._held_busy = False
 
+    def tap(self, observer: Observer) -> Callable[[], None]:
+        """Hear the events each transaction of this store object writes (see ``Store.tap``)."""
+        return self._taps.add(observer)
+
+    async def _tapped(
+        self,
+        fn: Callable[[AsyncConnection[Any], _Retry], Awaitable[T]],
+        conn: AsyncConnection[Any],
+        retry: _Retry,
+    ) -> T:
+        """
+        *fn* on *conn* with the connection's tap set as the store's taps want it (on: the
+        events trigger copies this session's inserts into a TEMP table; off: it copies nothing),
+        then the events it committed told to the taps. What a transaction that rolled back wrote
+        is gone from the TEMP table with it.
+        """
+        on = self._taps.active
+        if on is not (conn in self._tap_conns):
+            await conn.execute(pq.TAP_ON if on else pq.TAP_OFF)
+            if on:
+                self._tap_conns.add(conn)
+            else:
+                self._tap_conns.discard(conn)
+        try:
+            return await fn(conn, retry)
+        finally:
+            if on:
+                await self._drain_tap(conn)
+
+    async def _drain_tap(self, conn: AsyncConnection[Any]) -> None:
+        try:
+            cursor = await conn.execute(pq.TAP_DRAIN)
+            rows = await cursor.fetchall()
+        except psycopg.Error:
+            # The connection broke (or sits in a failed transaction): its session, and the
+            # TEMP table with it, is gone or going; the pool replaces it.
+            self._tap_conns.discard(conn)
+            _log.debug("store %s: could not read the events tap", self.url, exc_info=True)
+            return
+        self._taps.deliver(tapped_events(rows))
+
     def _channels_for(self, kinds: str) -> str:
         """The channels of *kinds* as a ``text[]`` literal (news of a time alone: every one)."""
         chosen = [channel for kind, channel in self._channels.items() if kind in kinds]
@@ -778,6 +829,7 @@ class PostgresStore:
             "now": run.now,
             "token": leased,
             "until": None if leased is None else run.lease_until,
+            "traceparent": run.traceparent,
             **self._events_json(events),
             **self._hint_params("r"),
             # A leased run is this engine's to run: no one else needs waking for it.
@@ -812,7 +864,7 @@ class PostgresStore:
         except psycopg.DataError as error:
             raise self._payload_error(error, f"input of run {run.run_id!r}") from error
         # The id was taken (in a group commit, the look at who took it comes after).
-        return await self._call(look) if isinstance(result, _Taken) else result
+        return await self._call(look, quiet=True) if isinstance(result, _Taken) else result
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
@@ -821,7 +873,7 @@ class PostgresStore:
             row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
             return None if row is None else run_of(row)
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> list[Run]:
         """The runs *query* selects, newest first."""
@@ -832,7 +884,7 @@ class PostgresStore:
             cursor = await conn.execute(statement, (*values, query.limit))  # pyright: ignore[reportArgumentType]
             return [run_of(row) for row in await cursor.fetchall()]
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     async def count_runs(self, query: RunQuery = ALL_RUNS) -> dict[str, int]:
         """How many runs *query*'s filters select, by status (limit and after ignored)."""
@@ -872,7 +924,7 @@ class PostgresStore:
         async def go(conn: AsyncConnection[Any], _: _Retry) -> list[Checkpoint]:
             return await self._checkpoints(conn, run_id)
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     @staticmethod
     async def _checkpoints(conn: AsyncConnection[Any], run_id: str) -> list[Checkpoint]:
@@ -883,9 +935,9 @@ class PostgresStore:
         """The run's events, oldest first."""
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> list[Event]:
-            return events_of(await (await conn.execute(pq.EVENTS, (run_id,))).fetchall())
+            return events_of(run_id, await (await conn.execute(pq.EVENTS, (run_id,))).fetchall())
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     async def get_checkpoint(self, run_id: str, seq: int) -> Checkpoint | None:
         """One checkpoint, read afresh."""
@@ -894,7 +946,7 @@ class PostgresStore:
             row = await (await conn.execute(pq.CHECKPOINT, (run_id, seq))).fetchone()
             return None if row is None else checkpoint_of(row)
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     # -- turns ------------------------------------------------------------------------------------
 
@@ -955,7 +1007,7 @@ class PostgresStore:
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
             return (await conn.execute(pq.LEASE_RENEW, params)).rowcount == 1
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     async def _give_back(self, run_id: str, token: str, now: int) -> None:
         """
@@ -1234,6 +1286,8 @@ class PostgresStore:
             await self._grouped(run_id, pq.LOCAL_STEP_INSERT, params, inserted, go)
         except psycopg.DataError as error:
             raise self._payload_error(error, f"output of local step {name!r}") from error
+        if self._taps.active:
+            self._taps.deliver(tapped_events(local_step_rows(run_id, seq, started, now)))
 
     @staticmethod
     async def _lease_holds(conn: AsyncConnection[Any], run_id: str, token: str) -> bool:
@@ -1316,7 +1370,7 @@ class PostgresStore:
             cursor = await conn.execute(pq.CLAIM_RENEW, (claim_until, task_id, worker))
             return cursor.rowcount == 1
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     async def heartbeat(
         self, task: Task, *, now: int, progress: str | None, lease_until: int | None
@@ -1334,7 +1388,7 @@ class PostgresStore:
         async def go(conn: AsyncConnection[Any], _: _Retry) -> bool:
             return (await conn.execute(pq.HEARTBEAT, params)).rowcount == 1
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     async def release_claim(self, task_id: int, worker: str, *, now: int) -> None:
         """Put a claimed task back in the queue (a withdrawn one goes, freeing its slot)."""
@@ -1497,6 +1551,8 @@ class PostgresStore:
                 cursor = await conn.execute(pq.PENDING_QUEUES, (run_id,))
                 await self._queue_locks(conn, [row[0] for row in await cursor.fetchall()])
                 await self._lock_run(conn, run_id)
+                found = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
+                carried = None if found is None else run_of(found)
                 for cp in filter(redispatchable, await self._checkpoints(conn, run_id)):
                     attempt = cp.attempts + 1
                     cursor = await conn.execute(pq.UNCLAIMED_DELETE, (run_id, cp.seq))
@@ -1510,7 +1566,7 @@ class PostgresStore:
                         pq.REDISPATCH,
                         {"attempt": attempt, "now": now, "run": run_id, "seq": cp.seq},
                     )
-                    await self._enqueue(conn, redispatch(cp, now, limit), now)
+                    await self._enqueue(conn, redispatch(cp, now, limit, carried), now)
                     await self._release_slots(conn, [row[0] for row in withdrawn], now)
                     await self._insert_event(conn, redispatched(run_id, cp.seq, attempt, now))
                     count += 1
@@ -1534,7 +1590,7 @@ class PostgresStore:
         async def expired(conn: AsyncConnection[Any], _: _Retry) -> list[Any]:
             return await (await conn.execute(pq.EXPIRED, {"now": now})).fetchall()
 
-        found = await self._call(expired)
+        found = await self._call(expired, quiet=True)
         runs = [(run_id,) for kind, _, run_id, _ in found if kind == "run"]
         tasks = [
             (task_id, run_id, queue) for kind, task_id, run_id, queue in found if kind == "task"
@@ -1672,7 +1728,7 @@ class PostgresStore:
             row = await (await conn.execute(pq.NEXT_DUE, {"n": now})).fetchone()
             return None if row is None else row[0]
 
-        return await self._call(go)
+        return await self._call(go, quiet=True)
 
     async def requeue(self, run_id: str, now: int) -> Run:
         """Reset failed checkpoints to a fresh first attempt and make the run pending."""

@@ -14,7 +14,7 @@ from typing import Final, LiteralString
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -160,6 +160,34 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         "CREATE INDEX checkpoints_retrying ON checkpoints (wake_at, run_id)"
         " WHERE status = 'failed' AND NOT final",
     ),
+    (
+        # Telemetry: the run's W3C traceparent (one trace per run), which every attempt carries
+        # with its workflow's name, so a worker in any process traces and labels it.
+        "ALTER TABLE runs ADD COLUMN traceparent text",
+        "ALTER TABLE tasks ADD COLUMN traceparent text, ADD COLUMN workflow text",
+        # The events tap (``Store.tap``): a session that sets effects_durable.tap to 'on' (and
+        # has made its TEMP table durable_tap) gets a copy of each event row it inserts; every
+        # other session pays only the WHEN test of one setting per row.
+        "CREATE FUNCTION durable_tap() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " INSERT INTO pg_temp.durable_tap (run_id, seq, name, level, at, data)"
+        " VALUES (NEW.run_id, NEW.seq, NEW.name, NEW.level, NEW.at, NEW.data);"
+        " RETURN NULL; END $$",
+        "CREATE TRIGGER durable_tap AFTER INSERT ON events FOR EACH ROW"
+        " WHEN (current_setting('effects_durable.tap', true) = 'on')"
+        " EXECUTE FUNCTION durable_tap()",
+    ),
+)
+
+# -- the events tap (``Store.tap``), per session ---------------------------------------------------
+
+TAP_ON: Final = (
+    "CREATE TEMP TABLE IF NOT EXISTS durable_tap (n bigserial, run_id text, seq integer,"
+    " name text, level text, at bigint, data text); SET effects_durable.tap = 'on'"
+)
+TAP_OFF: Final = "SET effects_durable.tap = 'off'; DROP TABLE IF EXISTS pg_temp.durable_tap"
+TAP_DRAIN: Final = (
+    "WITH d AS (DELETE FROM pg_temp.durable_tap RETURNING n, run_id, seq, name, level, at, data)"
+    " SELECT run_id, seq, name, level, at, data FROM d ORDER BY n"
 )
 
 # -- schema ----------------------------------------------------------------------------------------
@@ -272,9 +300,10 @@ ERRORS_INSERT: Final = (
 #: A start in one statement: the run, its events and the notification, or nothing at all.
 RUN_CREATE: Final = (
     "WITH made AS (INSERT INTO runs (run_id, workflow, version, status, input,"
-    " created_at, updated_at, lease_token, lease_until) VALUES (%(id)s,"
+    " created_at, updated_at, lease_token, lease_until, traceparent) VALUES (%(id)s,"
     " %(workflow)s, %(version)s, %(status)s, %(input)s, %(now)s, %(now)s,"
-    " %(token)s, %(until)s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id, input),"
+    " %(token)s, %(until)s, %(traceparent)s) ON CONFLICT (run_id) DO NOTHING"
+    " RETURNING run_id, input),"
     f" trail AS ({_EVENTS_FROM_MADE}),"
     " hint AS (SELECT pg_notify(c, %(sender)s) FROM made,"
     " unnest(%(channels)s::text[]) AS c WHERE %(listen)s)"
@@ -428,15 +457,16 @@ def tasks_from_held(count: int) -> str:
         f"({n}, %(t{n}_seq)s::integer, %(t{n}_step_id)s::text, %(t{n}_name)s::text,"
         f" %(t{n}_grp)s::text, %(t{n}_input)s::text, %(t{n}_attempt)s::integer,"
         f" %(t{n}_available_at)s::bigint, %(t{n}_redispatched)s::boolean,"
-        f" %(t{n}_created_at)s::bigint)"
+        f" %(t{n}_created_at)s::bigint, %(t{n}_workflow)s::text, %(t{n}_traceparent)s::text)"
         for n in range(count)
     )
     return (
         " tasks_w AS (INSERT INTO tasks (run_id, seq, step_id, name, grp, input, attempt, status,"
-        " available_at, redispatched, created_at) SELECT held.run_id, v.seq, v.step_id, v.name,"
-        " v.grp, v.input, v.attempt, 'queued', v.available_at, v.redispatched, v.created_at"
+        " available_at, redispatched, created_at, workflow, traceparent) SELECT held.run_id,"
+        " v.seq, v.step_id, v.name, v.grp, v.input, v.attempt, 'queued', v.available_at,"
+        " v.redispatched, v.created_at, v.workflow, v.traceparent"
         f" FROM held, (VALUES {rows}) AS v(n, seq, step_id, name, grp, input, attempt,"
-        " available_at, redispatched, created_at) ORDER BY v.n),"
+        " available_at, redispatched, created_at, workflow, traceparent) ORDER BY v.n),"
     )
 
 

@@ -53,6 +53,7 @@ RUN_COLUMNS: Final = (
     "updated_at",
     "wake_at",
     "cancel",
+    "traceparent",
 )
 #: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
 #: column: each dialect reads it from ``step_errors`` (one row per failed attempt), as JSON text.
@@ -97,6 +98,9 @@ TASK_COLUMNS: Final = (
     "attempt",
     "queue",
     "redispatched",
+    "workflow",
+    "traceparent",
+    "available_at",
 )
 #: The columns a turn writes of a checkpoint row, in the order ``checkpoint_values`` gives them
 #: (an insert adds ``run_id``, ``seq`` and ``created_at``).
@@ -137,6 +141,8 @@ TASK_INSERT_COLUMNS: Final = (
     "available_at",
     "redispatched",
     "created_at",
+    "workflow",
+    "traceparent",
 )
 #: The task statuses that hold a slot of a flow-control queue. A withdrawn attempt a worker
 #: still runs holds its slot until it reports or its claim lapses.
@@ -182,6 +188,7 @@ def run_of(row: Sequence[Any]) -> Run:
         updated_at=row[9],
         wake_at=row[10],
         cancel=row[11],
+        traceparent=row[12],
     )
 
 
@@ -231,9 +238,12 @@ def task_of(row: Sequence[Any]) -> Task:
         attempt=row[7],
         queue=row[8],
         redispatched=bool(row[9]),
-        last_progress=loads(row[10]),
-        timeout_ms=row[11],
-        lease_ms=row[12],
+        workflow=row[10],
+        traceparent=row[11],
+        available_at=row[12],
+        last_progress=loads(row[13]),
+        timeout_ms=row[14],
+        lease_ms=row[15],
     )
 
 
@@ -285,16 +295,28 @@ def task_values(task: NewTask, status: str, now: int) -> tuple[Any, ...]:
         task.available_at,
         task.redispatched,
         now,
+        task.workflow,
+        task.traceparent,
     )
 
 
 def leased_run(run: NewRun, token: str) -> ClaimedRun:
     """*run* as ``create_run`` stored it leased to *token*: running, no checkpoints yet."""
     created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
-                  None, None, 0, run.now, run.now)  # fmt: skip
+                  None, None, 0, run.now, run.now, traceparent=run.traceparent)  # fmt: skip
     return ClaimedRun(created, token, ())
 
 
-def events_of(rows: Sequence[Sequence[Any]]) -> list[Event]:
-    """The ``Event`` of each row of ``name, level, at, seq, data``."""
-    return [Event(name, level, at, seq, json.loads(data)) for name, level, at, seq, data in rows]
+def events_of(run_id: str, rows: Sequence[Sequence[Any]]) -> list[Event]:
+    """The ``Event`` of each row of ``name, level, at, seq, data`` of run *run_id*."""
+    return [
+        Event(run_id, name, level, at, seq, json.loads(data)) for name, level, at, seq, data in rows
+    ]
+
+
+def tapped_events(rows: Sequence[Sequence[Any]]) -> list[Event]:
+    """The ``Event`` of each row of ``run_id, seq, name, level, at, data`` (a store's tap)."""
+    return [
+        Event(run_id, name, level, at, seq, json.loads(data))
+        for run_id, seq, name, level, at, data in rows
+    ]

@@ -308,10 +308,11 @@ def redispatchable(cp: Checkpoint) -> bool:
     return cp.kind == "remote" and awaited(cp.status)
 
 
-def redispatch(cp: Checkpoint, now: int, queue_limit: int | None) -> NewTask:
+def redispatch(cp: Checkpoint, now: int, queue_limit: int | None, run: Run | None) -> NewTask:
     """
     The attempt that redispatches *cp*: ``attempts + 1``, available at once, marked
-    redispatched, in its queue with the limit its earlier attempts had (*queue_limit*).
+    redispatched, in its queue with the limit its earlier attempts had (*queue_limit*), carrying
+    its *run*'s workflow and traceparent.
     """
     return NewTask(
         run_id=cp.run_id,
@@ -325,4 +326,6 @@ def redispatch(cp: Checkpoint, now: int, queue_limit: int | None) -> NewTask:
         queue=cp.queue,
         redispatched=True,
         queue_limit=queue_limit,
+        workflow=None if run is None else run.workflow,
+        traceparent=None if run is None else run.traceparent,
     )

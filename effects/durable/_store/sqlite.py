@@ -47,6 +47,7 @@ from effects.durable._store.rows import (
     leased_run,
     policy_text,
     run_of,
+    tapped_events,
     task_of,
     task_values,
 )
@@ -67,6 +68,7 @@ from effects.durable._store.rules import (
 from effects.durable._store.schema import SCHEMA_NAME, check_tables, schema_version
 from effects.durable._store.sqlite_sql import MIGRATIONS as _MIGRATIONS
 from effects.durable._store.sqlite_sql import SCHEMA_VERSION
+from effects.durable._store.taps import Observer, Taps, local_step_rows
 from effects.durable._store.trail import (
     EventRow,
     admitted,
@@ -166,6 +168,10 @@ class SqliteStore:
         self._busy_waited = 0.0
         self._pause = _FIRST_PAUSE_S
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._taps = Taps()
+        # Whether the connection has its tap (a TEMP trigger on events: this connection's
+        # inserts alone, copied into a TEMP table that each commit drains).
+        self._tap_on = False
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.url!r})"
@@ -190,6 +196,10 @@ class SqliteStore:
     ) -> None:
         """Nothing: SQLite tells no other process of a write; their work is found by polling."""
         del callback, runs, tasks, due
+
+    def tap(self, observer: Observer) -> Callable[[], None]:
+        """Hear the events each transaction of this store object writes (see ``Store.tap``)."""
+        return self._taps.add(observer)
 
     # -- connection and schema ------------------------------------------------------------------
 
@@ -278,6 +288,7 @@ class SqliteStore:
             self._retry.cancel()
         self._flush()
         db, self._db = self._db, None
+        self._tap_on = False
         if db is not None:
             db.close()
 
@@ -300,6 +311,9 @@ class SqliteStore:
     def _run_now(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """*work* in one write transaction; ``_Busy`` if another process holds the write lock."""
         db = self._conn
+        if self._tap_on is not self._taps.active:
+            self._set_tap(db)
+        tapped: list[Any] = []
         try:
             try:
                 db.execute("BEGIN IMMEDIATE")
@@ -308,6 +322,10 @@ class SqliteStore:
                     raise _Busy from error
                 raise
             result = work(db)
+            if self._tap_on:
+                tapped = db.execute(sq.TAP_READ).fetchall()
+                if tapped:
+                    db.execute(sq.TAP_CLEAR)
             db.execute("COMMIT")
         except BaseException as error:
             # Also when a signal lands right after BEGIN: the write lock is never left held.
@@ -318,7 +336,16 @@ class SqliteStore:
                 msg = f"store {self.url}: the write failed: {error}"
                 raise StoreError(msg) from error
             raise
+        if tapped:
+            self._taps.deliver(tapped_events(tapped))
         return result
+
+    def _set_tap(self, db: sqlite3.Connection) -> None:
+        """Install the connection's tap (someone listens now) or take it away (nobody does)."""
+        on = self._taps.active
+        for statement in sq.TAP_ON if on else sq.TAP_OFF:
+            db.execute(statement)
+        self._tap_on = on
 
     async def _transact(
         self, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True
@@ -465,6 +492,7 @@ class SqliteStore:
                 run.now,
                 token,
                 None if token is None else run.lease_until,
+                run.traceparent,
             ),
         ).rowcount
         if inserted != 1:
@@ -522,7 +550,7 @@ class SqliteStore:
     async def events(self, run_id: str) -> list[Event]:
         """The run's events, oldest first."""
         with self._read_errors():
-            return events_of(self._conn.execute(sq.EVENTS, (run_id,)).fetchall())
+            return events_of(run_id, self._conn.execute(sq.EVENTS, (run_id,)).fetchall())
 
     # -- turns ------------------------------------------------------------------------------------
 
@@ -689,6 +717,8 @@ class SqliteStore:
                 raise StaleTurnError(msg) from None
             if inserted != 1:
                 raise StaleTurnError(f"run {run_id}: the lease was taken over")
+            if self._tap_on:
+                db.executemany(sq.TAP_INSERT, local_step_rows(run_id, seq, started, now))
 
         await self._transact(insert)
 
@@ -779,6 +809,8 @@ class SqliteStore:
 
         def work(db: sqlite3.Connection) -> int:
             count = 0
+            row = db.execute(sq.RUN, (run_id,)).fetchone()
+            carried = None if row is None else run_of(row)
             for cp in filter(redispatchable, self._checkpoints(db, run_id)):
                 db.execute(sq.REDISPATCH, (cp.attempts + 1, now, run_id, cp.seq))
                 withdrawn = db.execute(sq.UNCLAIMED_DELETE, (run_id, cp.seq)).fetchall()
@@ -786,7 +818,7 @@ class SqliteStore:
                 if limit is None:
                     held = db.execute(sq.QUEUE_LIMIT_OF_STEP, (run_id, cp.seq)).fetchone()
                     limit = None if held is None else held[0]
-                self._enqueue(db, redispatch(cp, now, limit), now)
+                self._enqueue(db, redispatch(cp, now, limit, carried), now)
                 self._release_slot(db, withdrawn, now)
                 db.execute(sq.EVENT_INSERT, redispatched(run_id, cp.seq, cp.attempts + 1, now))
                 count += 1

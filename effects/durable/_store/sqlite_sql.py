@@ -11,7 +11,7 @@ from typing import Final
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
 SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
@@ -145,6 +145,13 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX checkpoints_retrying ON checkpoints (wake_at, run_id)"
         " WHERE status = 'failed' AND final = 0",
     ),
+    (
+        # Telemetry: the run's W3C traceparent (one trace per run), which every attempt carries
+        # with its workflow's name, so a worker in any process traces and labels it.
+        "ALTER TABLE runs ADD COLUMN traceparent TEXT",
+        "ALTER TABLE tasks ADD COLUMN traceparent TEXT",
+        "ALTER TABLE tasks ADD COLUMN workflow TEXT",
+    ),
 )
 
 # -- schema ----------------------------------------------------------------------------------------
@@ -185,6 +192,23 @@ EVENT_INSERT: Final = (
     "INSERT INTO events (run_id, id, seq, name, level, at, data) VALUES"
     " (?1, (SELECT COALESCE(MAX(id), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4, ?5, ?6)"
 )
+# The connection's tap (``Store.tap``): a TEMP trigger sees this connection's inserts alone, and
+# its TEMP table rolls back with the transaction (or the savepoint) that wrote them.
+TAP_ON: Final = (
+    "CREATE TEMP TABLE IF NOT EXISTS durable_tap (run_id TEXT, seq INTEGER, name TEXT,"
+    " level TEXT, at INTEGER, data TEXT)",
+    "CREATE TEMP TRIGGER IF NOT EXISTS durable_tap AFTER INSERT ON main.events BEGIN"
+    " INSERT INTO durable_tap VALUES (NEW.run_id, NEW.seq, NEW.name, NEW.level, NEW.at,"
+    " NEW.data); END",
+)
+TAP_OFF: Final = (
+    "DROP TRIGGER IF EXISTS temp.durable_tap",
+    "DROP TABLE IF EXISTS temp.durable_tap",
+)
+#: A derived event (``taps.local_step_rows``) into the tap: ``trail.EventRow``.
+TAP_INSERT: Final = "INSERT INTO temp.durable_tap VALUES (?, ?, ?, ?, ?, ?)"
+TAP_READ: Final = "SELECT run_id, seq, name, level, at, data FROM temp.durable_tap ORDER BY rowid"
+TAP_CLEAR: Final = "DELETE FROM temp.durable_tap"
 #: One more error (``?3``, JSON text) of the checkpoint ``(?1, ?2)``, after those it has.
 ERROR_APPEND: Final = (
     "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?1, ?2, (SELECT COALESCE(MAX(n), 0)"
@@ -197,7 +221,7 @@ ERROR_INSERT: Final = "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?
 
 RUN_INSERT: Final = (
     "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
-    " updated_at, lease_token, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " updated_at, lease_token, lease_until, traceparent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (run_id) DO NOTHING"
 )
 RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"
