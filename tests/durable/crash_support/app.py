@@ -40,7 +40,8 @@ def log_exec(record: dict[str, Any]) -> None:
     folder = os.environ.get("CRASH_LOG_DIR")
     if not folder:
         return
-    line = (json.dumps({"pid": os.getpid(), **record}) + "\n").encode()
+    # `mono` (system-wide on Linux) orders the lines of every process as they were written.
+    line = (json.dumps({"pid": os.getpid(), "mono": time.monotonic(), **record}) + "\n").encode()
     fd = os.open(Path(folder) / f"exec-{os.getpid()}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         os.write(fd, line)

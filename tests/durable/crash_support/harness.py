@@ -315,12 +315,16 @@ def starts(folder: Path, name: str) -> list[tuple[int, int]]:
 
 
 def read_execs(folder: Path) -> list[dict[str, Any]]:
-    """Every handler execution line of every process; a line torn by a kill is skipped."""
+    """
+    Every handler execution line of every process, in the order they were written (by their
+    monotonic time: the files' names hold pids, whose text order is not their start order once
+    pids pass a power of ten); a line torn by a kill is skipped.
+    """
     records: list[dict[str, Any]] = []
-    for path in sorted(folder.glob("exec-*.jsonl")):
+    for path in folder.glob("exec-*.jsonl"):
         lines = path.read_text().splitlines(keepends=True)
         records.extend(json.loads(line) for line in lines if line.endswith("\n"))
-    return records
+    return sorted(records, key=lambda record: float(record["mono"]))
 
 
 async def unfinished(engine: Engine, run_ids: Iterable[str]) -> list[str]:
