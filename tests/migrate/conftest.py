@@ -9,10 +9,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.conftest import fresh_store_url
 from tests.migrate.helpers import people, write_csv
+from tests.postgres_server import PostgresServer
 
 STORES = ("sqlite", "postgresql")
 
@@ -37,6 +39,26 @@ def _config_modules_stay_in_their_test(tmp_path: Path) -> Iterator[None]:
 
 
 @pytest.fixture(params=STORES)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store: a SQLite file in tmp_path, or a PostgreSQL schema of its own."""
-    return fresh_store_url(request, tmp_path / "state.db")
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """
+    A fresh store: a SQLite file in tmp_path, or a PostgreSQL schema of its own. On PostgreSQL
+    the database's ``effects_durable`` schema (the default durable store of every migrate store
+    there, shared by the tests of one session) is dropped before and after the test: a durable
+    run one test left would otherwise be worked by the next test's engine, whose config does
+    not know it.
+    """
+    url = fresh_store_url(request, tmp_path / "state.db")
+    if not url.startswith("postgresql"):
+        yield url
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    _drop_durable_schema(server)
+    try:
+        yield url
+    finally:
+        _drop_durable_schema(server)
+
+
+def _drop_durable_schema(server: PostgresServer) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as db:
+        db.execute("DROP SCHEMA IF EXISTS effects_durable CASCADE")
