@@ -49,6 +49,9 @@ PATIENCE_MS = 30_000
 def browser() -> Iterator[Any]:
     """The distribution's Chromium, headless, driven by plain ``sync_playwright()``."""
     if _CHROMIUM is None:
+        # Playwright cannot download a browser here, so these tests need the distribution's
+        # Chromium; .ci/run installs it (as root with apt-get), and DESIGN.md asks for a skip
+        # that says why only on a machine where none can be had.
         pytest.skip("no Chromium on PATH (apt-get install chromium); the browser tests need one")
     from playwright.sync_api import sync_playwright
 
