@@ -482,7 +482,10 @@ def test_benchmark_telemetry_prints_both_rates_and_their_ratio() -> None:
     assert traced is not None, out
     assert ratio is not None, out
     assert _close(float(ratio[1]), _float(traced[1]), _float(plain[1])), out
-    assert abs(1 / float(ratio[1]) - 1 - float(ratio[2]) / 100) < 0.002, out
+    # The ratio is printed to 0.001 and the cost to 0.1%: bound the cost by the ratio's rounding,
+    # which near 0.4 moves 1 / ratio by 0.003 (0.446 printed for 0.4455 to 0.4465).
+    shown, cost = float(ratio[1]), float(ratio[2]) / 100
+    assert 1 / (shown + 0.0005) - 1 - 0.0005 <= cost <= 1 / (shown - 0.0005) - 1 + 0.0005, out
     assert re.search(r"every round: [\d.]+, [\d.]+$", out, re.MULTILINE), out
     spans = re.search(r"spans exported: ([\d,]+) \(one per step, one root per run\)", out)
     assert spans is not None, out
