@@ -8,8 +8,9 @@ A fenced block may be preceded by one marker comment (on the line right above it
   CSV) before the blocks after it run; a ``python`` file is also compiled, so a syntax error
   in it fails;
 - ``<!-- run -->`` above a ``console`` block: each ``$ command`` runs in bash in the page's
-  folder, and what it prints (stdout and stderr, as a terminal shows them) must match the lines shown under it, with
-  ``...`` standing for any text (as in a doctest) and runs of spaces compared as one.
+  folder, and what it prints (stdout and stderr, as a terminal shows them) must match the lines
+  shown under it, with ``...`` standing for any text (as in a doctest) and runs of spaces
+  compared as one.
 
 Unmarked ``python`` blocks run: ``>>>`` blocks as doctests, others with ``exec``. Other
 unmarked blocks (``console``, ``text``, ...) are shown only.
@@ -108,7 +109,8 @@ def _commands(code: str) -> list[tuple[str, str]]:
             raise ValueError(msg)
     # A line ending with a backslash goes on with the next shown line.
     joined: list[tuple[str, str]] = []
-    for command, output in pairs:
+    for first, output in pairs:
+        command = first
         while command.endswith("\\") and output:
             command = command[:-1] + " " + output.pop(0).strip()
         joined.append((command, "\n".join(output) + "\n" if output else ""))

@@ -6,6 +6,7 @@ reader following the page would run them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -18,9 +19,7 @@ from effects.testing import VirtualClock
 from tests.doc_blocks import ROOT, blocks, run_console, run_python
 
 DOCS = ROOT / "docs"
-PAGES = sorted(
-    p for p in DOCS.rglob("*.md") if not p.relative_to(DOCS).parts[0].startswith("_")
-)
+PAGES = sorted(p for p in DOCS.rglob("*.md") if not p.relative_to(DOCS).parts[0].startswith("_"))
 
 
 def test_the_pages_have_examples() -> None:
@@ -58,10 +57,8 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
         # A page that starts processes in the background writes their pids to NAME.pid (as a
         # reader would, to stop them later); any still running when the page fails are stopped.
         for pid_file in tmp_path.glob("*.pid"):
-            try:
+            with contextlib.suppress(ValueError, ProcessLookupError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (ValueError, ProcessLookupError):
-                pass
         # Modules a page wrote (shop.py, migrate_config.py) must not answer the next page's
         # imports of the same name.
         for name in set(sys.modules) - before:

@@ -18,6 +18,11 @@ import re
 from collections.abc import Callable
 from typing import Any, get_args
 
+from effects.durable._cli import _parser as durable_parser
+from effects.durable._names import EventName
+from migrate._cli import _parser as migrate_parser
+from schedules._cli import _parser as schedules_parser
+
 __all__ = ["cli_markdown", "expand", "on_page_markdown"]
 
 MARKER = re.compile(r"<!-- generated: (?P<what>[\w.-]+)(?: (?P<arg>[\w.-]+))? -->")
@@ -25,11 +30,6 @@ WIDTH = 96
 
 
 def _parsers() -> dict[str, Callable[[], argparse.ArgumentParser]]:
-    # Imported here: the hook module loads with MkDocs, before any page asks for a parser.
-    from effects.durable._cli import _parser as durable_parser
-    from migrate._cli import _parser as migrate_parser
-    from schedules._cli import _parser as schedules_parser
-
     return {
         "schedules": schedules_parser,
         "effects.durable": durable_parser,
@@ -101,7 +101,7 @@ def cli_markdown(name: str) -> str:
     under a heading whose anchor is ``NAME-COMMAND`` (``durable-work``, ``migrate-run``).
     """
     parser = _parsers()[name]()
-    anchor = name.split(".")[-1]
+    anchor = name.rsplit(".", maxsplit=1)[-1]
     lines = [*_usage(parser)]
     if parser.description:
         lines += [parser.description, ""]
@@ -125,8 +125,6 @@ def cli_markdown(name: str) -> str:
 
 
 def _event_names() -> str:
-    from effects.durable._names import EventName
-
     return "\n".join(f"- `{name}`" for name in get_args(EventName)) + "\n"
 
 
