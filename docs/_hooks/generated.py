@@ -26,7 +26,7 @@ from schedules._cli import _parser as schedules_parser
 __all__ = ["cli_markdown", "expand", "on_page_markdown"]
 
 MARKER = re.compile(r"<!-- generated: (?P<what>[\w.-]+)(?: (?P<arg>[\w.-]+))? -->")
-WIDTH = 96
+WIDTH = 80
 
 
 def _parsers() -> dict[str, Callable[[], argparse.ArgumentParser]]:
