@@ -1,9 +1,10 @@
 """
-Project runner: ``python3 dev.py test`` or ``python3 dev.py demo``.
+Project runner: ``python3 dev.py test``, ``python3 dev.py demo`` or ``python3 dev.py docs``.
 
 Each command makes (or refreshes) an isolated virtual environment in ``.venv``, installs the
-project from ``pyproject.toml`` with its ``dev``, ``plot`` and ``bench`` extras, then runs. Only
-Python 3.11+ and pip are needed. The environment is rebuilt when ``pyproject.toml`` changes.
+project from ``pyproject.toml`` with its ``dev``, ``plot``, ``bench`` and ``docs`` extras, then
+runs. Only Python 3.11+ and pip are needed. The environment is rebuilt when ``pyproject.toml``
+changes.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def ensure_env() -> None:
     if not PY.exists():
         venv.EnvBuilder(with_pip=True).create(VENV)
     pip: list[str | Path] = [PY, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    if _run(*pip, "-e", ".[dev,plot,bench]") != 0:
+    if _run(*pip, "-e", ".[dev,plot,bench,docs]") != 0:
         sys.exit("dev.py: installing the project into .venv failed")
     STAMP.write_text(wanted)
 
@@ -58,7 +59,7 @@ def test() -> int:
         [PY, "-m", "pytest", "-q", "-n", "2", "--dist", "worksteal"],
         [env_bin / "ruff", "check", "."],
         [env_bin / "ruff", "format", "--check", "."],
-        [PY, "-m", "mypy", *PACKAGES, "tests/typing", "benchmarks", "dev.py"],
+        [PY, "-m", "mypy", *PACKAGES, "tests/typing", "benchmarks", "docs/_hooks", "dev.py"],
         *examples,
         [env_bin / "pyright"],
     ]
@@ -84,8 +85,25 @@ def demo() -> int:
     )
 
 
+def docs() -> int:
+    """
+    Serve the documentation site at http://127.0.0.1:8000/ (rebuilt on every edit), or with
+    ``--build [DIR]`` build it into DIR (default ``site/``), strict: any warning fails.
+    """
+    # Material prints a notice about a future MkDocs on every build; it is not about this site.
+    os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
+    args = sys.argv[2:]
+    if args[:1] == ["--build"]:
+        target = args[1] if len(args) > 1 else "site"
+        return _run(PY, "-m", "mkdocs", "build", "--strict", "--site-dir", Path(target).resolve())
+    if args:
+        print("usage: python3 dev.py docs [--build [DIR]]", file=sys.stderr)
+        return 2
+    return _run(PY, "-m", "mkdocs", "serve")
+
+
 def main() -> int:
-    commands = {"test": test, "demo": demo}
+    commands = {"test": test, "demo": demo, "docs": docs}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(f"usage: python3 dev.py {{{'|'.join(commands)}}}", file=sys.stderr)
         return 2

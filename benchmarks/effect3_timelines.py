@@ -9,7 +9,8 @@ Each case runs the same schedule over the same attempt timeline (attempt duratio
 that may start far from 0) in both: ours through ``schedules.simulate`` or ``effects.repeat``
 under a ``VirtualClock``, Effect's by stepping the schedule (``Schedule.step``) or running
 ``Effect.repeat`` under its ``TestClock``. Times are compared in whole milliseconds. Cases where
-we differ on purpose (the README's table) are marked so; any other difference is a bug.
+we differ on purpose (the table of docs/explanation/differences-from-effect.md) are marked so;
+any other difference is a bug.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ SCHEDULES: dict[str, tuple[Schedule[Any, Any], list[Any], list[float], float]] =
         1_774_699_200.0,
     ),
 }
-# Differences the README's table lists; anything else is a bug.
+# Differences docs/explanation/differences-from-effect.md lists; anything else is a bug.
 ON_PURPOSE = {
     "within-vs-upTo": "within never waits past the limit; upTo's last wait does",
     "fixed-overrun": "after an overrun our grid restarts; Effect's keeps its phase",

@@ -340,7 +340,11 @@ def run(
     ``migrate work`` processes may share it); the synchronous twin of `start` and `wait`.
 
     Raises:
-        As `start` and `wait`.
+        UsageError: As `start` raises it (options that cannot go together, an unknown
+            definition).
+        LockHeld: As `start` raises it (another live run holds a definition's lock).
+        RefusedError: As `wait` raises it (``migrate.begin`` refused the run).
+        StoreError: If the migrate store cannot be used, or a window's commit failed.
     """
     on = engine(config, store, **engine_options)
 

@@ -1,4 +1,8 @@
-"""The README examples run as written: doctest blocks as doctests, other python blocks run."""
+"""
+The README examples run as written: doctest blocks as doctests, other python blocks run.
+
+The documentation pages' examples run in ``tests/test_docs_examples.py``.
+"""
 
 from __future__ import annotations
 
@@ -27,8 +31,8 @@ BLOCKS = _blocks()
 
 
 def test_readme_has_examples() -> None:
-    """The README keeps runnable examples (a regex that found none would pass every test)."""
-    assert len([b for b in BLOCKS if not b[2]]) >= 8
+    """The README keeps a runnable example of each package (a regex that found none would pass)."""
+    assert len([b for b in BLOCKS if not b[2]]) >= 4
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ seeded random source, so a test skips every wait with
 No async plugin is needed: an ``async def`` test that uses ``durable_engine`` runs on asyncio
 (a new event loop per test, as the engine needs), unless another plugin runs it first (anyio
 for ``@pytest.mark.anyio``, pytest-asyncio). Where anyio is not installed this plugin declares
-the ``anyio`` marker, so such a test, copied from the README, passes with or without anyio.
+the ``anyio`` marker, so such a test, copied from the docs (``docs/how-to/testing.md``), passes
+with or without anyio.
 """
 
 from __future__ import annotations

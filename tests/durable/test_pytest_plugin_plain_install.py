@@ -1,9 +1,9 @@
 """
-The README's pytest example for durable workflows passes on a plain install (no extras, no
-anyio), and still with anyio installed.
+The docs' pytest example for durable workflows (docs/how-to/testing.md) passes on a plain
+install (no extras, no anyio), and still with anyio installed.
 
 A fresh virtual environment gets the checkout without extras plus pytest (pip's cache and its
-configured index), then runs the README's example in a pytest subprocess. About 10 s.
+configured index), then runs the docs' example in a pytest subprocess. About 10 s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "how-to" / "testing.md"
 BLOCK = re.compile(r"```python\n(?P<code>.*?)```", re.S)
 FAILING = """
 async def test_a_failing_assertion_fails(durable_engine):
@@ -25,14 +25,14 @@ async def test_a_failing_assertion_fails(durable_engine):
 """
 
 
-def readme_example() -> str:
-    """The README's python block that tests a workflow with the ``durable_engine`` fixture."""
+def docs_example() -> str:
+    """The docs' python block that tests a workflow with the ``durable_engine`` fixture."""
     found = [
         match["code"]
-        for match in BLOCK.finditer(README.read_text(encoding="utf-8"))
+        for match in BLOCK.finditer(PAGE.read_text(encoding="utf-8"))
         if "durable_engine(" in match["code"] and "def test_" in match["code"]
     ]
-    assert 1 == len(found), "the README has one pytest example for durable_engine"
+    assert 1 == len(found), "docs/how-to/testing.md has one pytest example for durable_engine"
     return found[0]
 
 
@@ -61,7 +61,7 @@ def pip_install(python: Path, *requirements: str | Path) -> None:
     assert 0 == done.returncode, done.stdout + done.stderr
 
 
-def test_the_readme_example_passes_without_anyio_and_with_it(tmp_path: Path) -> None:
+def test_the_docs_example_passes_without_anyio_and_with_it(tmp_path: Path) -> None:
     """As written and unmarked, the example passes on a plain install, then with anyio too."""
     environment = tmp_path / "env"
     venv.EnvBuilder(with_pip=False).create(environment)
@@ -70,7 +70,7 @@ def test_the_readme_example_passes_without_anyio_and_with_it(tmp_path: Path) -> 
     project = tmp_path / "project"
     (project / "tests").mkdir(parents=True)
     (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    example = readme_example()
+    example = docs_example()
     (project / "tests" / "test_as_written.py").write_text(example, encoding="utf-8")
     unmarked = example.replace("@pytest.mark.anyio\n", "")
     (project / "tests" / "test_unmarked.py").write_text(unmarked, encoding="utf-8")
