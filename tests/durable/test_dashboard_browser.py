@@ -253,7 +253,7 @@ def ids_shown(page: Any) -> list[str]:
 
 
 def test_filters_keyset_pages_progress_and_the_failed_only_trail(
-    watched: Watched, server: Served, app: DashApp
+    watched: Watched, server: Served, app: DashApp, artifacts: Path
 ) -> None:
     """Older/Newest keyset pages of 50, a status chip, the filter form (workflow, id prefix,
     retrying), a run's heartbeat progress, next attempt and policy, and its failed-only trail."""
@@ -292,6 +292,7 @@ def test_filters_keyset_pages_progress_and_the_failed_only_trail(
     page.check("input[name=retrying]")
     page.get_by_role("button", name="Filter").click()
     assert {"crunch-1", "order-<1>"} == set(ids_shown(page))
+    page.screenshot(path=artifacts / "dashboard-runs-retrying.png", full_page=True)
 
     page.get_by_role("link", name="crunch-1").click()
     row = page.locator("table.checkpoints tbody tr").first.inner_text()
@@ -299,6 +300,7 @@ def test_filters_keyset_pages_progress_and_the_failed_only_trail(
     assert '{"done": 3, "of": 10}' in row
     assert "from_step_options(retries=3, backoff='exp', backoff_ms=3600000)" in row
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", row)  # the next attempt
+    page.screenshot(path=artifacts / "dashboard-run-progress.png", full_page=True)
     every = len(page.locator("table.events tbody tr").all())
     page.get_by_role("link", name="failed only").click()
     levels = page.locator("table.events tbody tr td:nth-child(3)").all_inner_texts()
