@@ -161,8 +161,15 @@ class Children:
                     return
                 if not line:
                     break
+        try:  # its output ended: it exited (or is exiting) before it was ready
+            code = proc.wait(timeout=5) if deadline > time.monotonic() else None
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None:
+            msg = f"worker {proc.args!r} exited with {code} before it was ready:\n{cls._tail(log)}"
+            raise RuntimeError(msg)
         proc.kill()
-        msg = f"worker {proc.args!r} did not start:\n{cls._tail(log)}"
+        msg = f"worker {proc.args!r} did not start in {START_TIMEOUT} s:\n{cls._tail(log)}"
         raise RuntimeError(msg)
 
     def go(self) -> None:

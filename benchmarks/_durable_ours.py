@@ -156,6 +156,12 @@ def _refuse(n: int) -> int:
     raise FatalError(msg, "refused")
 
 
+async def _refuse_async(n: int) -> int:
+    """``_refuse`` as a local step of the saga: ``async`` like its other steps (a ``def`` step
+    would run in a thread, whose hand-off the undos would be charged with)."""
+    return _refuse(n)
+
+
 @step("bench:unbump")
 async def unbump(undo: dict[str, Any]) -> int:
     """The dispatched undo of ``bump``: give back what it added."""
@@ -177,7 +183,7 @@ async def saga_local(ctx: WorkflowContext, fail: bool) -> int:
     n = 0
     for i, name in enumerate(STEP_NAMES):
         if fail and i == len(STEP_NAMES) - 1:
-            await ctx.local_step(name, partial(_refuse, n))
+            await ctx.local_step(name, partial(_refuse_async, n))
         n = await ctx.local_step(name, partial(_add_one, n), compensate=_undo)
     return n
 

@@ -46,8 +46,9 @@ a failed-item run.
 
 7. Rollback: in item 1, after each round's run, ``migrate.rollback`` of the states it migrated
    (``--rows`` of them) with a no-op ``rollback=``, in the same store: items per second beside the
-   run's; target: at least 0.5 x the run's items/s. Its deletes are committed in batches
-   (``migrate._rollback.BATCH`` states or ``BATCH_SECONDS`` of undo work per transaction).
+   run's; target: at least 0.5 x the run's items/s. Its deletes are committed in batches:
+   no-op undos share a transaction of up to ``migrate._rollback.BATCH`` states, committed once
+   the undo work since the last commit took ``BATCH_SECONDS`` or ``COMMIT_RATIO`` commits.
 
 Run with ``.venv/bin/python benchmarks/migrate_throughput.py [--rows N] [--failed N]
 [--naive-rows N] [--load-rows N] [--rounds N] [--profile] [--no-memory] [--store URL]

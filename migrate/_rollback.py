@@ -18,17 +18,23 @@ run holds one) and checks, under them, that every definition with states to undo
 it, still holds states (`RollbackRefused`). Each definition's cursor is reset before its first
 undo, so its next normal run reads the source from the start.
 
-The states undone, and the attempts that failed, are committed in batches: one transaction per
-`BATCH` items or per `BATCH_SECONDS` of undo work, whichever comes first, committed before the
-next undo starts. The crash bound this gives: a process killed mid-rollback (``kill -9``, power
-loss) loses the batch it was in, whose deletes had not committed, and nothing else. A rerun
-undoes the items of that batch again (at most `BATCH` items, or the undos of the last
-`BATCH_SECONDS`, plus with ``-c N`` the undos in flight); every other item is undone exactly
-once, since a committed delete stays deleted. A ``rollback=`` must therefore be idempotent (a
-row already gone is a success), as `SqlDestination.rollback` is. Ctrl-C stops after the undo
-running, which ends as it would (a second Ctrl-C stops it too: that item keeps its state, with
-an ``Interrupted`` attempt; with ``-c N`` the undos running are stopped at once, alike), commits
-what was done and stores the run failed, interrupted, as ``migrate run`` does.
+The states undone, and the attempts that failed, are committed after an undo ends, before the
+next one starts, once that undo, or the undo work since the last commit, took `BATCH_SECONDS`
+(5 ms) or `COMMIT_RATIO` times as long as the last commit did, or the batch holds `BATCH` items.
+So an undo taking 5 ms or more (any network call), or longer than `COMMIT_RATIO` commits, is
+committed at its end; only undos faster than that share a commit, which keeps committing a small
+part of a rollback's time. The crash bound this gives: a process killed mid-rollback
+(``kill -9``) loses only the deletes not committed yet, and a rerun undoes those items again:
+the undos that had ended since the last commit, which is at most the one that had just ended
+(with ``-c N``, one per worker) when undos are that slow, and at most the undos of the last 5 ms
+otherwise. The undo that was running when the process died never ended and runs again; every
+other item is undone exactly once, since a committed delete stays deleted. A ``rollback=`` must
+still be idempotent (a row already gone is a success), as `SqlDestination.rollback` is.
+
+Ctrl-C stops after the undo running, which ends as it would (a second Ctrl-C stops it too: that
+item keeps its state, with an ``Interrupted`` attempt; with ``-c N`` the undos running are
+stopped at once, alike), commits what was done and stores the run failed, interrupted, as
+``migrate run`` does.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ from migrate._workers import DaemonPool
 __all__ = [
     "BATCH",
     "BATCH_SECONDS",
+    "COMMIT_RATIO",
     "RollbackPlan",
     "RollbackStep",
     "plan_rollback",
@@ -88,9 +95,13 @@ _T = TypeVar("_T")
 
 #: Items per rollback commit at most (their deletes and failed attempts in one transaction).
 BATCH = 1000
-#: Seconds of undo work per rollback commit at most: with slow undos (an HTTP call each) a batch
-#: is committed sooner, so a crash re-runs few of them.
-BATCH_SECONDS = 0.25
+#: Seconds of undo work per rollback commit at most: an undo taking this long or longer (any
+#: network call) is committed alone, before the next undo starts.
+BATCH_SECONDS = 0.005
+#: A batch is committed sooner, once the undo work since the last commit took this many times as
+#: long as that commit did: undos slower than that commit alone too, and only undos much faster
+#: than a commit share one, so committing stays a small part of the rollback's time.
+COMMIT_RATIO = 9
 
 
 def _strings(value: Iterable[str] | str) -> tuple[str, ...]:
@@ -472,6 +483,8 @@ class _DefinitionRollback:
         self._attempts: list[tuple[str, str]] = []
         self._failures: list[tuple[str, str]] = []
         self._batch_started = time.monotonic()
+        #: How long the last commit of a batch took, in seconds (none yet: 0, commit at once).
+        self._commit_seconds = 0.0
 
     def _result(self, status: str, counts: Counts | None = None) -> DefinitionResult:
         return DefinitionResult(
@@ -553,15 +566,22 @@ class _DefinitionRollback:
 
     # --- the batch ---------------------------------------------------------------------------
 
-    def _note(self, identity: str, attempt: dict[str, Any] | None) -> None:
-        """Add one undo's outcome to the batch; commit the batch once it is full (or old)."""
+    def _note(self, identity: str, attempt: dict[str, Any] | None, took: float) -> None:
+        """
+        Add one undo's outcome to the batch (*took*: the seconds that undo ran); commit the batch
+        once that undo, or the undo work since the last commit, is long enough (`BATCH_SECONDS`,
+        `COMMIT_RATIO` commits), or the batch is full.
+        """
         if attempt is None:
             self._deleted.append(identity)
         else:
             self._add_attempt(identity, attempt)
+        # With -c N undos overlap: one undo long enough commits at its end, whatever the rest.
+        work = max(took, time.monotonic() - self._batch_started)
         if (
-            len(self._deleted) + len(self._attempts) >= BATCH
-            or time.monotonic() - self._batch_started >= BATCH_SECONDS
+            work >= BATCH_SECONDS
+            or work >= COMMIT_RATIO * self._commit_seconds
+            or len(self._deleted) + len(self._attempts) >= BATCH
         ):
             self._flush()
 
@@ -574,6 +594,7 @@ class _DefinitionRollback:
         """Commit the batch: its deletes, its attempts and the counts, in one transaction."""
         deleted, attempts = self._deleted, self._attempts
         if deleted or attempts:
+            started = time.monotonic()
             owner = self.owner
             counts = self.counts + Counts(failed=len(attempts), rolled_back=len(deleted))
             results = {**owner.results, self.definition_id: self._result("running", counts)}
@@ -593,6 +614,7 @@ class _DefinitionRollback:
             for type_, message in self._failures:
                 owner.errors.count(self.definition_id, "rollback", type_, message)
             self._deleted, self._attempts, self._failures = [], [], []
+            self._commit_seconds = time.monotonic() - started
         self._batch_started = time.monotonic()
 
     # --- one undo ----------------------------------------------------------------------------
@@ -672,9 +694,12 @@ class _DefinitionRollback:
         came in, see `_stop_after_the_item`)."""
         note = self._note
         undo = self._undo_sync
+        clock = time.monotonic
         with _stop_after_the_item() as asked:
             for state in targets:
-                note(state.identity, undo(fn, state))
+                started = clock()
+                attempt = undo(fn, state)
+                note(state.identity, attempt, clock() - started)
                 if self._stopping or asked.is_set():
                     return True
         return False
@@ -730,9 +755,10 @@ class _DefinitionRollback:
 
         async def work(worker: int) -> None:
             for state in pending:
+                started = time.monotonic()
                 attempt = await undo(worker, state)
                 running.pop(worker, None)
-                self._note(state.identity, attempt)
+                self._note(state.identity, attempt, time.monotonic() - started)
                 if self._stopping:
                     return
 

@@ -6,6 +6,7 @@ throwaway PostgreSQL server, started the first time a test asks for it.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,65 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if report.failed and report.longrepr is not None:
             report.longrepr = _utf8(str(report.longrepr))
     return report
+
+
+# What the suite may leave in the checkout: caches, each in a folder of this name.
+_CACHES = frozenset(
+    {"__pycache__", ".venv", ".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+)
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _left_in_checkout() -> frozenset[str] | None:
+    """Untracked and ignored paths of the checkout (caches aside); None outside a git checkout."""
+    try:
+        done = subprocess.run(
+            ["git", "status", "--porcelain", "--ignored", "-z"],
+            cwd=_ROOT,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    entries = [entry for entry in done.stdout.decode("utf-8", "replace").split("\0") if entry]
+    return frozenset(
+        entry[3:]
+        for entry in entries
+        if entry[:2] in ("??", "!!")
+        and not _CACHES.intersection(Path(entry[3:]).parts)
+        and not entry[3:].rstrip("/").endswith(".egg-info")
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note what the checkout holds beside its tracked files before any test runs."""
+    if not hasattr(session.config, "workerinput"):
+        session.config.stash[_CHECKOUT_BEFORE] = _left_in_checkout()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """
+    Fail the run when a test left a file in the checkout (a store opened by a relative path, a
+    report written to the current folder): tests write under their tmp_path only.
+    """
+    before = session.config.stash.get(_CHECKOUT_BEFORE, None)
+    after = _left_in_checkout() if before is not None else None
+    if before is None or after is None or not after - before:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(
+            "the tests left these in the checkout (write under tmp_path instead): "
+            + ", ".join(sorted(after - before)),
+            red=True,
+        )
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_CHECKOUT_BEFORE = pytest.StashKey[frozenset[str] | None]()
 
 
 @pytest.fixture(params=["asyncio", "trio"])

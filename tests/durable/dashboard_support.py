@@ -27,7 +27,7 @@ APP_TEXT = '''
 from pathlib import Path
 
 from effects import FatalError
-from effects.durable import Engine, Queue, step, workflow
+from effects.durable import Engine, Queue, current_step, step, workflow
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,6 +41,13 @@ def charge(order):
 @step("double")
 async def double(n):
     return 2 * n
+
+
+@step("crunch", retries=3, backoff="exp", backoff_ms=3_600_000)
+def crunch(n):
+    """Beats its progress, then fails: the run waits an hour to retry."""
+    current_step().heartbeat({"done": 3, "of": 10})
+    raise ValueError("half way")
 
 
 @workflow("checkout")
@@ -72,6 +79,11 @@ async def saga(ctx, n):
     return await ctx.step(double, n)
 
 
+@workflow("crunching")
+async def crunching(ctx, n):
+    return await ctx.step(crunch, n)
+
+
 @workflow("chatty")
 async def chatty(ctx, n):
     """n local steps: 2 n events in its trail."""
@@ -80,8 +92,8 @@ async def chatty(ctx, n):
     return n
 
 
-WORKFLOWS = [checkout, pay, declined, saga, chatty]
-STEPS = [charge, double]
+WORKFLOWS = [checkout, pay, declined, saga, crunching, chatty]
+STEPS = [charge, double, crunch]
 QUEUES = [Queue("payments", 1)]
 engine = Engine("sqlite:///durable.db", workflows=WORKFLOWS, steps=STEPS, queues=QUEUES)
 '''

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +27,14 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.durable.dashboard_support import DashApp, Served, make_dash_app, seed, served
+from tests.durable.dashboard_support import (
+    DashApp,
+    Served,
+    make_dash_app,
+    seed,
+    served,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -235,3 +245,157 @@ def test_a_run_of_2000_events_renders_its_first_page_of_100(
     page.get_by_role("link", name="failed only").click()
     assert 0 == page.locator("table.events tbody tr").count()
     page.screenshot(path=artifacts / "dashboard-run-long.png")
+
+
+def ids_shown(page: Any) -> list[str]:
+    """The run ids the runs page lists, in order."""
+    return [str(text) for text in page.locator("table.runs td.id").all_inner_texts()]
+
+
+def test_filters_keyset_pages_progress_and_the_failed_only_trail(
+    watched: Watched, server: Served, app: DashApp, artifacts: Path
+) -> None:
+    """Older/Newest keyset pages of 50, a status chip, the filter form (workflow, id prefix,
+    retrying), a run's heartbeat progress, next attempt and policy, and its failed-only trail."""
+
+    async def more() -> None:
+        async with app.engine(steps=False) as engine:
+            for n in range(55):
+                await engine.start("pay", n, run_id=f"bulk-{n:02d}")
+        async with app.engine() as engine:
+            await engine.start("crunching", 1, run_id="crunch-1")
+            await engine.run_until_idle()
+
+    in_thread(more)
+    page = watched.page
+    page.goto(server.url)
+    first = ids_shown(page)
+    assert 50 == len(first)
+    assert "crunch-1" == first[0]  # newest first
+    page.get_by_role("link", name="Older →").click()
+    second = ids_shown(page)
+    assert 61 - 50 == len(second)
+    assert set() == set(first) & set(second)
+    assert 0 == page.get_by_role("link", name="Older →").count()
+    page.get_by_role("link", name="← Newest").click()
+    assert first == ids_shown(page)
+
+    page.locator("nav.chips a.s-failed").click()
+    assert ["declined/1 <script>x</script>"] == ids_shown(page)
+    page.get_by_role("link", name="Clear").click()
+    page.fill("input[name=workflow]", "pay")
+    page.fill("input[name=id]", "bulk-1")
+    page.get_by_role("button", name="Filter").click()
+    assert [f"bulk-{n}" for n in range(19, 9, -1)] == sorted(ids_shown(page), reverse=True)
+    assert "workflow = pay, run id starts with bulk-1" in page.inner_text("p.muted")
+    page.get_by_role("link", name="Clear").click()
+    page.check("input[name=retrying]")
+    page.get_by_role("button", name="Filter").click()
+    assert {"crunch-1", "order-<1>"} == set(ids_shown(page))
+    page.screenshot(path=artifacts / "dashboard-runs-retrying.png", full_page=True)
+
+    page.get_by_role("link", name="crunch-1").click()
+    row = page.locator("table.checkpoints tbody tr").first.inner_text()
+    assert "attempt 1 of 3" in row
+    assert '{"done": 3, "of": 10}' in row
+    assert "from_step_options(retries=3, backoff='exp', backoff_ms=3600000)" in row
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", row)  # the next attempt
+    page.screenshot(path=artifacts / "dashboard-run-progress.png", full_page=True)
+    every = len(page.locator("table.events tbody tr").all())
+    page.get_by_role("link", name="failed only").click()
+    levels = page.locator("table.events tbody tr td:nth-child(3)").all_inner_texts()
+    assert ["warning"] == levels  # step.failed; every other event of this run is info
+    assert every > 1
+    page.get_by_role("link", name="all", exact=True).click()
+    assert every == len(page.locator("table.events tbody tr").all())
+
+
+OPS_TEXT = '''
+"""The user's own service: the dashboard mounted at /ops, the engine opened by its lifespan."""
+
+import contextlib
+
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from app import engine
+from effects.durable import dashboard
+
+
+@contextlib.asynccontextmanager
+async def lifespan(_):
+    async with engine:
+        yield
+
+
+service = Starlette(routes=[Mount("/ops", app=dashboard.app(engine))], lifespan=lifespan)
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def mounted(app: DashApp) -> Iterator[str]:
+    """The app's dashboard under Mount("/ops") of a Starlette service run by uvicorn: its URL."""
+    (app.root / "ops.py").write_text(OPS_TEXT)
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "ops:service", "--port", str(port), "--no-access-log"],
+        cwd=app.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/ops/"
+
+    def up() -> bool:
+        assert process.poll() is None, process.communicate()
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_until(up, 60, "the mounted dashboard")
+        yield url
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+
+
+def test_under_a_mount_the_pages_work_offline(watched: Watched, mounted: str) -> None:
+    """Mounted at /ops in the user's service: every request the pages make (styles, script,
+    icon, live stream, actions) goes to /ops of that server, none elsewhere (no CDN: it works
+    offline); styles and script apply; an action answers with the run's page under /ops."""
+    origin = mounted.removesuffix("/ops/")
+    seen: list[str] = []
+    elsewhere: list[str] = []
+
+    def only_here(route: Any) -> None:
+        target = str(route.request.url)
+        if target.startswith(f"{origin}/ops/"):
+            seen.append(target)
+            route.continue_()
+        else:
+            elsewhere.append(target)
+            route.abort()
+
+    watched.context.route("**/*", only_here)
+    page = watched.page
+    page.goto(mounted)
+    header = "getComputedStyle(document.querySelector('header.top')).backgroundColor"
+    assert page.evaluate(header) not in ("", "rgba(0, 0, 0, 0)")  # dashboard.css applied
+    page.get_by_role("link", name="pay-1").click()
+    page.wait_for_selector("main.streaming")  # dashboard.js ran and opened the stream
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    page.wait_for_selector(".status .s-cancelled")
+    assert f"{mounted}runs/pay-1" == page.url
+    assert [] == elsewhere
+    assert any(url.endswith("/ops/static/dashboard.css") for url in seen)
+    assert any(url.endswith("/ops/static/dashboard.js") for url in seen)
+    assert any("/ops/api/runs/pay-1/stream" in url for url in seen)

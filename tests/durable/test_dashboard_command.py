@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from effects.durable._dashboard.serve import is_loopback
+from effects.durable._dashboard.serve import is_loopback, loopback_host
 from tests.durable.dashboard_support import (
     DashApp,
     Served,
@@ -125,6 +125,32 @@ def test_with_a_token_on_any_host_every_request_needs_it(app: DashApp) -> None:
     finally:
         process.terminate()
         process.communicate(timeout=60)
+
+
+def test_without_a_token_a_request_naming_another_host_is_refused(server: Served) -> None:
+    """DNS rebinding: a page of another site whose name points at 127.0.0.1 sends that name as
+    Host; without a token, only loopback names are answered (reads and actions alike)."""
+    port = server.url.rsplit(":", 1)[1].strip("/")
+    for host in ("evil.example", f"evil.example:{port}", "", f"10.0.0.1:{port}"):
+        refused = httpx.get(server.url, headers={"Host": host}, timeout=30)
+        assert (400, "host: not a loopback name\n") == (refused.status_code, refused.text), host
+        posted = httpx.post(
+            f"{server.url}runs/pay-1/cancel",
+            headers={"Host": host, "Origin": f"http://{host}"},
+            data={"csrf": "x"},
+            timeout=30,
+        )
+        assert 400 == posted.status_code
+    for host in (f"localhost:{port}", "127.0.0.1", f"127.0.0.1:{port}", "localhost."):
+        assert 200 == httpx.get(server.url, headers={"Host": host}, timeout=30).status_code, host
+
+
+def test_loopback_host_headers() -> None:
+    """Host header values that name loopback, with or without a port; others do not."""
+    good = ["localhost", "LOCALHOST:80", "127.0.0.1:8765", "[::1]:8765", "[::1]", "127.1.2.3"]
+    bad = [None, "", "example.com:80", "0.0.0.0:1", "[::]:1", "localhost.evil.example", "[::1"]
+    assert all(map(loopback_host, good))
+    assert not any(map(loopback_host, bad))
 
 
 def test_loopback_is_127_slash_8_ipv6_one_and_localhost() -> None:

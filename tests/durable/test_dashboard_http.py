@@ -9,6 +9,7 @@ import contextlib
 import html
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from effects.durable import dashboard
+from effects.durable import Engine, dashboard
 from tests.durable.dashboard_support import HOSTILE, DashApp, csrf_of, make_dash_app, seed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -349,6 +350,38 @@ async def test_a_post_without_the_csrf_field_or_from_another_origin_is_refused(
         http.headers.pop("Origin")
         done = await http.post(target, data={"csrf": csrf}, headers={"Referer": f"{ORIGIN}/x"})
         assert 303 == done.status_code
+
+
+async def test_a_store_that_fails_is_a_503_naming_it_and_nothing_changes(
+    dash: tuple[DashApp, dict[str, str]],
+) -> None:
+    """Another process holds the SQLite store's write lock past the busy timeout: the action
+    answers 503 with the store's error (a page, or JSON), and the run is as it was."""
+    app, ids = dash
+    module = app.module()
+    engine = Engine(f"{app.url}?busy_timeout_ms=100", workflows=module.WORKFLOWS)
+    async with engine:
+        transport = httpx.ASGITransport(app=dashboard.app(engine))
+        async with httpx.AsyncClient(
+            transport=transport, base_url=ORIGIN, headers={"Origin": ORIGIN}
+        ) as http:
+            csrf = csrf_of((await http.get(run_url(ids["waiting"]))).text)
+            lock = sqlite3.connect(app.root / "durable.db", isolation_level=None)
+            try:
+                lock.execute("BEGIN EXCLUSIVE")
+                failed = await http.post(run_url(ids["waiting"], "cancel"), data={"csrf": csrf})
+                as_json = await http.post(
+                    run_url(ids["waiting"], "cancel"),
+                    data={"csrf": csrf},
+                    headers={"Accept": "application/json"},
+                )
+            finally:
+                lock.close()
+    assert 503 == failed.status_code
+    assert "store error: " in failed.text
+    assert "busy_timeout_ms=100" in failed.text  # the message says what held it up
+    assert (503, "store error: ") == (as_json.status_code, as_json.json()["error"][:13])
+    assert "suspended" == await status_of(app, ids["waiting"])
 
 
 async def test_read_only_shows_no_buttons_and_refuses_every_post(

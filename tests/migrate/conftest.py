@@ -5,6 +5,8 @@ SQLite and PostgreSQL (a schema of its own per test).
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,3 +64,24 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def _drop_durable_schema(server: PostgresServer) -> None:
     with psycopg.connect(server.dsn(), autocommit=True) as db:
         db.execute("DROP SCHEMA IF EXISTS effects_durable CASCADE")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 192 KiB tmpfs: a real disk that fills up (``mount -o remount,size=...`` resizes it)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root, so no real full disk can be made here")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"this machine does not allow mounting a tmpfs: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -13,6 +13,7 @@ import pytest
 import migrate
 from migrate import StateWrite, WindowCommit
 from tests.migrate.cli_support import run_main
+from tests.migrate.rollback_support import make_rollback_project
 
 ODD = [
     "a b",
@@ -278,3 +279,18 @@ def test_tracking_that_is_not_an_object_reaches_the_rollback_as_it_is(store_url:
         )
     assert 1 == migrate.rollback(config).definitions["p"].counts.rolled_back
     assert [([1, 2], None)] == seen
+
+
+def test_an_id_that_is_not_utf8_is_skipped_and_named_escaped(
+    tmp_path: Path, store_url: str
+) -> None:
+    """``--id`` of byte 0xff (a lone surrogate once the command line is decoded) beside a real
+    one: it is counted skipped and named escaped; only the real one is undone."""
+    project = make_rollback_project(tmp_path, store_url, people=3)
+    assert 0 == project.main("run", "people").returncode
+    done = project.main("rollback", "people", "--id", "\udcff", "--id", "2")
+    assert 0 == done.returncode, done.stderr
+    assert "1 identity asked for had no stored state ('\\udcff'): skipped" in done.stdout
+    assert (["1", "3"], [("people", "2")]) == (sorted(project.states("people")), project.calls())
+    shown = project.json("rollback", "people", "--id", "\udcff")
+    assert {"rolled_back": 0, "failed": 0, "skipped": 1} == shown["definitions"]["people"]

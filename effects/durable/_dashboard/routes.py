@@ -42,7 +42,7 @@ from effects.durable._store import RunQuery
 from effects.durable._store.rules import REQUEUEABLE
 from effects.durable._time import epoch_ms
 from effects.durable._views import dumps, redacted, run_json, show_json
-from effects.durable.errors import UnknownRunError
+from effects.durable.errors import StoreError, UnknownRunError
 
 __all__ = ["BULK_LIMIT", "EVENTS_LIMIT", "build", "version_of"]
 
@@ -450,6 +450,8 @@ def build(engine: Engine, *, read_only: bool, token: str | None) -> Starlette:
                 return await handler(request)
             except _RefusedError as refusal:
                 return board.refused(request, refusal)
+            except StoreError as error:  # a locked, full or unreachable store: nothing changed
+                return board.refused(request, _RefusedError(503, f"store error: {error}"))
 
         return route
 
