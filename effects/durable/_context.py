@@ -17,9 +17,11 @@ settled record stops the workflow (``Stopped``, a ``BaseException`` too).
 
 from __future__ import annotations
 
+import datetime
 import functools
 import inspect
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, overload
 
@@ -58,8 +60,10 @@ O = TypeVar("O")  # noqa: E741
 _EMPTY_POLICY: Final = StepPolicy({})
 _JSON_SCALARS: Final = frozenset({int, str, float, bool, type(None)})
 _Suspended = Suspended
-#: The name of every sleep's checkpoint.
+#: The names of the checkpoints of ``sleep``, ``now`` and ``uuid``.
 _SLEEP: Final = "durable.sleep"
+_NOW: Final = "durable.now"
+_UUID: Final = "durable.uuid"
 _Stopped = Stopped
 #: What ``_run_local`` returns for a compensation whose attempts are spent (recorded, not raised).
 _UNDO_FAILED: Final = object()
@@ -209,6 +213,11 @@ def _describe(name: str, kind: CheckpointKind) -> str:
     return f"{name!r} ({kind})"
 
 
+def _iso(seconds: float) -> str:
+    """Epoch *seconds* as ISO 8601 text in UTC (what ``ctx.now`` records)."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat()
+
+
 def _slept(now: int, seq: int, cp: Checkpoint) -> NewEvent:
     """``step.completed`` of a sleep that came due."""
     return NewEvent("step.completed", now, seq, {"kind": "sleep", "wake_at": cp.wake_at})
@@ -269,7 +278,8 @@ class WorkflowContext:
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
-    def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
+    def _check_open(self) -> None:
+        """Raise what a call on this context meets once the turn cannot go on."""
         if self._fatal is not None:
             raise self._fatal
         if self._stopped and not self._unwinding:
@@ -277,6 +287,9 @@ class WorkflowContext:
         if self._closed or self._turn.broken is not None:
             # A turn whose write failed goes no further, even if the workflow caught the error.
             raise _Suspended
+
+    def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
+        self._check_open()
         self._seq += 1
         seq = self._seq
         self._turn.names[seq] = name
@@ -570,7 +583,7 @@ class WorkflowContext:
             if text is None:
                 text = dump(codec, result, f"output of local step {name!r}")
             now = turn.now()
-            if recorded is None and attempt == 1:
+            if recorded is None and attempt == 1 and not turn.unwritten:
                 try:
                     await turn.store.record_local_step(
                         turn.run.run_id,
@@ -694,6 +707,76 @@ class WorkflowContext:
         await timers.arm(turn, seq, name=_SLEEP, kind="sleep", wake_at=wake_at, now=now,
                          events=(armed,))  # fmt: skip
         raise self._suspend()
+
+    # -- recorded values and patches --------------------------------------------------------------
+
+    async def now(self) -> datetime.datetime:
+        """
+        The engine clock's time as a UTC ``datetime``, read once and recorded (the local step
+        ``durable.now``): every replay returns the same value.
+
+        Raises:
+            NonDeterminismError: If the run recorded a different step at this position.
+        """
+        clock = self._turn.clock
+        text = await self.local_step(_NOW, lambda: _iso(clock.now()))
+        return datetime.datetime.fromisoformat(text)
+
+    async def uuid(self) -> str:
+        """
+        A random UUID, version 4, in canonical form (``"1b4e28ba-2fa1-4d3b-a3f5-ef19b5a7633b"``),
+        made once and recorded (the local step ``durable.uuid``): every replay returns it again.
+
+        Raises:
+            NonDeterminismError: If the run recorded a different step at this position.
+        """
+        return str(await self.local_step(_UUID, lambda: str(uuid.uuid4())))
+
+    def patched(self, change_id: str) -> bool:
+        """
+        Whether this run takes the new code path of the change *change_id*, so one version of a
+        workflow serves runs started before a change and runs started after it.
+
+        ``True`` for a run that reaches this point under the code that has the patch: a
+        checkpoint of kind ``"patch"`` named *change_id* is recorded here (with the turn's next
+        write), so every replay says ``True`` again. ``False`` for a run that had passed this
+        point before the patch existed (another step is recorded at this position): that takes
+        no sequence number, so the old path replays as it was recorded. Once no run of the old
+        code is left, drop the old path; keep the ``patched`` call (or replace it by nothing
+        only when no run recorded the patch either).
+
+        Example:
+            .. code-block:: python
+
+                if ctx.patched("charge-in-cents"):
+                    await ctx.step(charge_cents, order)
+                else:
+                    await ctx.step(charge, order)
+
+        Args:
+            change_id: A name for the change (a non-empty string); a second ``patched`` with
+                the same id is a point of its own.
+
+        Raises:
+            TypeError: If *change_id* is not a string.
+            ValueError: If *change_id* is empty, has surrounding spaces, U+0000 or a lone
+                surrogate.
+        """
+        check_name(change_id, "change_id")
+        self._check_open()
+        ahead = self._checkpoints.get(self._seq + 1)
+        if ahead is not None and (ahead.kind != "patch" or ahead.name != change_id):
+            return False  # the run passed here under older code: the old path replays
+        seq, recorded = self._next(change_id, "patch")
+        if recorded is not None:
+            return True
+        if self._stops_at(None):
+            raise self._stop()
+        turn = self._turn
+        now = turn.now()
+        marker = timers.pending(turn, seq, name=change_id, kind="patch", wake_at=None, now=now)
+        turn.unwritten.append(CheckpointWrite(attrs.evolve(marker, status="completed"), None))
+        return True
 
     # -- dispatched steps -------------------------------------------------------------------------
 

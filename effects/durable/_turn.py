@@ -139,6 +139,10 @@ class Turn:
     names: dict[int, str] = attrs.field(factory=dict[int, str])
     #: The engine's telemetry probes.
     probes: Probes = attrs.field(factory=Probes)
+    #: Checkpoints recorded without a write of their own (``ctx.patched``'s markers): the
+    #: turn's next commit carries them. Lost with a crash before it, they are recorded again
+    #: by the replay, which reaches them with nothing after them recorded either.
+    unwritten: list[CheckpointWrite] = attrs.field(factory=list[CheckpointWrite])
 
     def now(self) -> int:
         """Epoch ms now."""
@@ -158,6 +162,9 @@ class Turn:
         ``StoreError`` if the store failed, which also marks the turn ``broken``).
         """
         at = self.now() if now is None else now
+        # A release gives the run back and a broken turn writes nothing more of its own: the
+        # replay records the unwritten checkpoints again.
+        carried = self.unwritten if self.broken is None and advance.action != "release" else []
         try:
             await self.store.commit_turn(
                 TurnCommit(
@@ -165,7 +172,7 @@ class Turn:
                     self.token,
                     at,
                     advance,
-                    checkpoints,
+                    [*carried, *checkpoints] if carried else checkpoints,
                     tasks,
                     events,
                 )
@@ -173,6 +180,8 @@ class Turn:
         except StoreError as error:
             self.broken = error
             raise
+        if carried:
+            self.unwritten = []
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
         later = (advance.action == "suspend" and advance.wake_at is not None) or any(
