@@ -30,6 +30,7 @@ from typing_extensions import Unpack
 
 from effects import FatalError, is_async_callable
 from effects.durable import _timers as timers
+from effects.durable._bounds import duration_ms
 from effects.durable._codec import JSON, Codec, dump, from_data
 from effects.durable._definitions import StepDef, check_name
 from effects.durable._failures import in_thread, is_failure, thrown
@@ -40,7 +41,6 @@ from effects.durable._remote import Member, compensation_failed, liveness, settl
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import CheckpointWrite, NewEvent
 from effects.durable._store.rules import COMPENSATION_PREFIX, settled
-from effects.durable._timers import duration_ms
 from effects.durable._turn import HOLD, Stopped, Suspended, Turn, tell_hooks, wait_ms
 from effects.durable.errors import (
     NonDeterminismError,
@@ -259,8 +259,9 @@ class WorkflowContext:
         self._fatal: NonDeterminismError | None = None
         self._undos: list[_Undo] = []
         self._unwinding = False
-        # A run asked to cancel with compensation replays only what it has recorded.
-        self._cancelling = turn.run.cancel == "compensate"
+        # A run asked to cancel with compensation, or past its deadline, replays only what it
+        # has recorded.
+        self._cancelling = turn.run.cancel == "compensate" or turn.timing_out
         self._stopped = False
 
     @property
@@ -290,6 +291,8 @@ class WorkflowContext:
 
     def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
         self._check_open()
+        if self._turn.run.deadline is not None:
+            self._turn.check_deadline()
         self._seq += 1
         seq = self._seq
         self._turn.names[seq] = name
@@ -333,8 +336,16 @@ class WorkflowContext:
 
     @property
     def cancelling(self) -> bool:
-        """Whether the run is being cancelled with compensation (this turn replays, then undoes)."""
+        """
+        Whether the run is being cancelled with compensation, or timed out (this turn replays
+        what is recorded, then undoes).
+        """
         return self._cancelling
+
+    @property
+    def timing_out(self) -> bool:
+        """Whether this turn times the run out (its deadline passed): it replays, then undoes."""
+        return self._turn.timing_out
 
     # -- local steps ------------------------------------------------------------------------------
 
@@ -578,7 +589,9 @@ class WorkflowContext:
                     await turn.commit(turn.lease(now, delay_ms), events=events, now=now)
                     events = []
                     _tell_probes(turn, untold)
-                    await turn.clock.sleep_async(delay_ms / 1000)
+                    # A wait past the run's deadline ends there: the run times out then.
+                    await turn.clock.sleep_async(turn.until_deadline(delay_ms, now) / 1000)
+                    turn.check_deadline()
                 continue
             if text is None:
                 text = dump(codec, result, f"output of local step {name!r}")

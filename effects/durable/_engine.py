@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar, overload
 import attrs
 
 from effects import Clock
-from effects.durable._bounds import checked_count, checked_ms
+from effects.durable._bounds import MAX_WAKE_MS, checked_count, checked_ms, timeout_ms
 from effects.durable._codec import dump, from_data
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._finishes import Finishes
@@ -339,16 +339,29 @@ class Engine:
 
     @overload
     async def start(
-        self, workflow: WorkflowDef[I, O], input: I, *, run_id: str | None = None
+        self,
+        workflow: WorkflowDef[I, O],
+        input: I,
+        *,
+        run_id: str | None = None,
+        timeout: DurationLike | None = None,
     ) -> str: ...
     @overload
-    async def start(self, workflow: str, input: Any, *, run_id: str | None = None) -> str: ...
+    async def start(
+        self,
+        workflow: str,
+        input: Any,
+        *,
+        run_id: str | None = None,
+        timeout: DurationLike | None = None,
+    ) -> str: ...
     async def start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
         input: Any,  # noqa: A002 - the design's name
         *,
         run_id: str | None = None,
+        timeout: DurationLike | None = None,
     ) -> str:
         """
         Start a run of *workflow* with *input*; return its id.
@@ -358,19 +371,31 @@ class Engine:
             input: The workflow's input (JSON, or what its codec takes).
             run_id: The run's id; default a random one. Starting an id that exists returns it
                 and changes nothing (idempotent).
+            timeout: The whole-run timeout (seconds, a ``timedelta`` or a string like
+                ``"1h"``); default the workflow's own (``@workflow(..., timeout=)``), else none.
+                At its deadline (``created_at + timeout``, epoch ms, the run's ``deadline``) a
+                run that has not finished fails with code ``"workflow_timeout"`` (event
+                ``run.failed``), however long its current turn takes: its pending attempts are
+                withdrawn, as a cancel withdraws them, and its compensations run.
 
         Raises:
-            ValueError: If this engine has no such workflow, or *run_id* names a run of
-                another workflow.
-            TypeError: If *input* cannot be stored (nothing is written).
+            ValueError: If this engine has no such workflow, *run_id* names a run of another
+                workflow, or *timeout* is not a duration of at least 1 ms.
+            TypeError: If *input* cannot be stored (nothing is written), or *timeout* is not a
+                duration.
         """
         definition = self._workflow(workflow)
+        limit = definition.timeout_ms if timeout is None else timeout_ms(timeout, "timeout")
         if run_id is None:
             run_id = secrets.token_hex(16)
         else:
             check_name(run_id, "run_id")
         text = dump(definition.codec, input, f"input of workflow {definition.name!r}")
         now = self._now()
+        deadline = None if limit is None else now + limit
+        if deadline is not None and deadline > MAX_WAKE_MS:
+            msg = f"timeout must end by epoch ms {MAX_WAKE_MS}, got {timeout!r} ({limit} ms)"
+            raise ValueError(msg)
         # A working engine with a free slot that serves the workflow takes the run as it makes
         # it, and runs its first turn at once: no claim, no wake-up of anyone.
         # The slot is taken before the insert: starts at once never overrun the concurrency.
@@ -389,6 +414,7 @@ class Engine:
                     token,
                     lease_until,
                     trace.traceparent,
+                    deadline,
                 ),
                 (NewEvent("run.started", now, None, {"workflow": definition.name}),),
             )

@@ -65,6 +65,8 @@ class Run:
             compensate=True)``: its compensations run first, then it is ``cancelled``).
         traceparent: The W3C ``traceparent`` made at ``start`` (one trace per run, whichever
             process runs it), or ``None`` for a run of a store from before telemetry.
+        deadline: Epoch ms at which the run fails with ``workflow_timeout`` unless it finished
+            (``created_at`` plus its whole-run timeout), or ``None`` (no timeout).
     """
 
     run_id: str
@@ -80,6 +82,7 @@ class Run:
     wake_at: int | None = None
     cancel: str | None = None
     traceparent: str | None = None
+    deadline: int | None = None
 
 
 @attrs.frozen

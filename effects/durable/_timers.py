@@ -16,42 +16,15 @@ timeout): ``arm`` writes the pending checkpoint and suspends the run until its `
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
-from typing import Final
 
 import attrs
 
 from effects.durable._records import Checkpoint, CheckpointKind
 from effects.durable._store import CheckpointWrite, NewEvent, RunAdvance
 from effects.durable._turn import HOLD, Turn
-from schedules import DurationLike, to_seconds
 
-__all__ = ["MAX_WAKE_MS", "arm", "due", "duration_ms", "fire", "pending", "wait"]
-
-#: The latest epoch ms a timer or a deadline may fall on: 2**53 - 1 (about the year 287,000),
-#: which every store and every JSON reader keeps exactly.
-MAX_WAKE_MS: Final = 2**53 - 1
-
-
-def duration_ms(duration: DurationLike, now: int, *, name: str = "duration") -> int:
-    """
-    *duration* in whole ms (``round(seconds * 1000)``), checked so that ``now + it`` is a time
-    the stores keep.
-
-    Raises:
-        TypeError: If *duration* is not seconds, a ``timedelta`` or a string.
-        ValueError: If it is negative, NaN, infinite, a ``bool``, a string that does not parse,
-            or so long that ``now + it`` passes ``MAX_WAKE_MS``; the message names *name*.
-    """
-    seconds = to_seconds(duration, name=name)
-    ms = seconds * 1000
-    if not math.isfinite(ms) or now + ms > MAX_WAKE_MS:
-        msg = (
-            f"{name} must end by epoch ms {MAX_WAKE_MS} (about the year 287,000), got {duration!r}"
-        )
-        raise ValueError(msg)
-    return round(ms)
+__all__ = ["arm", "due", "fire", "pending", "wait"]
 
 
 def due(cp: Checkpoint, now: int) -> bool:

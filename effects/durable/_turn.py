@@ -21,12 +21,14 @@ from effects.durable._store import (
     Store,
     TurnCommit,
 )
+from effects.durable._store.rules import parked_until
 from effects.durable._time import epoch_ms
 from effects.durable.errors import StoreError
 from schedules import MAX_DELAY, RandomLike
 
 __all__ = [
     "HOLD",
+    "DeadlinePassed",
     "StepWaiter",
     "Stopped",
     "Suspended",
@@ -52,6 +54,14 @@ class Stopped(BaseException):
     """
     A run being cancelled with compensation stops here: its replay met a step with no settled
     record. Not an error, and not catchable by ``except Exception``.
+    """
+
+
+class DeadlinePassed(BaseException):
+    """
+    The run's whole-run deadline came during a turn: the turn stops where it is and gives the
+    run back, and the next turn (which finds the deadline passed) fails it. Not an error, and
+    not catchable by ``except Exception``.
     """
 
 
@@ -143,10 +153,35 @@ class Turn:
     #: turn's next commit carries them. Lost with a crash before it, they are recorded again
     #: by the replay, which reaches them with nothing after them recorded either.
     unwritten: list[CheckpointWrite] = attrs.field(factory=list[CheckpointWrite])
+    #: Whether this turn times its run out (its deadline had passed when it was claimed).
+    timing_out: bool = False
 
     def now(self) -> int:
         """Epoch ms now."""
         return epoch_ms(self.clock)
+
+    @property
+    def deadline(self) -> int | None:
+        """The run's whole-run deadline (epoch ms), or ``None``."""
+        return self.run.deadline
+
+    def check_deadline(self, now: int | None = None) -> None:
+        """
+        Raise ``DeadlinePassed`` if the run's deadline has come (at epoch ms *now*, default
+        the clock's reading). A turn that times its run out checks nothing.
+        """
+        deadline = self.run.deadline
+        if deadline is None or self.timing_out:
+            return
+        if (self.now() if now is None else now) >= deadline:
+            raise DeadlinePassed
+
+    def until_deadline(self, wait_ms: int, now: int) -> int:
+        """*wait_ms* from epoch ms *now*, cut short at the run's deadline (never below 0)."""
+        deadline = self.run.deadline
+        if deadline is None or self.timing_out:
+            return wait_ms
+        return max(0, min(wait_ms, deadline - now))
 
     async def commit(
         self,
@@ -162,6 +197,9 @@ class Turn:
         ``StoreError`` if the store failed, which also marks the turn ``broken``).
         """
         at = self.now() if now is None else now
+        if advance.action == "suspend" and self.run.deadline is not None and not self.timing_out:
+            # A waiting run is woken at its deadline, to time out then.
+            advance = attrs.evolve(advance, wake_at=parked_until(advance.wake_at, self.deadline))
         # A release gives the run back and a broken turn writes nothing more of its own: the
         # replay records the unwritten checkpoints again.
         carried = self.unwritten if self.broken is None and advance.action != "release" else []

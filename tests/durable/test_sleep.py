@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from effects.durable import NonDeterminismError, WorkflowContext, step, workflow
+from effects.durable._bounds import MAX_WAKE_MS
 from effects.durable._pytest_plugin import DurableEngineFactory
-from effects.durable._timers import MAX_WAKE_MS
 from tests.durable.support import START_MS, events_named
 
 pytestmark = pytest.mark.anyio

@@ -411,6 +411,77 @@ async def test_a_settled_failure_withdraws_queued_and_claimed_attempts(
     )  # fmt: skip
 
 
+async def test_a_timed_out_step_withdraws_its_attempts_and_stays_unsettled(
+    store: Store, durable_store_url: str
+) -> None:
+    """Failed, not final, code workflow_timeout: its claimed attempt withdrawn, its result lost."""
+    token = await claimed(store)
+    dispatch = [CheckpointWrite(remote(1), None, input='{"n":1}')]
+    await store.commit_turn(
+        TurnCommit("r1", token, NOW, RunAdvance("continue"), dispatch, [task(1)])
+    )
+    (claim,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    (awaited,) = await store.checkpoints("r1")
+    error = StepError("withdrawn", "workflow_timeout", None, "effects.durable.WorkflowTimeout")
+    stopped = attrs.evolve(awaited, status="failed", final=False, error=error, errors=(error,))
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW + 3,
+            RunAdvance("continue"),
+            [CheckpointWrite(stopped, awaited.rev, input='{"n":1}')],
+        )
+    )
+    assert [("withdrawn", 1)] == table(durable_store_url, "SELECT status, attempt FROM tasks")
+    assert not await store.record_result(claim, "w1", TaskOutcome(output="1"), NOW + 4)
+    cp = await store.get_checkpoint("r1", 1)
+    assert cp is not None
+    assert ("failed", False, "workflow_timeout", {"n": 1}) == (
+        cp.status, cp.final, cp.error and cp.error.code, cp.input
+    )  # fmt: skip
+    assert [("step.withdrawn", 1, {"attempt": 1, "claimed": True})] == [
+        e for e in await trail(store) if e[0] == "step.withdrawn"
+    ]
+
+
+async def test_a_deadline_is_kept_parks_a_reconciling_run_and_goes_with_a_requeue(
+    store: Store, durable_store_url: str
+) -> None:
+    """The run keeps its deadline; recovery parks it until then at most; requeue clears it."""
+    made = NewRun("r1", *WF, "null", NOW, deadline=NOW + 500)
+    await store.create_run(made, [NewEvent("run.started", NOW)])
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW, lease_until=NOW + 100, owner="e1", limit=5
+    )
+    assert NOW + 500 == turn.run.deadline
+    live = attrs.evolve(remote(1), timeout_ms=60_000)
+    await store.commit_turn(
+        TurnCommit("r1", turn.token, NOW, RunAdvance("continue"), [CheckpointWrite(live, None)])
+    )
+    report = await store.recover(now=NOW + 101, max_recovery_attempts=None, reconcile_ms=10_000)
+    assert ["r1"] == list(report.recovered_runs)
+    run = await store.get_run("r1")
+    assert run is not None
+    assert ("suspended", NOW + 500, NOW + 500) == (run.status, run.wake_at, run.deadline)
+    (again,) = await store.claim_runs(
+        workflows=[WF], now=NOW + 500, lease_until=NOW + 600, owner="e1", limit=5
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            again.token,
+            NOW + 500,
+            RunAdvance("finish", status="failed", error=StepError("late", "workflow_timeout")),
+        )
+    )
+    requeued = await store.requeue("r1", NOW + 600)
+    assert ("pending", None) == (requeued.status, requeued.deadline)
+    assert [(None,)] == table(durable_store_url, "SELECT deadline FROM runs")
+
+
 async def test_a_queue_admits_attempts_up_to_its_limit(store: Store) -> None:
     """Beyond the queue's limit an attempt waits; a result frees its slot for the oldest one."""
     token = await claimed(store)

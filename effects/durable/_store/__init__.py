@@ -68,7 +68,7 @@ class NewRun:
     """
     A run to create: ``pending``, or, with *lease_token*, ``running`` and leased (until epoch ms
     *lease_until*) to the engine that starts it and runs its first turn at once; *traceparent*
-    is its W3C trace context.
+    is its W3C trace context; *deadline* the epoch ms of its whole-run timeout, or ``None``.
     """
 
     run_id: str
@@ -79,6 +79,7 @@ class NewRun:
     lease_token: str | None = None
     lease_until: int | None = None
     traceparent: str | None = None
+    deadline: int | None = None
 
 
 @attrs.frozen

@@ -74,6 +74,7 @@ from effects.durable._store.rules import (
     gives_up,
     lease_holds,
     outcome_applies,
+    parked_until,
     recovery_verdict,
     redispatch,
     redispatchable,
@@ -153,6 +154,7 @@ class _RunRow:
     recovery_attempts: int = 0
     cancel: str | None = None
     traceparent: str | None = None
+    deadline: int | None = None
 
 
 @attrs.frozen
@@ -709,6 +711,7 @@ class MemoryStore:
                 lease_token=run.lease_token,
                 lease_until=run.lease_until if leased else None,
                 traceparent=run.traceparent,
+                deadline=run.deadline,
             )
             tables.put(tables.runs, run.run_id, row)
             self._insert_events(tables, event_rows(run.run_id, events))
@@ -1250,7 +1253,8 @@ class MemoryStore:
         cleared = attrs.evolve(run, lease_token=None, lease_until=None, updated_at=now)
         wake_at = now + reconcile_ms
         if verdict == "reconciling":
-            after = attrs.evolve(cleared, status="suspended", wake_at=wake_at)
+            parked = parked_until(wake_at, run.deadline)
+            after = attrs.evolve(cleared, status="suspended", wake_at=parked)
         elif verdict == "dead":
             error = error_text(dead_run(count, max_recovery_attempts))
             after = attrs.evolve(cleared, status="dead", error=error)
@@ -1339,6 +1343,7 @@ class MemoryStore:
                 lease_until=None,
                 recovery_attempts=0,
                 cancel=None,
+                deadline=None,
                 updated_at=now,
             )
             tables.put(tables.runs, run_id, fresh)

@@ -830,6 +830,7 @@ class PostgresStore:
             "token": leased,
             "until": None if leased is None else run.lease_until,
             "traceparent": run.traceparent,
+            "deadline": run.deadline,
             **self._events_json(events),
             **self._hint_params("r"),
             # A leased run is this engine's to run: no one else needs waking for it.

@@ -14,7 +14,7 @@ from typing import Final, LiteralString
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -176,6 +176,12 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         " WHEN (current_setting('effects_durable.tap', true) = 'on')"
         " EXECUTE FUNCTION durable_tap()",
     ),
+    (
+        # Workflow primitives (issue 23): a run's whole-run deadline (epoch ms, or NULL), and
+        # finished runs by their last change, so retention (prune) reads only what it deletes.
+        "ALTER TABLE runs ADD COLUMN deadline bigint",
+        "CREATE INDEX runs_by_status_updated ON runs (status, updated_at)",
+    ),
 )
 
 # -- the events tap (``Store.tap``), per session ---------------------------------------------------
@@ -300,9 +306,9 @@ ERRORS_INSERT: Final = (
 #: A start in one statement: the run, its events and the notification, or nothing at all.
 RUN_CREATE: Final = (
     "WITH made AS (INSERT INTO runs (run_id, workflow, version, status, input,"
-    " created_at, updated_at, lease_token, lease_until, traceparent) VALUES (%(id)s,"
+    " created_at, updated_at, lease_token, lease_until, traceparent, deadline) VALUES (%(id)s,"
     " %(workflow)s, %(version)s, %(status)s, %(input)s, %(now)s, %(now)s,"
-    " %(token)s, %(until)s, %(traceparent)s) ON CONFLICT (run_id) DO NOTHING"
+    " %(token)s, %(until)s, %(traceparent)s, %(deadline)s) ON CONFLICT (run_id) DO NOTHING"
     " RETURNING run_id, input),"
     f" trail AS ({_EVENTS_FROM_MADE}),"
     " hint AS (SELECT pg_notify(c, %(sender)s) FROM made,"
@@ -679,9 +685,10 @@ AWAITING_LIVENESS: Final = (
     "SELECT 1 FROM checkpoints WHERE run_id = %s AND kind = 'remote'"
     " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1"
 )
+#: Parked until ``%s``, or its deadline if that comes first (``rules.parked_until``).
 RUN_RECONCILE: Final = (
-    "UPDATE runs SET status = 'suspended', wake_at = %s, lease_token = NULL,"
-    " lease_until = NULL, updated_at = %s WHERE run_id = %s"
+    "UPDATE runs SET status = 'suspended', wake_at = LEAST(%s::bigint, deadline),"
+    " lease_token = NULL, lease_until = NULL, updated_at = %s WHERE run_id = %s"
 )
 RUN_DEAD: Final = (
     "UPDATE runs SET status = 'dead', error = %s, lease_token = NULL,"
@@ -728,7 +735,7 @@ FAILED_RESET: Final = (
 RUN_REQUEUE: Final = (
     "UPDATE runs SET status = 'pending', output = NULL, error = NULL,"
     " wake_at = NULL, woken = false, lease_token = NULL, lease_until = NULL,"
-    " recovery_attempts = 0, cancel = NULL,"
+    " recovery_attempts = 0, cancel = NULL, deadline = NULL,"
     f" updated_at = %s WHERE run_id = %s RETURNING {_RUN_COLUMNS}"
 )
 #: ``rules.compensated``: whether the run ``%s`` has a compensation's checkpoint.

@@ -54,6 +54,7 @@ RUN_COLUMNS: Final = (
     "wake_at",
     "cancel",
     "traceparent",
+    "deadline",
 )
 #: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
 #: column: each dialect reads it from ``step_errors`` (one row per failed attempt), as JSON text.
@@ -189,6 +190,7 @@ def run_of(row: Sequence[Any]) -> Run:
         wake_at=row[10],
         cancel=row[11],
         traceparent=row[12],
+        deadline=row[13],
     )
 
 
@@ -303,7 +305,8 @@ def task_values(task: NewTask, status: str, now: int) -> tuple[Any, ...]:
 def leased_run(run: NewRun, token: str) -> ClaimedRun:
     """*run* as ``create_run`` stored it leased to *token*: running, no checkpoints yet."""
     created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
-                  None, None, 0, run.now, run.now, traceparent=run.traceparent)  # fmt: skip
+                  None, None, 0, run.now, run.now, traceparent=run.traceparent,
+                  deadline=run.deadline)  # fmt: skip
     return ClaimedRun(created, token, ())
 
 

@@ -493,6 +493,7 @@ class SqliteStore:
                 token,
                 None if token is None else run.lease_until,
                 run.traceparent,
+                run.deadline,
             ),
         ).rowcount
         if inserted != 1:

@@ -11,7 +11,7 @@ from typing import Final
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
 SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
@@ -152,6 +152,12 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE tasks ADD COLUMN traceparent TEXT",
         "ALTER TABLE tasks ADD COLUMN workflow TEXT",
     ),
+    (
+        # Workflow primitives (issue 23): a run's whole-run deadline (epoch ms, or NULL), and
+        # finished runs by their last change, so retention (prune) reads only what it deletes.
+        "ALTER TABLE runs ADD COLUMN deadline INTEGER",
+        "CREATE INDEX runs_by_status_updated ON runs (status, updated_at)",
+    ),
 )
 
 # -- schema ----------------------------------------------------------------------------------------
@@ -220,8 +226,8 @@ ERROR_INSERT: Final = "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?
 # -- runs ------------------------------------------------------------------------------------------
 
 RUN_INSERT: Final = (
-    "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
-    " updated_at, lease_token, lease_until, traceparent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO runs (run_id, workflow, version, status, input, created_at, updated_at,"
+    " lease_token, lease_until, traceparent, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (run_id) DO NOTHING"
 )
 RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"
@@ -417,9 +423,10 @@ AWAITING_LIVENESS: Final = (
     "SELECT 1 FROM checkpoints WHERE run_id = ? AND kind = 'remote'"
     " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1"
 )
+#: Parked until ``?1``, or its deadline if that comes first (``rules.parked_until``).
 RUN_RECONCILE: Final = (
-    "UPDATE runs SET status = 'suspended', wake_at = ?, lease_token = NULL,"
-    " lease_until = NULL, updated_at = ? WHERE run_id = ?"
+    "UPDATE runs SET status = 'suspended', wake_at = MIN(?1, COALESCE(deadline, ?1)),"
+    " lease_token = NULL, lease_until = NULL, updated_at = ?2 WHERE run_id = ?3"
 )
 RUN_DEAD: Final = (
     "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
@@ -466,7 +473,7 @@ FAILED_RESET: Final = (
 RUN_REQUEUE: Final = (
     "UPDATE runs SET status = 'pending', output = NULL, error = NULL, wake_at = NULL,"
     " woken = 0, lease_token = NULL, lease_until = NULL, recovery_attempts = 0,"
-    " cancel = NULL, updated_at = ? WHERE run_id = ?"
+    " cancel = NULL, deadline = NULL, updated_at = ? WHERE run_id = ?"
 )
 #: ``rules.compensated``: whether the run ``?`` has a compensation's checkpoint.
 COMPENSATION: Final = (
