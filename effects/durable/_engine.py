@@ -30,9 +30,12 @@ from effects.durable._worker_loop import WorkerLoop
 from effects.durable.errors import StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
-__all__ = ["Engine", "open_store"]
+__all__ = ["PRUNABLE_STATUSES", "Engine", "open_store"]
 
 _log: Final = logging.getLogger("effects.durable")
+
+#: What ``prune`` deletes by default: every finished status.
+PRUNABLE_STATUSES: Final = ("completed", "failed", "cancelled", "dead")
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -525,6 +528,7 @@ class Engine:
         after: str | None = None,
         id_prefix: str | None = None,
         retrying: bool = False,
+        unserved: bool = False,
     ) -> list[Run]:
         """
         Runs, newest first (by creation time, then id).
@@ -538,6 +542,8 @@ class Engine:
             id_prefix: Only runs whose id starts with this.
             retrying: Only runs with a step waiting out its backoff now (failed, not settled,
                 its next attempt in the future).
+            unserved: Only runs that wait (pending or suspended) for a version of one of this
+                engine's workflows that it does not serve (see ``work``).
 
         Raises:
             UnknownRunError: If *after* names no run.
@@ -558,8 +564,48 @@ class Engine:
             after=key,
             id_prefix=id_prefix,
             retrying_at=now if retrying else None,
+            unserved=tuple(self._workflow_keys) if unserved else None,
         )
         return await self._store.list_runs(query)
+
+    def serves(self, workflow: str) -> str | None:
+        """The version of *workflow* this engine serves, or ``None`` if it has no such workflow."""
+        found = self._workflows.get(workflow)
+        return None if found is None else found.version
+
+    async def prune(
+        self,
+        *,
+        older_than: DurationLike,
+        statuses: Sequence[str] = PRUNABLE_STATUSES,
+        dry_run: bool = False,
+    ) -> int:
+        """
+        Delete every row of the finished runs that ended (their last change) more than
+        *older_than* ago: the run, its checkpoints, attempts, events and every other row the
+        store keeps of it; return how many runs. A pending, running or suspended run is never
+        pruned; nor, until its worker reports or its claim lapses, a run with an attempt still
+        out. Runs go in batches of ``PRUNE_BATCH``, each batch one transaction: a failure (a
+        full disk) leaves whole runs, never part of one, and the next prune goes on.
+
+        Args:
+            older_than: How long ago a run must have ended (seconds, a ``timedelta`` or a string
+                like ``"30d"``); longer than the clock has run prunes nothing.
+            statuses: Which finished statuses to prune (default all four).
+            dry_run: Count what would be pruned and delete nothing.
+
+        Raises:
+            ValueError: If *older_than* is negative, NaN, infinite, a ``bool`` or unparsable,
+                or *statuses* names a status that is not finished (or none that exists).
+            TypeError: If *older_than* is not a duration, or *statuses* is a string or holds
+                something else than strings.
+        """
+        seconds = to_seconds(older_than, name="older_than")
+        chosen = _finished_statuses(statuses)
+        now = self._now()
+        # Older than the clock: nothing ended before the epoch.
+        before = max(0, now - seconds * 1000)
+        return await self._store.prune(before=math.ceil(before), statuses=chosen, dry_run=dry_run)
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """
@@ -742,6 +788,31 @@ class Engine:
     def stop(self) -> None:
         """Ask ``work()`` to drain and return (safe from a signal handler via the loop)."""
         self._loop.stop()
+
+
+def _finished_statuses(statuses: object) -> tuple[str, ...]:
+    """*statuses* checked as finished run statuses, each once, in the order given."""
+    if isinstance(statuses, str) or not isinstance(statuses, Iterable):
+        msg = (
+            f"statuses must be a sequence of run statuses such as ('completed', 'failed'),"
+            f" got {statuses!r}"
+        )
+        raise TypeError(msg)
+    chosen: list[str] = []
+    given: Iterable[object] = statuses  # pyright: ignore[reportUnknownVariableType]
+    for status in given:
+        if not isinstance(status, str):
+            msg = f"statuses must hold run statuses (strings), got {status!r}"
+            raise TypeError(msg)
+        if status not in FINISHED:
+            msg = (
+                f"prune takes finished statuses only ({', '.join(PRUNABLE_STATUSES)}); {status!r}"
+                " is not one: a pending, running or suspended run is never pruned"
+            )
+            raise ValueError(msg)
+        if status not in chosen:
+            chosen.append(status)
+    return tuple(chosen)
 
 
 def _storable(run_id: object) -> None:

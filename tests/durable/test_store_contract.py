@@ -32,7 +32,7 @@ from effects.durable._store import (
 )
 from effects.durable._store.memory import MemoryStore
 from effects.durable._store.postgres import PostgresStore, parse_postgres_url
-from effects.durable._store.rows import CHECKPOINT_COLUMNS, RUN_COLUMNS, TASK_COLUMNS
+from effects.durable._store.rows import CHECKPOINT_COLUMNS, RUN_COLUMNS, RUN_TABLES, TASK_COLUMNS
 from effects.durable._store.sqlite import SqliteStore
 from effects.durable.errors import StepError
 from tests.durable.support import START_MS, rows
@@ -865,6 +865,58 @@ async def test_requeue_resumes_a_plain_cancel_and_refuses_an_unwound_run(store: 
         await store.requeue("r2", NOW + 5)
 
 
+async def test_prune_deletes_every_row_of_the_chosen_finished_runs(
+    store: Store, durable_store_url: str
+) -> None:
+    """Completed and dead runs ended before the cutoff go, from every table; the rest stay."""
+    token = await claimed(store)  # r1: a checkpoint, an error row, a task, events
+    failed = attrs.evolve(
+        remote(1), status="failed", error=StepError("x"), errors=(StepError("x"),)
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("finish", status="completed", output="1"),
+            [CheckpointWrite(failed, None, input="1")],
+            [task(1)],
+            [NewEvent("step.failed", NOW, 1)],
+        )
+    )
+    await store.create_run(NewRun("r2", *WF, "null", NOW), [NewEvent("run.started", NOW)])
+    (dying,) = await store.claim_runs(
+        workflows=[WF], now=NOW, lease_until=NOW + 10, owner="e1", limit=5
+    )
+    await store.recover(now=NOW + 11, max_recovery_attempts=0, reconcile_ms=1000)
+    await store.create_run(NewRun("r3", *WF, "null", NOW), [NewEvent("run.started", NOW)])
+    assert "r2" == dying.run.run_id
+    statuses = ("completed", "dead")
+    assert 0 == await store.prune(before=NOW, statuses=statuses)
+    assert 2 == await store.prune(before=NOW + 12, statuses=statuses, dry_run=True)
+    assert 2 == await store.prune(before=NOW + 12, statuses=statuses)
+    for name in ("runs", *RUN_TABLES):
+        left = table(durable_store_url, f"SELECT DISTINCT run_id FROM {name} ORDER BY 1")
+        assert left in ([], [("r3",)]), name
+    assert [("r3", "pending")] == table(durable_store_url, "SELECT run_id, status FROM runs")
+    assert 0 == await store.prune(before=NOW + 12, statuses=("failed", "cancelled"))
+
+
+async def test_unserved_counts_the_waiting_runs_of_other_versions(store: Store) -> None:
+    """Pending and suspended runs of a served workflow at another version, by (name, version)."""
+    for run_id, workflow, version in (
+        ("a", "wf", "0"), ("b", "wf", "0"), ("c", "wf", "2"), ("d", "wf", "1"),
+        ("e", "other", "9"),
+    ):  # fmt: skip
+        await store.create_run(NewRun(run_id, workflow, version, "null", NOW), [])
+    await store.cancel_run("b", compensate=False, now=NOW)
+    found = await store.unserved([WF])
+    listed = await store.list_runs(RunQuery(unserved=(WF,)))
+    assert {("wf", "0"): 1, ("wf", "2"): 1} == found
+    assert ["a", "c"] == sorted(r.run_id for r in listed)
+    assert {} == await store.unserved([])
+
+
 async def test_a_memory_store_is_shared_by_name_and_dropped() -> None:
     """Two stores of one name see the same rows; a dropped name starts empty; no name is refused."""
     durable_store_url = "memory://shared-by-name"
@@ -1126,6 +1178,9 @@ async def test_the_dialects_keep_the_same_columns_as_rows_py(
     assert {k: v for k, v in sqlite_tables.items() if k != "durable_meta"} == memory_tables
     for name, columns in expected_columns().items():
         assert set(columns) <= sqlite_tables[name], name
+    # Every table of a run's rows is one prune deletes from (a new one must join RUN_TABLES).
+    holding = {name for name, columns in sqlite_tables.items() if "run_id" in columns}
+    assert {"runs", *RUN_TABLES} == holding
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])

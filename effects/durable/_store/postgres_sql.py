@@ -321,8 +321,23 @@ RUN_AND_LEASE: Final = f"SELECT {_RUN_COLUMNS}, lease_token FROM runs WHERE run_
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
 #: The filters of ``list_runs``, in the order ``listing.where`` takes their values.
+#: ``rules.unserved``: the run's workflow is among the JSON list ``%s`` of ``[name, version]``
+#: pairs at another version.
+UNSERVED: Final = (
+    "EXISTS (SELECT 1 FROM json_array_elements(%s::json) AS p WHERE p->>0 = runs.workflow"
+    " AND p->>1 <> runs.version)"
+)
 RUNS_FILTERS: Final = listing.filters(
-    "%s", not_final="NOT final", starts_with="starts_with(run_id, %s)", text_order=' COLLATE "C"'
+    "%s",
+    not_final="NOT final",
+    starts_with="starts_with(run_id, %s)",
+    unserved=UNSERVED,
+    text_order=' COLLATE "C"',
+)
+#: ``Store.unserved``: how many runs wait for each unserved (workflow, version) of ``%s``.
+UNSERVED_COUNTS: Final = (
+    f"SELECT workflow, version, COUNT(*) FROM runs WHERE {RUNS_FILTERS[-1]}"
+    " GROUP BY workflow, version"
 )
 RUNS_ORDER: Final = ' ORDER BY created_at DESC, run_id COLLATE "C" LIMIT %s'
 #: ``count_runs``: this, its filters, then ``COUNTS_GROUP``.
@@ -767,4 +782,28 @@ RUN_CANCEL_REQUEST: Final = (
     "UPDATE runs SET status = 'pending', cancel = 'compensate', wake_at = NULL,"
     " lease_token = NULL, lease_until = NULL, updated_at = %(now)s"
     f" WHERE run_id = %(run)s RETURNING {_RUN_COLUMNS}"
+)
+
+# -- retention -------------------------------------------------------------------------------------
+
+#: ``rules.prunable``: no attempt of the run is out (claimed, or withdrawn but still running).
+_NO_ATTEMPT_OUT: Final = (
+    "NOT EXISTS (SELECT 1 FROM tasks t WHERE t.run_id = runs.run_id"
+    " AND t.status IN ('claimed', 'withdrawn'))"
+)
+#: ``prune``: the runs of the statuses ``%(statuses)s`` last changed before ``%(before)s``, at
+#: most ``%(batch)s`` of them, off ``runs_by_status_updated``, locked (a run another
+#: transaction holds, a requeue say, is left for the next prune).
+PRUNABLE: Final = (
+    "SELECT run_id FROM runs WHERE status = ANY(%(statuses)s) AND updated_at < %(before)s"
+    f" AND {_NO_ATTEMPT_OUT} LIMIT %(batch)s FOR UPDATE SKIP LOCKED"
+)
+PRUNABLE_COUNT: Final = (
+    "SELECT COUNT(*) FROM runs WHERE status = ANY(%(statuses)s) AND updated_at < %(before)s"
+    f" AND {_NO_ATTEMPT_OUT}"
+)
+#: A pruned run's rows in each table of ``rows.RUN_TABLES``, then the run itself, for the runs
+#: of the array ``%s``.
+PRUNE: Final[tuple[LiteralString, ...]] = tuple(
+    f"DELETE FROM {table} WHERE run_id = ANY(%s)" for table in (*rows.RUN_TABLES, "runs")
 )

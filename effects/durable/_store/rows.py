@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, LiteralString
 
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import CheckpointWrite, ClaimedRun, NewRun, NewTask
@@ -20,7 +20,9 @@ from effects.durable.errors import StepError
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_WRITE_COLUMNS",
+    "PRUNE_BATCH",
     "RUN_COLUMNS",
+    "RUN_TABLES",
     "SLOT_HOLDERS",
     "TASK_COLUMNS",
     "TASK_INSERT_COLUMNS",
@@ -56,6 +58,14 @@ RUN_COLUMNS: Final = (
     "traceparent",
     "deadline",
 )
+#: The tables that hold a run's rows beside ``runs``, each with a ``run_id`` column (the memory
+#: store: an attribute of its tables keyed by the run, by a tuple starting with it, or holding
+#: rows that have a ``run_id``): ``prune`` deletes a finished run's rows from every one. A
+#: feature that keeps rows of a run in a table of its own (messages, event values) adds the
+#: table's name here, and retention covers it on every store.
+RUN_TABLES: Final[tuple[LiteralString, ...]] = ("checkpoints", "step_errors", "tasks", "events")
+#: How many runs one transaction of ``prune`` deletes.
+PRUNE_BATCH: Final = 500
 #: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
 #: column: each dialect reads it from ``step_errors`` (one row per failed attempt), as JSON text.
 CHECKPOINT_COLUMNS: Final = (

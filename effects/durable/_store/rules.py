@@ -38,6 +38,7 @@ __all__ = [
     "lease_holds",
     "outcome_applies",
     "parked_until",
+    "prunable",
     "recovery_verdict",
     "redispatch",
     "redispatchable",
@@ -46,6 +47,7 @@ __all__ = [
     "settled",
     "stale_dispatch",
     "task_name",
+    "unserved",
     "wakes",
 ]
 
@@ -93,6 +95,30 @@ def parked_until(wake_at: int | None, deadline: int | None) -> int | None:
     if deadline is None:
         return wake_at
     return deadline if wake_at is None else min(wake_at, deadline)
+
+
+def unserved(status: str, workflow: str, version: str, served: dict[str, str]) -> bool:
+    """
+    A run waits for a version nobody here serves: it is pending or suspended, and of a
+    workflow that *served* (name to version, an engine's) has at another version.
+
+    SQL: the unserved clause of ``listing.filters`` (``UNSERVED`` in both statements modules).
+    """
+    return status in ("pending", "suspended") and workflow in served and served[workflow] != version
+
+
+def prunable(
+    status: str, updated_at: int, *, statuses: frozenset[str], before: int, attempt_out: bool
+) -> bool:
+    """
+    ``prune`` deletes a run of one of *statuses* (finished ones) whose last change came before
+    epoch ms *before*, unless an attempt of it is still out (claimed or withdrawn: its worker
+    may still report, and its queue slot is freed only then); it is pruned once that attempt
+    reported or its claim lapsed.
+
+    SQL: ``PRUNABLE`` and ``PRUNABLE_COUNT`` in both statements modules.
+    """
+    return status in statuses and updated_at < before and not attempt_out
 
 
 def claim_holds(status: str, claimed_by: str | None, worker: str) -> bool:

@@ -234,8 +234,19 @@ RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
 #: The filters of ``list_runs``, in the order ``listing.where`` takes their values.
+#: ``rules.unserved``: the run's workflow is among the JSON list ``?`` of ``[name, version]``
+#: pairs at another version.
+UNSERVED: Final = (
+    "EXISTS (SELECT 1 FROM json_each(?) AS p WHERE json_extract(p.value, '$[0]') = runs.workflow"
+    " AND json_extract(p.value, '$[1]') <> runs.version)"
+)
 RUNS_FILTERS: Final = listing.filters(
-    "?", not_final="final = 0", starts_with="instr(run_id, ?) = 1"
+    "?", not_final="final = 0", starts_with="instr(run_id, ?) = 1", unserved=UNSERVED
+)
+#: ``Store.unserved``: how many runs wait for each unserved (workflow, version) of ``?``.
+UNSERVED_COUNTS: Final = (
+    f"SELECT workflow, version, COUNT(*) FROM runs WHERE {RUNS_FILTERS[-1]}"
+    " GROUP BY workflow, version"
 )
 RUNS_ORDER: Final = " ORDER BY created_at DESC, run_id LIMIT ?"
 #: ``count_runs``: this, its filters, then ``COUNTS_GROUP``.
@@ -491,4 +502,28 @@ RUN_CANCEL: Final = (
 RUN_CANCEL_REQUEST: Final = (
     "UPDATE runs SET status = 'pending', cancel = 'compensate', wake_at = NULL,"
     " lease_token = NULL, lease_until = NULL, updated_at = ? WHERE run_id = ?"
+)
+
+# -- retention -------------------------------------------------------------------------------------
+
+#: ``rules.prunable``: no attempt of the run is out (claimed, or withdrawn but still running).
+_NO_ATTEMPT_OUT: Final = (
+    "NOT EXISTS (SELECT 1 FROM tasks t WHERE t.run_id = runs.run_id"
+    " AND t.status IN ('claimed', 'withdrawn'))"
+)
+#: ``prune``: these around the ``?`` marks of the statuses: the runs of those statuses last
+#: changed before ``?`` (at most ``?`` of them), off ``runs_by_status_updated``.
+PRUNABLE: Final = (
+    "SELECT run_id FROM runs WHERE status IN (",
+    f") AND updated_at < ? AND {_NO_ATTEMPT_OUT} LIMIT ?",
+)
+PRUNABLE_COUNT: Final = (
+    "SELECT COUNT(*) FROM runs WHERE status IN (",
+    f") AND updated_at < ? AND {_NO_ATTEMPT_OUT}",
+)
+#: A pruned run's rows in each table of ``rows.RUN_TABLES``, then the run itself, for the runs
+#: of the JSON list ``?``.
+PRUNE: Final = tuple(
+    f"DELETE FROM {table} WHERE run_id IN (SELECT value FROM json_each(?))"
+    for table in (*rows.RUN_TABLES, "runs")
 )
