@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from effects.durable import NonDeterminismError, WorkflowContext, step, workflow
+from effects.durable import Engine, NonDeterminismError, WorkflowContext, step, workflow
 from effects.durable._bounds import MAX_WAKE_MS
 from effects.durable._pytest_plugin import DurableEngineFactory
+from effects.testing import VirtualClock
 from tests.durable.support import START_MS, events_named
 
 pytestmark = pytest.mark.anyio
@@ -209,3 +210,80 @@ async def test_a_sleep_where_another_step_was_recorded_is_non_determinism(
     assert "failed" == run.status
     assert run.error is not None
     assert NonDeterminismError.__qualname__ in run.error.type
+
+
+class JumpingClock(VirtualClock):
+    """A virtual clock that can also be set back (a wall clock corrected by NTP, say)."""
+
+    def set_back(self, seconds: float) -> None:
+        """Move the time back by *seconds*."""
+        self._now -= seconds  # pyright: ignore[reportPrivateUsage]
+
+
+async def test_a_clock_set_back_during_a_sleep_neither_repeats_nor_moves_it(
+    durable_store_url: str,
+) -> None:
+    """Set back 30 min mid-sleep: the recorded wake_at holds; the run wakes when the clock
+    reads it again, not an hour after the jump."""
+    clock = JumpingClock(start=START_MS / 1000)
+    sleeps = sleeper("1h")
+    async with Engine(durable_store_url, workflows=[sleeps], clock=clock) as engine:
+        run_id = await engine.start(sleeps, None)
+        await engine.run_until_idle()
+        clock.advance(1800)
+        clock.set_back(1800)
+        await engine.run_until_idle()
+        mid = (await engine.get_run(run_id)).status
+        (pending,) = await engine.checkpoints(run_id)
+        await engine.run_until_idle(advance_time=True)
+        run = await engine.get_run(run_id)
+        armed = [
+            e
+            for e in await events_named(engine, run_id, "step.started")
+            if e.data.get("kind") == "sleep"
+        ]
+    assert ("suspended", START_MS + HOUR_MS) == (mid, pending.wake_at)
+    assert ("completed", START_MS + HOUR_MS) == (run.status, run.output)
+    assert 1 == len(armed)
+
+
+async def test_a_clock_that_jumps_ahead_past_the_wake_at_wakes_the_sleep_at_once(
+    durable_store_url: str,
+) -> None:
+    """Jumped 2 h ahead mid-sleep: the next turn finds it due and completes it, keeping wake_at."""
+    clock = JumpingClock(start=START_MS / 1000)
+    sleeps = sleeper("1h")
+    async with Engine(durable_store_url, workflows=[sleeps], clock=clock) as engine:
+        run_id = await engine.start(sleeps, None)
+        await engine.run_until_idle()
+        clock.advance(7200)
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+        slept, _ = await engine.checkpoints(run_id)
+    assert ("completed", START_MS + 2 * HOUR_MS) == (run.status, run.output)
+    assert ("completed", START_MS + HOUR_MS) == (slept.status, slept.wake_at)
+
+
+async def test_a_compensating_cancel_of_a_sleeping_run_stops_at_the_sleep_and_undoes(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """The sleep is unsettled: the cancel's replay stops there; the undo runs; cancelled."""
+    undone: list[Any] = []
+
+    @workflow("napper")
+    async def napper(ctx: WorkflowContext, _: Any) -> None:
+        await ctx.local_step("reserve", lambda: "r", compensate=undone.append)
+        await ctx.sleep("1h")
+        ctx.patched("after-the-nap")
+
+    async with durable_engine(workflows=[napper]) as engine:
+        run_id = await engine.start(napper, None)
+        await engine.run_until_idle()
+        await engine.cancel(run_id, compensate=True)
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+        names = [(c.name, c.status) for c in await engine.checkpoints(run_id)]
+    assert "cancelled" == run.status
+    assert [{"input": None, "output": "r"}] == undone
+    assert [("reserve", "completed"), ("durable.sleep", "pending"),
+            ("compensate:reserve", "completed")] == names  # fmt: skip
