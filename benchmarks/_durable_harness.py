@@ -160,7 +160,12 @@ class Children:
                 if line.strip() == "ready":
                     return
                 if not line:
-                    break
+                    # It ended before it was ready (a crash, or a kill): say how it exited.
+                    msg = (
+                        f"worker {proc.args!r} exited with {proc.wait()} before it was ready:"
+                        f"\n{cls._tail(log)}"
+                    )
+                    raise RuntimeError(msg)
         proc.kill()
         msg = f"worker {proc.args!r} did not start:\n{cls._tail(log)}"
         raise RuntimeError(msg)

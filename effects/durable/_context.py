@@ -596,7 +596,7 @@ class WorkflowContext:
             if text is None:
                 text = dump(codec, result, f"output of local step {name!r}")
             now = turn.now()
-            if recorded is None and attempt == 1 and not turn.unwritten:
+            if recorded is None and attempt == 1 and not turn.has_unwritten:
                 try:
                     await turn.store.record_local_step(
                         turn.run.run_id,
@@ -705,7 +705,9 @@ class WorkflowContext:
         turn = self._turn
         if recorded is not None:
             if timers.due(recorded, now):
-                await timers.fire(turn, recorded, now=now, events=(_slept(now, seq, recorded),))
+                # The completion rides on the turn's next write: a timer costs its arming
+                # commit and the claim that wakes it, as a dispatched step's wake_at does.
+                timers.fire_later(turn, recorded, now=now, events=(_slept(now, seq, recorded),))
                 return
             await timers.wait(turn, recorded, now)
             raise self._suspend()
@@ -713,7 +715,7 @@ class WorkflowContext:
         armed = NewEvent("step.started", now, seq, {"kind": "sleep", "wake_at": wake_at, "ms": ms})
         if ms == 0:
             cp = timers.pending(turn, seq, name=_SLEEP, kind="sleep", wake_at=now, now=now)
-            await timers.fire(
+            timers.fire_later(
                 turn, cp, now=now, events=(armed, _slept(now, seq, cp)), recorded=False
             )
             return
@@ -788,7 +790,7 @@ class WorkflowContext:
         turn = self._turn
         now = turn.now()
         marker = timers.pending(turn, seq, name=change_id, kind="patch", wake_at=None, now=now)
-        turn.unwritten.append(CheckpointWrite(attrs.evolve(marker, status="completed"), None))
+        turn.defer(CheckpointWrite(attrs.evolve(marker, status="completed"), None))
         return True
 
     # -- dispatched steps -------------------------------------------------------------------------

@@ -10,7 +10,9 @@ that never moves it.
 
 Three moves make a timer, for any primitive that waits for a time (``ctx.sleep``; a receive's
 timeout): ``arm`` writes the pending checkpoint and suspends the run until its ``wake_at``;
-``wait`` suspends again a run whose recorded timer is not due yet; ``fire`` completes a due one.
+``wait`` suspends again a run whose recorded timer is not due yet; ``fire`` completes a due one
+in a commit of its own, ``fire_later`` with the turn's next commit (a crash before that commit
+leaves the timer pending and due, so the replay completes it the same way).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from effects.durable._records import Checkpoint, CheckpointKind
 from effects.durable._store import CheckpointWrite, NewEvent, RunAdvance
 from effects.durable._turn import HOLD, Turn
 
-__all__ = ["arm", "due", "fire", "pending", "wait"]
+__all__ = ["arm", "due", "fire", "fire_later", "pending", "wait"]
 
 
 def due(cp: Checkpoint, now: int) -> bool:
@@ -105,4 +107,20 @@ async def fire(
     done = attrs.evolve(cp, status="completed", output=value, updated_at=now)
     write = CheckpointWrite(done, cp.rev if recorded else None, output)
     await turn.commit(HOLD, checkpoints=(write,), events=events, now=now)
+    return done
+
+
+def fire_later(
+    turn: Turn,
+    cp: Checkpoint,
+    *,
+    now: int,
+    output: str | None = None,
+    events: Sequence[NewEvent] = (),
+    recorded: bool = True,
+) -> Checkpoint:
+    """``fire``, its write and *events* carried by the turn's next commit (``Turn.defer``)."""
+    value = None if output is None else json.loads(output)
+    done = attrs.evolve(cp, status="completed", output=value, updated_at=now)
+    turn.defer(CheckpointWrite(done, cp.rev if recorded else None, output), events)
     return done

@@ -149,16 +149,28 @@ class Turn:
     names: dict[int, str] = attrs.field(factory=dict[int, str])
     #: The engine's telemetry probes.
     probes: Probes = attrs.field(factory=Probes)
-    #: Checkpoints recorded without a write of their own (``ctx.patched``'s markers): the
-    #: turn's next commit carries them. Lost with a crash before it, they are recorded again
-    #: by the replay, which reaches them with nothing after them recorded either.
+    #: Checkpoint writes and events made without a commit of their own (``ctx.patched``'s
+    #: markers, a due timer's completion): the turn's next commit carries them (``defer``).
+    #: Lost with a crash before it, they are made again by the replay, which reaches them with
+    #: nothing after them recorded either.
     unwritten: list[CheckpointWrite] = attrs.field(factory=list[CheckpointWrite])
+    unwritten_events: list[NewEvent] = attrs.field(factory=list[NewEvent])
     #: Whether this turn times its run out (its deadline had passed when it was claimed).
     timing_out: bool = False
 
     def now(self) -> int:
         """Epoch ms now."""
         return epoch_ms(self.clock)
+
+    def defer(self, write: CheckpointWrite, events: Sequence[NewEvent] = ()) -> None:
+        """Have the turn's next commit carry *write* and *events* (see ``unwritten``)."""
+        self.unwritten.append(write)
+        self.unwritten_events.extend(events)
+
+    @property
+    def has_unwritten(self) -> bool:
+        """Whether the next commit carries deferred writes (then it takes the general path)."""
+        return bool(self.unwritten)
 
     @property
     def deadline(self) -> int | None:
@@ -203,6 +215,9 @@ class Turn:
         # A release gives the run back and a broken turn writes nothing more of its own: the
         # replay records the unwritten checkpoints again.
         carried = self.unwritten if self.broken is None and advance.action != "release" else []
+        if carried:
+            checkpoints = [*carried, *checkpoints]
+            events = [*self.unwritten_events, *events]
         try:
             await self.store.commit_turn(
                 TurnCommit(
@@ -210,7 +225,7 @@ class Turn:
                     self.token,
                     at,
                     advance,
-                    [*carried, *checkpoints] if carried else checkpoints,
+                    checkpoints,
                     tasks,
                     events,
                 )
@@ -220,6 +235,7 @@ class Turn:
             raise
         if carried:
             self.unwritten = []
+            self.unwritten_events = []
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
         later = (advance.action == "suspend" and advance.wake_at is not None) or any(

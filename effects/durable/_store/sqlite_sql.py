@@ -175,8 +175,10 @@ META_WRITE: Final = (
 LEASE_HELD: Final = "run_id = ? AND lease_token = ? AND status = 'running'"
 #: ``rules.attempt_current`` of a checkpoint row and the attempt ``?6``.
 ATTEMPT_CURRENT: Final = "attempts = ?6 AND status IN ('pending', 'running')"
-#: ``rules.runnable`` of a run row at ``?``.
-RUNNABLE: Final = "status IN ('pending', 'suspended') AND (status = 'pending' OR wake_at <= ?)"
+#: ``rules.runnable`` of a run row at ``?``. Each branch is a range of an index (``runs_by_status``
+#: for the due suspended runs): a probe or a claim reads the runs it may take, not every run
+#: asleep.
+RUNNABLE: Final = "(status = 'pending' OR (status = 'suspended' AND wake_at <= ?))"
 _RUN_COLUMNS: Final = ", ".join(rows.RUN_COLUMNS)
 # The checkpoint's errors as the JSON text of a list, from its rows in step_errors, in order.
 _ERRORS_OF_CHECKPOINT: Final = (
