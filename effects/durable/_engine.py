@@ -773,7 +773,10 @@ class Engine:
         this loop has a free slot is taken as it is made and its first turn runs at once.
         ``stop()`` drains: no new claims, attempts in flight finish and report, turns are
         stopped and their leases released. Cancelling the task stops it promptly (attempts
-        in flight are abandoned and their claims released). A ``StoreError`` (a full disk, say)
+        in flight are abandoned and their claims released). Runs waiting for a version of one of
+        its workflows that it does not serve are told once per ``(workflow, version)``, as a
+        WARNING on ``effects.durable`` naming how many wait (``run_until_idle`` looks too; a
+        look is made at most once a minute). A ``StoreError`` (a full disk, say)
         does not end the loop: it is logged and the poll tried again, and a turn whose write
         failed is abandoned, its run neither finished nor failed but replayed a second later.
 

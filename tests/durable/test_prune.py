@@ -92,16 +92,26 @@ async def test_prune_deletes_every_row_of_old_finished_runs_and_nothing_else(
 async def test_unfinished_runs_are_never_pruned_however_old(
     durable_engine: DurableEngineFactory,
 ) -> None:
-    """older_than=0 and a year of quiet: pending and suspended runs stay."""
+    """older_than=0 and a year of quiet: pending, running and suspended runs stay."""
     async with durable_engine(workflows=[job]) as engine:
         sleeping = await engine.start(job, "sleep")
         await engine.run_until_idle()
+        running = await engine.start(job, "done")
+        (held,) = await engine.store.claim_runs(
+            workflows=[("job", "1")],
+            now=round(durable_engine.clock.now() * 1000),
+            lease_until=2**43,
+            owner="elsewhere",
+            limit=1,
+        )
         pending = await engine.start(job, "done")
     durable_engine.clock.advance(365 * DAY)
     async with durable_engine() as engine:
         pruned = await engine.prune(older_than=0)
-        left = sorted(r.run_id for r in await engine.list_runs())
-    assert (0, sorted([sleeping, pending])) == (pruned, left)
+        left = {r.run_id: r.status for r in await engine.list_runs()}
+    assert running == held.run.run_id
+    assert 0 == pruned
+    assert {sleeping: "suspended", running: "running", pending: "pending"} == left
 
 
 async def test_statuses_choose_what_goes_and_the_cutoff_is_strict(
