@@ -291,7 +291,7 @@ class WorkflowContext:
 
     def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
         self._check_open()
-        if self._turn.run.deadline is not None:
+        if self._turn.deadline is not None:
             self._turn.check_deadline()
         self._seq += 1
         seq = self._seq

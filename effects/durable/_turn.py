@@ -174,24 +174,28 @@ class Turn:
 
     @property
     def deadline(self) -> int | None:
-        """The run's whole-run deadline (epoch ms), or ``None``."""
+        """
+        The whole-run deadline this turn keeps (epoch ms), or ``None``: none when the run has
+        none, when this turn times the run out (it is past), and while the run is being
+        cancelled with compensation (the cancel ends it; its undos are not cut short).
+        """
+        if self.timing_out or self.run.cancel == "compensate":
+            return None
         return self.run.deadline
 
     def check_deadline(self, now: int | None = None) -> None:
         """
-        Raise ``DeadlinePassed`` if the run's deadline has come (at epoch ms *now*, default
-        the clock's reading). A turn that times its run out checks nothing.
+        Raise ``DeadlinePassed`` if the deadline this turn keeps has come (at epoch ms *now*,
+        default the clock's reading).
         """
-        deadline = self.run.deadline
-        if deadline is None or self.timing_out:
-            return
-        if (self.now() if now is None else now) >= deadline:
+        deadline = self.deadline
+        if deadline is not None and (self.now() if now is None else now) >= deadline:
             raise DeadlinePassed
 
     def until_deadline(self, wait_ms: int, now: int) -> int:
-        """*wait_ms* from epoch ms *now*, cut short at the run's deadline (never below 0)."""
-        deadline = self.run.deadline
-        if deadline is None or self.timing_out:
+        """*wait_ms* from epoch ms *now*, cut short at the turn's deadline (never below 0)."""
+        deadline = self.deadline
+        if deadline is None:
             return wait_ms
         return max(0, min(wait_ms, deadline - now))
 
@@ -209,7 +213,7 @@ class Turn:
         ``StoreError`` if the store failed, which also marks the turn ``broken``).
         """
         at = self.now() if now is None else now
-        if advance.action == "suspend" and self.run.deadline is not None and not self.timing_out:
+        if advance.action == "suspend" and self.deadline is not None:
             # A waiting run is woken at its deadline, to time out then.
             advance = attrs.evolve(advance, wake_at=parked_until(advance.wake_at, self.deadline))
         # A release gives the run back and a broken turn writes nothing more of its own: the

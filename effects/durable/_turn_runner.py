@@ -336,7 +336,7 @@ class _Watchdog:
     def of(cls, turn: Turn) -> _Watchdog | None:
         """The watchdog of *turn*'s run, or ``None`` (no deadline, a virtual clock, no task)."""
         task = asyncio.current_task()
-        if turn.deadline is None or turn.timing_out or task is None:
+        if turn.deadline is None or task is None:
             return None
         if callable(getattr(turn.clock, "advance", None)):
             return None

@@ -286,3 +286,44 @@ def test_workflow_timeout_is_a_durable_error_with_its_code() -> None:
     assert ("workflow_timeout", False, {"timeout_ms": 10, "deadline": 1010}) == (
         error.code, error.retryable, error.details
     )  # fmt: skip
+
+
+@step("undo:refund", group="refunds")
+async def refund_elsewhere(undo: dict[str, Any]) -> str:
+    """Undo a charge, on a worker of the group 'refunds'."""
+    return f"refunded {undo['output']}"
+
+
+@step("far", group="far")
+async def far(value: Any) -> Any:
+    """A step of a group no engine of these tests serves."""
+    return value
+
+
+async def test_a_compensating_cancel_outlives_the_deadline_it_began_before(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """Cancelled with compensation, its undo still out past the deadline: no timeout, no spin;
+    once the undo lands the run ends cancelled."""
+
+    @workflow("pay-then-wait")
+    async def pay_then_wait(ctx: WorkflowContext, order: Any) -> None:
+        await ctx.step(charge, order, compensate=refund_elsewhere)
+        await ctx.step(far, order)
+
+    async with durable_engine(workflows=[pay_then_wait], steps=[charge]) as engine:
+        run_id = await engine.start(pay_then_wait, 7, timeout=60)
+        await engine.run_until_idle()
+        await engine.cancel(run_id, compensate=True)
+        await engine.run_until_idle()  # the undo is dispatched; no worker of 'refunds' yet
+        durable_engine.clock.advance(120)
+        await asyncio.wait_for(engine.run_until_idle(), timeout=PATIENCE)
+        waiting = await engine.get_run(run_id)
+        async with durable_engine(steps=[refund_elsewhere]) as worker:
+            await worker.run_until_idle()
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+        names = [(c.name, c.status) for c in await engine.checkpoints(run_id)]
+    assert ("suspended", None) == (waiting.status, waiting.wake_at)
+    assert ("cancelled", None) == (run.status, run.error)
+    assert ("compensate:charge", "completed") == names[-1]
