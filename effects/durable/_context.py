@@ -6,13 +6,18 @@ number; a checkpoint already recorded there answers it (its output, or its error
 the first step without a usable record does the work: a local step runs in place and commits its
 outcome; a dispatched step writes a pending checkpoint and a task in one transaction and suspends
 the run. Suspension is ``_Suspended``, a ``BaseException``, so a workflow's ``except Exception``
-cannot swallow it; and once a turn has suspended, every later call suspends again.
+cannot swallow it; and once a turn has suspended, every later call suspends again. The workflow
+primitives take a number each too: ``sleep`` (a durable timer, ``effects.durable._timers``),
+``now`` and ``uuid`` (local steps), ``patched`` (a marker, or no number where the run recorded
+another step there).
 
 A step given ``compensate=`` registers its undo when it completes (on every replay alike), and
 ``unwind`` runs the registered undos last-registered first, each as a checkpointed step
 ``compensate:<step>`` (see ``effects.durable._saga``). A run asked to cancel with compensation
 replays in *cancel mode*: its steps answer from their records, and the first step without a
-settled record stops the workflow (``Stopped``, a ``BaseException`` too).
+settled record stops the workflow (``Stopped``, a ``BaseException`` too). A run past its
+whole-run deadline replays the same way, then fails (``workflow_timeout``); before that, each
+step checks the deadline, which stops the turn where it is (``DeadlinePassed``).
 """
 
 from __future__ import annotations
@@ -60,11 +65,11 @@ O = TypeVar("O")  # noqa: E741
 _EMPTY_POLICY: Final = StepPolicy({})
 _JSON_SCALARS: Final = frozenset({int, str, float, bool, type(None)})
 _Suspended = Suspended
+_Stopped = Stopped
 #: The names of the checkpoints of ``sleep``, ``now`` and ``uuid``.
 _SLEEP: Final = "durable.sleep"
 _NOW: Final = "durable.now"
 _UUID: Final = "durable.uuid"
-_Stopped = Stopped
 #: What ``_run_local`` returns for a compensation whose attempts are spent (recorded, not raised).
 _UNDO_FAILED: Final = object()
 #: The options of a dispatched undo's definition that a compensation does not take: its attempts
