@@ -201,8 +201,6 @@ async def case_ours_timers(url: str, counted_url: str, seconds: float, counts: C
         figures.update(await interleaved(engine, variants, seconds))
     engine_args["clock"] = VirtualClock(start=START)
     figures.update(await counts(variants, engine_args))
-    figures["timer_us"] = figures["nap_us"] - figures["no_nap_us"]
-    figures["wake_at_us"] = figures["retry_waits_us"] - figures["retry_at_once_us"]
     return figures
 
 
