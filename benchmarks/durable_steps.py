@@ -94,6 +94,16 @@ The case of issue 21:
    should cost what a step of its kind costs: per undo = (compensated run - completed run) / 9,
    beside per step = completed run / 10.
 
+The case of issue 23 (``_durable_timers.py``):
+
+10. **Durable timers**: 1,000 runs each sleeping 1 s under a virtual clock, polled every 100 ms
+    of virtual time: every sleep wakes within one poll of its ``wake_at``, and a poll reads what
+    is due, not every run (statements and SQLite VM instructions of an idle poll with 10 runs
+    asleep and with all of them asleep; per run woken; the query plans of a poll's reads). And a
+    timer beside a dispatched step's ``wake_at``: a run sleeping 1 ms against one that does not,
+    a step retried after ``backoff_ms=1`` (the run waits on ``wake_at``) against one retried at
+    once; the two differences, and their ratio.
+
 ``--rounds N`` measures every case N times, interleaved, and keeps each case's best round (for
 the cases timing several variants, each variant's best time); the spread is printed.
 ``--only`` and ``--skip`` pick cases by key prefix (``ours-heartbeat``, ``ours-fan``,
@@ -165,6 +175,7 @@ from _durable_ours import (
     case_ours_telemetry,
     serve_ours,
 )
+from _durable_timers import BATCHES, FEW, POLL_MS, SLEEPERS, case_ours_timers, query_plans
 from _sqlite_counting import Tally, counted
 
 from effects.durable import Engine, SqliteStore, Store
@@ -283,6 +294,7 @@ def cases(workers: Sequence[int], *, with_dbos: bool) -> list[str]:
         *(f"ours-fan-procs:{s}:{max(workers)}" for s in SETTINGS),
         *(f"ours-queue:{s}" for s in SETTINGS),
         *(f"ours-concurrent:{s}" for s in ("normal", "full", "full-ungrouped")),
+        *(f"ours-timers:{s}" for s in SETTINGS),
         *(f"dbos-concurrent:{kind}" for kind in ("async", "sync")),
     ]
     return [key for key in keys if with_dbos or not key.startswith("dbos")]
@@ -346,6 +358,15 @@ def run_case(key: str, args: argparse.Namespace) -> Figures:
             return asyncio.run(
                 case_ours_concurrent(
                     store, runs=args.concurrent, seconds=args.seconds, counts=counts
+                )
+            )
+        if kind == "ours-timers":
+            return asyncio.run(
+                case_ours_timers(
+                    url_of(rest[0]),
+                    store_url(folder / "sleepers.db", rest[0]),
+                    args.seconds,
+                    counting(counted_url(rest[0])),
                 )
             )
         if kind == "dbos-concurrent":
@@ -754,6 +775,86 @@ class Report(Results):
         )
         self.print_spreads(out, spreads)
 
+    def print_timers(self, out: IO[str]) -> None:
+        """The durable-timers table: 1,000 sleepers polled, and a timer beside wake_at."""
+        keys = [(setting, f"ours-timers:{setting}") for setting in SETTINGS]
+        if not any(self.found(key) for _, key in keys):
+            return
+        print(
+            f"Durable timers: {SLEEPERS:,} runs each sleeping 1 s (virtual clock), started in"
+            f" {BATCHES} batches, a poll every {POLL_MS} ms of virtual time",
+            file=out,
+        )
+        print(
+            f"  {'SQLite':<12}{'latest wake':>13}{'polls':>7}{'idle poll: statements':>23}"
+            f"{'VM instr.':>22}{'per run woken: statements':>27}{'VM instr.':>11}",
+            file=out,
+        )
+        print(
+            f"  {'':<12}{'after wake_at':>13}{'':>7}{f'{FEW} asleep':>11}{'all asleep':>12}"
+            f"{f'{FEW} asleep':>11}{'all asleep':>11}",
+            file=out,
+        )
+        for setting, key in keys:
+            found = self.found(key)
+            if found is None:
+                continue
+            late = found["max_late_ms"]
+            verdict = "within one poll" if late <= POLL_MS else "LATER THAN A POLL"
+            print(
+                f"  {JOURNAL[setting]:<12}{late:>10,.0f} ms{found['polls']:>7,.0f}"
+                f"{found['idle_few_sql']:>11,.0f}{found['idle_all_sql']:>12,.0f}"
+                f"{found['idle_few_vm']:>11,.0f}{found['idle_all_vm']:>11,.0f}"
+                f"{found['per_woken_sql']:>27.1f}{found['per_woken_vm']:>11,.0f}  {verdict}",
+                file=out,
+            )
+        print(
+            "  An idle poll reads the same with 10 runs asleep as with all of them: it reads what"
+            " is due (O(due runs)), through these plans:",
+            file=out,
+        )
+        with tempfile.TemporaryDirectory(prefix="durable-bench-plans-") as tmp:
+            for name, plan in query_plans(str(Path(tmp) / "plans.db")):
+                print(f"    {name}: {plan}", file=out)
+        print(
+            "A timer beside a dispatched step's wake_at: run_until_idle(advance_time=True), one"
+            " process, interleaved (us per run)",
+            file=out,
+        )
+        print(
+            f"  {'SQLite':<12}{'sleep 1 ms':>11}{'no sleep':>10}{'timer':>8}{'retry 1 ms':>12}"
+            f"{'retry now':>11}{'wake_at':>9}{'timer / wake_at':>17}{'tx':>7}{'tx':>9}"
+            f"{'sql':>6}{'sql':>9}",
+            file=out,
+        )
+        print(f"  {'':<12}{'':>11}{'':>10}{'':>8}{'':>12}{'':>11}{'':>9}{'':>17}"
+              f"{'timer':>7}{'wake_at':>9}{'timer':>6}{'wake_at':>9}", file=out)  # fmt: skip
+        for setting, key in keys:
+            found = self.found(key)
+            if found is None:
+                continue
+            # From the figures shown (each variant's best over the rounds).
+            timer = found["nap_us"] - found["no_nap_us"]
+            wake = found["retry_waits_us"] - found["retry_at_once_us"]
+            timer_tx = found["nap_tx"] - found["no_nap_tx"]
+            wake_tx = found["retry_waits_tx"] - found["retry_at_once_tx"]
+            timer_sql = found["nap_sql"] - found["no_nap_sql"]
+            wake_sql = found["retry_waits_sql"] - found["retry_at_once_sql"]
+            ratio = f"{timer / wake:.2f}" if wake > 0 else "n/a"
+            print(
+                f"  {JOURNAL[setting]:<12}{found['nap_us']:>11,.0f}{found['no_nap_us']:>10,.0f}"
+                f"{timer:>8,.0f}{found['retry_waits_us']:>12,.0f}"
+                f"{found['retry_at_once_us']:>11,.0f}{wake:>9,.0f}{ratio:>17}"
+                f"{timer_tx:>7.1f}{wake_tx:>9.1f}{timer_sql:>6.0f}{wake_sql:>9.0f}",
+                file=out,
+            )
+        print(
+            "  timer: a run sleeping 1 ms less one that does not; wake_at: a step retried after"
+            " 1 ms (the run waits on wake_at) less one retried at once; tx, sql: the write"
+            " transactions and statements each adds per run.",
+            file=out,
+        )
+
 
 # -- main -----------------------------------------------------------------------------------------
 
@@ -978,6 +1079,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         partial(report.print_fan, size=args.fan, workers=max(args.workers), poll_ms=args.poll_ms),
         partial(report.print_queue, batch=args.batch),
         partial(report.print_concurrent, runs=args.concurrent),
+        report.print_timers,
     ):
         printed = io.StringIO()
         table(printed)

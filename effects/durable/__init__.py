@@ -54,6 +54,7 @@ from effects.durable.errors import (
     StoreError,
     UnknownRunError,
     WorkerLost,
+    WorkflowTimeout,
 )
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ __all__ = [
     "WorkerLost",
     "WorkflowContext",
     "WorkflowDef",
+    "WorkflowTimeout",
     "current_step",
     "step",
     "workflow",

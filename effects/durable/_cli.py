@@ -9,10 +9,16 @@ Commands:
   results, turns stop and release their leases; then it exits 0. A second signal stops at once
   (attempts in flight are abandoned and their claims released) and exits 128 + the signal's
   number.
-- ``runs [--status S] [--workflow W] [--limit N] [--stale DURATION] [--after RUN] [--json]``:
-  runs, newest first. ``--stale 10m``: only suspended runs whose oldest pending dispatch is older
-  than that. ``--after RUN``: the page after RUN (keyset on creation time, then id).
-- ``show RUN [--json]``: a run with its checkpoints and its event trail.
+- ``runs [--status S] [--workflow W] [--limit N] [--stale DURATION] [--after RUN] [--unserved]
+  [--json]``: runs, newest first. ``--stale 10m``: only suspended runs whose oldest pending
+  dispatch is older than that. ``--after RUN``: the page after RUN (keyset on creation time,
+  then id). ``--unserved``: only runs that wait for a version of one of the app engine's
+  workflows that it does not serve.
+- ``show RUN [--json]``: a run with its checkpoints and its event trail; a run waiting for a
+  version the app engine does not serve says ``needs version V of W (this engine serves U)``.
+- ``prune --older-than DURATION [--status S ...] [--dry-run]``: ``engine.prune``: delete every
+  row of the finished runs (of the statuses given; default all four) that ended longer ago
+  than that; prints ``pruned N runs`` (``--dry-run``: ``would prune N runs``, nothing deleted).
 - ``retry RUN``: ``engine.requeue``: a failed, dead or cancelled run's failed steps get a fresh
   first attempt; completed steps are not run again.
 - ``redispatch RUN``: ``engine.redispatch_pending``: the run's pending dispatched steps are
@@ -39,8 +45,8 @@ or ``cancel`` of a finished run); 5 the store cannot be used (not an engine stor
 a newer schema, a damaged file); 128 + N when a second signal N stopped ``work`` without
 draining; 130 when Ctrl-C interrupted another command.
 
-A store that does not exist is never created by ``runs``, ``show``, ``retry``, ``redispatch``
-or ``cancel``:
+A store that does not exist is never created by ``runs``, ``show``, ``retry``, ``redispatch``,
+``cancel`` or ``prune``:
 on SQLite, no file at the path; on PostgreSQL, no table in the URL's schema (the schema absent,
 as in a fresh database, or empty). They refuse it with exit 2 (a typo, or a command run from
 another folder than the workers, is the usual cause), as the dashboard does; ``work`` creates
@@ -64,7 +70,7 @@ from types import TracebackType
 from typing import Any, Final, NoReturn, TypeAlias, get_args
 
 from effects.durable._app import AppError, load_engine
-from effects.durable._engine import Engine
+from effects.durable._engine import PRUNABLE_STATUSES, Engine
 from effects.durable._records import RunStatus
 from effects.durable._time import epoch_ms
 from effects.durable._views import (
@@ -274,6 +280,11 @@ def _parser() -> _Parser:
         metavar="RUN",
         help="only runs after RUN in this order (the next page: pass the last run shown)",
     )
+    p.add_argument(
+        "--unserved",
+        action="store_true",
+        help="only runs waiting for a version of the engine's workflows that it does not serve",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON array")
 
     p = command("show", "a run, its checkpoints and its event trail")
@@ -323,6 +334,22 @@ def _parser() -> _Parser:
         metavar="DURATION",
         help="with --wait: wait at most this long, then print the run as it stands (exit 4)",
     )
+
+    p = command("prune", "delete finished runs that ended longer ago than --older-than")
+    p.add_argument(
+        "--older-than",
+        type=_duration_ms,
+        required=True,
+        metavar="DURATION",
+        help="how long ago a run must have ended, e.g. 30d or 12h",
+    )
+    p.add_argument(
+        "--status",
+        action="append",
+        choices=PRUNABLE_STATUSES,
+        help="prune only runs of this finished status (repeat for more; default all four)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
 
     p = command("cancel", "cancel a run that is not finished; its pending attempts are withdrawn")
     p.add_argument("run_id", type=_text, metavar="RUN")
@@ -436,8 +463,20 @@ async def _cmd_runs(spec: str, args: argparse.Namespace) -> int:
             limit=args.limit,
             stale_ms=args.stale,
             after=args.after,
+            unserved=args.unserved,
         )
     _out(dumps([run_json(r) for r in runs]) if args.json else runs_table(runs))
+    return EXIT_OK
+
+
+async def _cmd_prune(spec: str, args: argparse.Namespace) -> int:
+    async with _opened(spec) as engine:
+        count = await engine.prune(
+            older_than=args.older_than / 1000,
+            statuses=tuple(args.status or PRUNABLE_STATUSES),
+            dry_run=args.dry_run,
+        )
+    _out(f"{'would prune' if args.dry_run else 'pruned'} {count} runs")
     return EXIT_OK
 
 
@@ -451,13 +490,19 @@ async def _cmd_show(spec: str, args: argparse.Namespace) -> int:
         checkpoints = await engine.checkpoints(run_id)
         events = await engine.events(run_id)
         now = epoch_ms(engine.clock)
+        serves = engine.serves(run.workflow)
     if args.json:
         _out(dumps(show_json(run, checkpoints, events)))
         return EXIT_OK
+    about = run_text(run, now_ms=now)
+    if serves is not None and serves != run.version and run.status not in _FINISHED:
+        about += "\n" + safe(
+            f"needs version {run.version} of {run.workflow} (this engine serves {serves})"
+        )
     _out(
         "\n\n".join(
             [
-                run_text(run, now_ms=now),
+                about,
                 f"checkpoints\n{checkpoints_table(checkpoints)}",
                 f"events\n{events_table(events)}",
             ]
@@ -748,4 +793,5 @@ _COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any,
     "cancel": _cmd_cancel,
     "dashboard": _cmd_dashboard,
     "start": _cmd_start,
+    "prune": _cmd_prune,
 }

@@ -6,20 +6,27 @@ number; a checkpoint already recorded there answers it (its output, or its error
 the first step without a usable record does the work: a local step runs in place and commits its
 outcome; a dispatched step writes a pending checkpoint and a task in one transaction and suspends
 the run. Suspension is ``_Suspended``, a ``BaseException``, so a workflow's ``except Exception``
-cannot swallow it; and once a turn has suspended, every later call suspends again.
+cannot swallow it; and once a turn has suspended, every later call suspends again. The workflow
+primitives take a number each too: ``sleep`` (a durable timer, ``effects.durable._timers``),
+``now`` and ``uuid`` (local steps), ``patched`` (a marker, or no number where the run recorded
+another step there).
 
 A step given ``compensate=`` registers its undo when it completes (on every replay alike), and
 ``unwind`` runs the registered undos last-registered first, each as a checkpointed step
 ``compensate:<step>`` (see ``effects.durable._saga``). A run asked to cancel with compensation
 replays in *cancel mode*: its steps answer from their records, and the first step without a
-settled record stops the workflow (``Stopped``, a ``BaseException`` too).
+settled record stops the workflow (``Stopped``, a ``BaseException`` too). A run past its
+whole-run deadline replays the same way, then fails (``workflow_timeout``); before that, each
+step checks the deadline, which stops the turn where it is (``DeadlinePassed``).
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import inspect
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, overload
 
@@ -27,6 +34,8 @@ import attrs
 from typing_extensions import Unpack
 
 from effects import FatalError, is_async_callable
+from effects.durable import _timers as timers
+from effects.durable._bounds import duration_ms
 from effects.durable._codec import JSON, Codec, dump, from_data
 from effects.durable._definitions import StepDef, check_name
 from effects.durable._failures import in_thread, is_failure, thrown
@@ -45,6 +54,7 @@ from effects.durable.errors import (
     StoreError,
     restore_exception,
 )
+from schedules import DurationLike
 
 __all__ = ["WorkflowContext", "stopped", "suspended", "unwind"]
 
@@ -56,6 +66,10 @@ _EMPTY_POLICY: Final = StepPolicy({})
 _JSON_SCALARS: Final = frozenset({int, str, float, bool, type(None)})
 _Suspended = Suspended
 _Stopped = Stopped
+#: The names of the checkpoints of ``sleep``, ``now`` and ``uuid``.
+_SLEEP: Final = "durable.sleep"
+_NOW: Final = "durable.now"
+_UUID: Final = "durable.uuid"
 #: What ``_run_local`` returns for a compensation whose attempts are spent (recorded, not raised).
 _UNDO_FAILED: Final = object()
 #: The options of a dispatched undo's definition that a compensation does not take: its attempts
@@ -204,6 +218,16 @@ def _describe(name: str, kind: CheckpointKind) -> str:
     return f"{name!r} ({kind})"
 
 
+def _iso(seconds: float) -> str:
+    """Epoch *seconds* as ISO 8601 text in UTC (what ``ctx.now`` records)."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat()
+
+
+def _slept(now: int, seq: int, cp: Checkpoint) -> NewEvent:
+    """``step.completed`` of a sleep that came due."""
+    return NewEvent("step.completed", now, seq, {"kind": "sleep", "wake_at": cp.wake_at})
+
+
 def _restored(checkpoint: Checkpoint) -> Exception:
     """The exception a failed local step raises again on replay (built from its record)."""
     return restore_exception(checkpoint.error or StepError("the step failed"))
@@ -240,8 +264,9 @@ class WorkflowContext:
         self._fatal: NonDeterminismError | None = None
         self._undos: list[_Undo] = []
         self._unwinding = False
-        # A run asked to cancel with compensation replays only what it has recorded.
-        self._cancelling = turn.run.cancel == "compensate"
+        # A run asked to cancel with compensation, or past its deadline, replays only what it
+        # has recorded.
+        self._cancelling = turn.run.cancel == "compensate" or turn.timing_out
         self._stopped = False
 
     @property
@@ -259,7 +284,8 @@ class WorkflowContext:
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
-    def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
+    def _check_open(self) -> None:
+        """Raise what a call on this context meets once the turn cannot go on."""
         if self._fatal is not None:
             raise self._fatal
         if self._stopped and not self._unwinding:
@@ -267,6 +293,11 @@ class WorkflowContext:
         if self._closed or self._turn.broken is not None:
             # A turn whose write failed goes no further, even if the workflow caught the error.
             raise _Suspended
+
+    def _next(self, name: str, kind: CheckpointKind) -> tuple[int, Checkpoint | None]:
+        self._check_open()
+        if self._turn.deadline is not None:
+            self._turn.check_deadline()
         self._seq += 1
         seq = self._seq
         self._turn.names[seq] = name
@@ -310,8 +341,16 @@ class WorkflowContext:
 
     @property
     def cancelling(self) -> bool:
-        """Whether the run is being cancelled with compensation (this turn replays, then undoes)."""
+        """
+        Whether the run is being cancelled with compensation, or timed out (this turn replays
+        what is recorded, then undoes).
+        """
         return self._cancelling
+
+    @property
+    def timing_out(self) -> bool:
+        """Whether this turn times the run out (its deadline passed): it replays, then undoes."""
+        return self._turn.timing_out
 
     # -- local steps ------------------------------------------------------------------------------
 
@@ -555,12 +594,14 @@ class WorkflowContext:
                     await turn.commit(turn.lease(now, delay_ms), events=events, now=now)
                     events = []
                     _tell_probes(turn, untold)
-                    await turn.clock.sleep_async(delay_ms / 1000)
+                    # A wait past the run's deadline ends there: the run times out then.
+                    await turn.clock.sleep_async(turn.until_deadline(delay_ms, now) / 1000)
+                    turn.check_deadline()
                 continue
             if text is None:
                 text = dump(codec, result, f"output of local step {name!r}")
             now = turn.now()
-            if recorded is None and attempt == 1:
+            if recorded is None and attempt == 1 and not turn.has_unwritten:
                 try:
                     await turn.store.record_local_step(
                         turn.run.run_id,
@@ -635,6 +676,127 @@ class WorkflowContext:
         )
         write = CheckpointWrite(checkpoint, None if recorded is None else recorded.rev)
         await turn.commit(HOLD, checkpoints=(write,), events=events, now=now)
+
+    # -- durable timers ---------------------------------------------------------------------------
+
+    async def sleep(self, duration: DurationLike) -> None:
+        """
+        Wait *duration* durably: the run suspends (nothing is held in memory) and is woken once
+        the time has come, by whichever engine serves it.
+
+        The first turn that reaches the sleep reads the clock once and records a checkpoint of
+        kind ``"sleep"``, ``pending`` with ``wake_at = now + duration``; a replay, a crash, a
+        restart or a clock read after that never moves it, so the sleep is neither shortened
+        nor repeated. Once due it is ``completed`` (keeping ``wake_at``) and every replay
+        passes it at once. ``sleep(0)`` (or less than half a ms) completes at once.
+
+        Args:
+            duration: Seconds, a ``timedelta`` or a string like ``"1h"`` or ``"250ms"``,
+                rounded to whole ms.
+
+        Raises:
+            ValueError: If *duration* is negative, NaN, infinite, a ``bool``, an unparsable
+                string, or ends after ``MAX_WAKE_MS`` (nothing is written).
+            TypeError: If *duration* is none of the accepted types.
+            NonDeterminismError: If the run recorded a different step at this position.
+        """
+        now = self._turn.now()
+        ms = duration_ms(duration, now)
+        seq, recorded = self._next(_SLEEP, "sleep")
+        if recorded is not None and recorded.status == "completed":
+            return
+        if self._stops_at(recorded):
+            raise self._stop()
+        turn = self._turn
+        if recorded is not None:
+            if timers.due(recorded, now):
+                # The completion rides on the turn's next write: a timer costs its arming
+                # commit and the claim that wakes it, as a dispatched step's wake_at does.
+                timers.fire_later(turn, recorded, now=now, events=(_slept(now, seq, recorded),))
+                return
+            await timers.wait(turn, recorded, now)
+            raise self._suspend()
+        wake_at = now + ms
+        armed = NewEvent("step.started", now, seq, {"kind": "sleep", "wake_at": wake_at, "ms": ms})
+        if ms == 0:
+            cp = timers.pending(turn, seq, name=_SLEEP, kind="sleep", wake_at=now, now=now)
+            timers.fire_later(
+                turn, cp, now=now, events=(armed, _slept(now, seq, cp)), recorded=False
+            )
+            return
+        await timers.arm(turn, seq, name=_SLEEP, kind="sleep", wake_at=wake_at, now=now,
+                         events=(armed,))  # fmt: skip
+        raise self._suspend()
+
+    # -- recorded values and patches --------------------------------------------------------------
+
+    async def now(self) -> datetime.datetime:
+        """
+        The engine clock's time as a UTC ``datetime``, read once and recorded (the local step
+        ``durable.now``): every replay returns the same value.
+
+        Raises:
+            NonDeterminismError: If the run recorded a different step at this position.
+        """
+        clock = self._turn.clock
+        text = await self.local_step(_NOW, lambda: _iso(clock.now()))
+        return datetime.datetime.fromisoformat(text)
+
+    async def uuid(self) -> str:
+        """
+        A random UUID, version 4, in canonical form (``"1b4e28ba-2fa1-4d3b-a3f5-ef19b5a7633b"``),
+        made once and recorded (the local step ``durable.uuid``): every replay returns it again.
+
+        Raises:
+            NonDeterminismError: If the run recorded a different step at this position.
+        """
+        return str(await self.local_step(_UUID, lambda: str(uuid.uuid4())))
+
+    def patched(self, change_id: str) -> bool:
+        """
+        Whether this run takes the new code path of the change *change_id*, so one version of a
+        workflow serves runs started before a change and runs started after it.
+
+        ``True`` for a run that reaches this point under the code that has the patch: a
+        checkpoint of kind ``"patch"`` named *change_id* is recorded here (with the turn's next
+        write), so every replay says ``True`` again. ``False`` for a run that had passed this
+        point before the patch existed (another step is recorded at this position): that takes
+        no sequence number, so the old path replays as it was recorded. Once no run of the old
+        code is left, drop the old path; keep the ``patched`` call (or replace it by nothing
+        only when no run recorded the patch either).
+
+        Example:
+            .. code-block:: python
+
+                if ctx.patched("charge-in-cents"):
+                    await ctx.step(charge_cents, order)
+                else:
+                    await ctx.step(charge, order)
+
+        Args:
+            change_id: A name for the change (a non-empty string); a second ``patched`` with
+                the same id is a point of its own.
+
+        Raises:
+            TypeError: If *change_id* is not a string.
+            ValueError: If *change_id* is empty, has surrounding spaces, U+0000 or a lone
+                surrogate.
+        """
+        check_name(change_id, "change_id")
+        self._check_open()
+        ahead = self._checkpoints.get(self._seq + 1)
+        if ahead is not None and (ahead.kind != "patch" or ahead.name != change_id):
+            return False  # the run passed here under older code: the old path replays
+        seq, recorded = self._next(change_id, "patch")
+        if recorded is not None:
+            return True
+        if self._stops_at(None):
+            raise self._stop()
+        turn = self._turn
+        now = turn.now()
+        marker = timers.pending(turn, seq, name=change_id, kind="patch", wake_at=None, now=now)
+        turn.defer(CheckpointWrite(attrs.evolve(marker, status="completed"), None))
+        return True
 
     # -- dispatched steps -------------------------------------------------------------------------
 

@@ -11,8 +11,10 @@ import attrs
 from typing_extensions import Unpack
 
 from effects import is_async_callable
+from effects.durable._bounds import timeout_ms
 from effects.durable._codec import JSON, Codec
 from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
+from schedules import DurationLike
 
 if TYPE_CHECKING:
     from effects.durable._context import WorkflowContext
@@ -70,6 +72,8 @@ class WorkflowDef(Generic[I, O]):
             refusal says to do instead.
         on_error: The error routes: for an error ``code``, the handler that turns an error of
             that code escaping the body into the run's output (read-only).
+        timeout_ms: The whole-run timeout of its runs in ms (``engine.start``'s ``timeout=``
+            wins), or ``None``: no limit.
     """
 
     name: str
@@ -78,6 +82,7 @@ class WorkflowDef(Generic[I, O]):
     codec: Codec = JSON
     requeue: bool | str = True
     on_error: Mapping[str, ErrorHandler] = attrs.field(default=_NO_ROUTES, hash=False)
+    timeout_ms: int | None = None
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} version {self.version!r}>"
@@ -120,6 +125,7 @@ def workflow(
     codec: Codec | None = None,
     requeue: bool | str = True,
     on_error: Mapping[str, ErrorHandler] | None = None,
+    timeout: DurationLike | None = None,
 ) -> Callable[[Callable[[WorkflowContext, I], Awaitable[O]]], WorkflowDef[I, O]]:
     """
     Declare an ``async def`` function of ``(ctx, input)`` as a workflow.
@@ -141,13 +147,18 @@ def workflow(
             ``run.error_routed``, ``run.completed``); no compensation runs. A handler that
             raises fails the run with its error (its compensations then run). An error of no
             code, an error a handler raises, and a ``NonDeterminismError`` are never routed.
+        timeout: The whole-run timeout of its runs (seconds, a ``timedelta`` or a string like
+            ``"1h"``; ``None``, the default: no limit); ``engine.start(..., timeout=)`` wins.
+            At ``created_at + timeout`` an unfinished run fails with code
+            ``"workflow_timeout"``: its pending attempts are withdrawn, its compensations run.
 
     Raises:
         TypeError: If the function is not ``async def``, a name is not a string,
             *requeue* is neither a bool nor a string, or *on_error* is not a mapping of
             codes to ``async def`` handlers.
         ValueError: If *name* or *version* is empty, *requeue* is an empty or multi-line
-            string, or a code of *on_error* is empty.
+            string, a code of *on_error* is empty, or *timeout* is not a duration of at least
+            1 ms.
 
     Example:
         >>> @workflow("greet")
@@ -160,13 +171,16 @@ def workflow(
     check_name(version, f"version of workflow {name!r}")
     _check_requeue(requeue, name)
     routes = _routes(on_error, name)
+    limit = timeout_ms(timeout, f"timeout of workflow {name!r}")
 
     def define(fn: Callable[[WorkflowContext, I], Awaitable[O]]) -> WorkflowDef[I, O]:
         _refuse_generators(fn, f"workflow {name!r}")
         if not is_async_callable(fn):
             msg = f"workflow {name!r} must be an async def function, got {fn!r}"
             raise TypeError(msg)
-        return WorkflowDef(name, version, fn, JSON if codec is None else codec, requeue, routes)
+        return WorkflowDef(
+            name, version, fn, JSON if codec is None else codec, requeue, routes, limit
+        )
 
     return define
 

@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar, overload
 import attrs
 
 from effects import Clock
-from effects.durable._bounds import checked_count, checked_ms
+from effects.durable._bounds import MAX_WAKE_MS, checked_count, checked_ms, timeout_ms
 from effects.durable._codec import dump, from_data
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._finishes import Finishes
@@ -30,9 +30,12 @@ from effects.durable._worker_loop import WorkerLoop
 from effects.durable.errors import StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
-__all__ = ["Engine", "open_store"]
+__all__ = ["PRUNABLE_STATUSES", "Engine", "open_store"]
 
 _log: Final = logging.getLogger("effects.durable")
+
+#: What ``prune`` deletes by default: every finished status.
+PRUNABLE_STATUSES: Final = ("completed", "failed", "cancelled", "dead")
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -339,16 +342,29 @@ class Engine:
 
     @overload
     async def start(
-        self, workflow: WorkflowDef[I, O], input: I, *, run_id: str | None = None
+        self,
+        workflow: WorkflowDef[I, O],
+        input: I,
+        *,
+        run_id: str | None = None,
+        timeout: DurationLike | None = None,
     ) -> str: ...
     @overload
-    async def start(self, workflow: str, input: Any, *, run_id: str | None = None) -> str: ...
+    async def start(
+        self,
+        workflow: str,
+        input: Any,
+        *,
+        run_id: str | None = None,
+        timeout: DurationLike | None = None,
+    ) -> str: ...
     async def start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
         input: Any,  # noqa: A002 - the design's name
         *,
         run_id: str | None = None,
+        timeout: DurationLike | None = None,
     ) -> str:
         """
         Start a run of *workflow* with *input*; return its id.
@@ -358,19 +374,31 @@ class Engine:
             input: The workflow's input (JSON, or what its codec takes).
             run_id: The run's id; default a random one. Starting an id that exists returns it
                 and changes nothing (idempotent).
+            timeout: The whole-run timeout (seconds, a ``timedelta`` or a string like
+                ``"1h"``); default the workflow's own (``@workflow(..., timeout=)``), else none.
+                At its deadline (``created_at + timeout``, epoch ms, the run's ``deadline``) a
+                run that has not finished fails with code ``"workflow_timeout"`` (event
+                ``run.failed``), however long its current turn takes: its pending attempts are
+                withdrawn, as a cancel withdraws them, and its compensations run.
 
         Raises:
-            ValueError: If this engine has no such workflow, or *run_id* names a run of
-                another workflow.
-            TypeError: If *input* cannot be stored (nothing is written).
+            ValueError: If this engine has no such workflow, *run_id* names a run of another
+                workflow, or *timeout* is not a duration of at least 1 ms.
+            TypeError: If *input* cannot be stored (nothing is written), or *timeout* is not a
+                duration.
         """
         definition = self._workflow(workflow)
+        limit = definition.timeout_ms if timeout is None else timeout_ms(timeout, "timeout")
         if run_id is None:
             run_id = secrets.token_hex(16)
         else:
             check_name(run_id, "run_id")
         text = dump(definition.codec, input, f"input of workflow {definition.name!r}")
         now = self._now()
+        deadline = None if limit is None else now + limit
+        if deadline is not None and deadline > MAX_WAKE_MS:
+            msg = f"timeout must end by epoch ms {MAX_WAKE_MS}, got {timeout!r} ({limit} ms)"
+            raise ValueError(msg)
         # A working engine with a free slot that serves the workflow takes the run as it makes
         # it, and runs its first turn at once: no claim, no wake-up of anyone.
         # The slot is taken before the insert: starts at once never overrun the concurrency.
@@ -389,6 +417,7 @@ class Engine:
                     token,
                     lease_until,
                     trace.traceparent,
+                    deadline,
                 ),
                 (NewEvent("run.started", now, None, {"workflow": definition.name}),),
             )
@@ -499,6 +528,7 @@ class Engine:
         after: str | None = None,
         id_prefix: str | None = None,
         retrying: bool = False,
+        unserved: bool = False,
     ) -> list[Run]:
         """
         Runs, newest first (by creation time, then id).
@@ -512,6 +542,8 @@ class Engine:
             id_prefix: Only runs whose id starts with this.
             retrying: Only runs with a step waiting out its backoff now (failed, not settled,
                 its next attempt in the future).
+            unserved: Only runs that wait (pending or suspended) for a version of one of this
+                engine's workflows that it does not serve (see ``work``).
 
         Raises:
             UnknownRunError: If *after* names no run.
@@ -532,8 +564,48 @@ class Engine:
             after=key,
             id_prefix=id_prefix,
             retrying_at=now if retrying else None,
+            unserved=tuple(self._workflow_keys) if unserved else None,
         )
         return await self._store.list_runs(query)
+
+    def serves(self, workflow: str) -> str | None:
+        """The version of *workflow* this engine serves, or ``None`` if it has no such workflow."""
+        found = self._workflows.get(workflow)
+        return None if found is None else found.version
+
+    async def prune(
+        self,
+        *,
+        older_than: DurationLike,
+        statuses: Sequence[str] = PRUNABLE_STATUSES,
+        dry_run: bool = False,
+    ) -> int:
+        """
+        Delete every row of the finished runs that ended (their last change) more than
+        *older_than* ago: the run, its checkpoints, attempts, events and every other row the
+        store keeps of it; return how many runs. A pending, running or suspended run is never
+        pruned; nor, until its worker reports or its claim lapses, a run with an attempt still
+        out. Runs go in batches of ``PRUNE_BATCH``, each batch one transaction: a failure (a
+        full disk) leaves whole runs, never part of one, and the next prune goes on.
+
+        Args:
+            older_than: How long ago a run must have ended (seconds, a ``timedelta`` or a string
+                like ``"30d"``); longer than the clock has run prunes nothing.
+            statuses: Which finished statuses to prune (default all four).
+            dry_run: Count what would be pruned and delete nothing.
+
+        Raises:
+            ValueError: If *older_than* is negative, NaN, infinite, a ``bool`` or unparsable,
+                or *statuses* names a status that is not finished (or none that exists).
+            TypeError: If *older_than* is not a duration, or *statuses* is a string or holds
+                something else than strings.
+        """
+        seconds = to_seconds(older_than, name="older_than")
+        chosen = _finished_statuses(statuses)
+        now = self._now()
+        # Older than the clock: nothing ended before the epoch.
+        before = max(0, now - seconds * 1000)
+        return await self._store.prune(before=math.ceil(before), statuses=chosen, dry_run=dry_run)
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """
@@ -701,7 +773,10 @@ class Engine:
         this loop has a free slot is taken as it is made and its first turn runs at once.
         ``stop()`` drains: no new claims, attempts in flight finish and report, turns are
         stopped and their leases released. Cancelling the task stops it promptly (attempts
-        in flight are abandoned and their claims released). A ``StoreError`` (a full disk, say)
+        in flight are abandoned and their claims released). Runs waiting for a version of one of
+        its workflows that it does not serve are told once per ``(workflow, version)``, as a
+        WARNING on ``effects.durable`` naming how many wait (``run_until_idle`` looks too; a
+        look is made at most once a minute). A ``StoreError`` (a full disk, say)
         does not end the loop: it is logged and the poll tried again, and a turn whose write
         failed is abandoned, its run neither finished nor failed but replayed a second later.
 
@@ -716,6 +791,31 @@ class Engine:
     def stop(self) -> None:
         """Ask ``work()`` to drain and return (safe from a signal handler via the loop)."""
         self._loop.stop()
+
+
+def _finished_statuses(statuses: object) -> tuple[str, ...]:
+    """*statuses* checked as finished run statuses, each once, in the order given."""
+    if isinstance(statuses, str) or not isinstance(statuses, Iterable):
+        msg = (
+            f"statuses must be a sequence of run statuses such as ('completed', 'failed'),"
+            f" got {statuses!r}"
+        )
+        raise TypeError(msg)
+    chosen: list[str] = []
+    given: Iterable[object] = statuses  # pyright: ignore[reportUnknownVariableType]
+    for status in given:
+        if not isinstance(status, str):
+            msg = f"statuses must hold run statuses (strings), got {status!r}"
+            raise TypeError(msg)
+        if status not in FINISHED:
+            msg = (
+                f"prune takes finished statuses only ({', '.join(PRUNABLE_STATUSES)}); {status!r}"
+                " is not one: a pending, running or suspended run is never pruned"
+            )
+            raise ValueError(msg)
+        if status not in chosen:
+            chosen.append(status)
+    return tuple(chosen)
 
 
 def _storable(run_id: object) -> None:

@@ -16,6 +16,7 @@ from effects.durable._names import (
     REDISPATCHED,
     STEP_LOST,
     WORKER_LOST,
+    WORKFLOW_TIMEOUT,
 )
 from effects.durable.errors import (
     DurableError,
@@ -24,6 +25,7 @@ from effects.durable.errors import (
     RunCancelled,
     RunDead,
     StepError,
+    WorkflowTimeout,
 )
 from effects.durable.errors import WorkerLost as _WorkerLost
 
@@ -38,6 +40,7 @@ __all__ = [
     "lost_worker",
     "no_handler",
     "thrown",
+    "timed_out_attempt",
 ]
 
 
@@ -174,5 +177,18 @@ def cancelled_run(compensation_failed: list[str]) -> StepError:
         code=CANCELLED,
         details={"compensation_failed": list(compensation_failed)},
         type=_type(RunCancelled),
+        retryable=False,
+    )
+
+
+def timed_out_attempt() -> StepError:
+    """
+    The failure a run's whole-run timeout records on each dispatched step it stops waiting
+    for (its attempts withdrawn; not final: a requeue gives the step a fresh first attempt).
+    """
+    return StepError(
+        message="withdrawn: the run passed its deadline (workflow timeout)",
+        code=WORKFLOW_TIMEOUT,
+        type=_type(WorkflowTimeout),
         retryable=False,
     )

@@ -21,6 +21,7 @@ __all__ = [
     "STEP_LOST",
     "TIMEOUT",
     "WORKER_LOST",
+    "WORKFLOW_TIMEOUT",
     "EventName",
     "FailureCode",
 ]
@@ -34,6 +35,7 @@ FailureCode = Literal[
     "max_recovery_attempts",
     "non_determinism",
     "cancelled",
+    "workflow_timeout",
 ]
 #: A worker's claim expired before it reported: a retryable failure of that attempt.
 WORKER_LOST: Final[FailureCode] = "worker_lost"
@@ -52,6 +54,8 @@ NON_DETERMINISM: Final[FailureCode] = "non_determinism"
 #: The run was cancelled: the code of an attempt a cancel withdrew, and of a cancelled run's
 #: error when some of its compensations failed.
 CANCELLED: Final[FailureCode] = "cancelled"
+#: The run passed its whole-run deadline: the code of its error, and of each attempt withdrawn.
+WORKFLOW_TIMEOUT: Final[FailureCode] = "workflow_timeout"
 FAILURE_CODES: Final = frozenset(get_args(FailureCode))
 
 EventName = Literal[

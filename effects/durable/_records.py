@@ -20,7 +20,9 @@ __all__ = [
 ]
 
 RunStatus = Literal["pending", "running", "suspended", "completed", "failed", "cancelled", "dead"]
-CheckpointKind = Literal["local", "remote"]
+#: What a checkpoint records: a local step, a dispatched (remote) step, or one of the workflow
+#: primitives (a durable sleep, a receive, an event, a child run, a patch marker).
+CheckpointKind = Literal["local", "remote", "sleep", "recv", "event", "child", "patch"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 
 
@@ -63,6 +65,8 @@ class Run:
             compensate=True)``: its compensations run first, then it is ``cancelled``).
         traceparent: The W3C ``traceparent`` made at ``start`` (one trace per run, whichever
             process runs it), or ``None`` for a run of a store from before telemetry.
+        deadline: Epoch ms at which the run fails with ``workflow_timeout`` unless it finished
+            (``created_at`` plus its whole-run timeout), or ``None`` (no timeout).
     """
 
     run_id: str
@@ -78,6 +82,7 @@ class Run:
     wake_at: int | None = None
     cancel: str | None = None
     traceparent: str | None = None
+    deadline: int | None = None
 
 
 @attrs.frozen
@@ -89,13 +94,15 @@ class Checkpoint:
         run_id: The run.
         seq: 1-based position of the step in the workflow.
         name: The step's name.
-        kind: ``"local"`` (ran in the engine's process) or ``"remote"`` (dispatched to a worker).
+        kind: ``"local"`` (ran in the engine's process), ``"remote"`` (dispatched to a worker),
+            ``"sleep"`` (``ctx.sleep``), ``"patch"`` (``ctx.patched``), or another primitive's
+            (``"recv"``, ``"event"``, ``"child"``).
         step_id: ``"{run_id}:{seq}"``, the idempotency key, the same on every attempt.
         status: ``pending``, ``running``, ``completed`` or ``failed``.
         attempts: Attempts made (a remote step's current attempt number while it is pending).
         wake_at: Epoch ms of the next attempt of a failed remote step waiting out its backoff
-            (with
-            ``remote_redispatch_ms``, the lease of a pending one), else ``None``.
+            (with ``remote_redispatch_ms``, the lease of a pending one); of a timer (a sleep),
+            when it is due, kept once it completed; else ``None``.
         output: The output once ``completed`` (decoded JSON), else ``None``.
         error: The last attempt's failure, else ``None``.
         errors: Every failed attempt's error, oldest first (decoded from the store when first

@@ -527,12 +527,16 @@ async def _await_attempt(
         window = timeout_ms if running else pickup_ms
         deadline = last + window
         now = turn.now()
+        turn.check_deadline(now)
         if now < deadline:
             if turn.lease_until - now < turn.lease_ms // 2:
                 # Renewed as time passes (virtual time too), so a crash is recovered within a lease.
                 await turn.commit(turn.lease(now), now=now)
-            await host.sleep_until(min(deadline, now + turn.lease_ms // 2), waiter.event)
+            # Cut short at the run's deadline, which ends the wait (the run times out).
+            wait = turn.until_deadline(min(deadline - now, turn.lease_ms // 2), now)
+            await host.sleep_until(now + wait, waiter.event)
             waiter.event.clear()
+            turn.check_deadline()
         if waiter.picked_up and not running:
             running = True
             last = max(last, waiter.last_beat or last)

@@ -23,7 +23,7 @@ from effects.durable._definitions import WorkflowDef
 from effects.durable._failures import is_failure
 from effects.durable._store import StaleTurnError
 from effects.durable._turn import Turn
-from effects.durable.errors import StepError, StoreError
+from effects.durable.errors import StepError, StoreError, WorkflowTimeout
 
 __all__ = ["Ending", "play", "with_failed_undos"]
 
@@ -105,6 +105,12 @@ async def play(definition: WorkflowDef[Any, Any], ctx: WorkflowContext, turn: Tu
     early = _ends_here(ctx, turn)
     if early is not None:
         return early
+    if ctx.timing_out:
+        # Past its deadline: whatever the body did, it fails with workflow_timeout once what
+        # its steps registered is undone.
+        limit = (run.deadline or run.created_at) - run.created_at
+        timed_out = WorkflowTimeout(run.run_id, limit, run.deadline or run.created_at)
+        return await _unwound(ctx, turn, timed_out)
     if ctx.cancelling:
         # Whatever the body did (stopped at its first unsettled step, returned or raised),
         # the cancel wins: what its steps registered is undone.

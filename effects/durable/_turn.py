@@ -21,12 +21,14 @@ from effects.durable._store import (
     Store,
     TurnCommit,
 )
+from effects.durable._store.rules import parked_until
 from effects.durable._time import epoch_ms
 from effects.durable.errors import StoreError
 from schedules import MAX_DELAY, RandomLike
 
 __all__ = [
     "HOLD",
+    "DeadlinePassed",
     "StepWaiter",
     "Stopped",
     "Suspended",
@@ -52,6 +54,14 @@ class Stopped(BaseException):
     """
     A run being cancelled with compensation stops here: its replay met a step with no settled
     record. Not an error, and not catchable by ``except Exception``.
+    """
+
+
+class DeadlinePassed(BaseException):
+    """
+    The run's whole-run deadline came during a turn: the turn stops where it is and gives the
+    run back, and the next turn (which finds the deadline passed) fails it. Not an error, and
+    not catchable by ``except Exception``.
     """
 
 
@@ -139,10 +149,55 @@ class Turn:
     names: dict[int, str] = attrs.field(factory=dict[int, str])
     #: The engine's telemetry probes.
     probes: Probes = attrs.field(factory=Probes)
+    #: Checkpoint writes and events made without a commit of their own (``ctx.patched``'s
+    #: markers, a due timer's completion): the turn's next commit carries them (``defer``).
+    #: Lost with a crash before it, they are made again by the replay, which reaches them with
+    #: nothing after them recorded either.
+    unwritten: list[CheckpointWrite] = attrs.field(factory=list[CheckpointWrite])
+    unwritten_events: list[NewEvent] = attrs.field(factory=list[NewEvent])
+    #: Whether this turn times its run out (its deadline had passed when it was claimed).
+    timing_out: bool = False
 
     def now(self) -> int:
         """Epoch ms now."""
         return epoch_ms(self.clock)
+
+    def defer(self, write: CheckpointWrite, events: Sequence[NewEvent] = ()) -> None:
+        """Have the turn's next commit carry *write* and *events* (see ``unwritten``)."""
+        self.unwritten.append(write)
+        self.unwritten_events.extend(events)
+
+    @property
+    def has_unwritten(self) -> bool:
+        """Whether the next commit carries deferred writes (then it takes the general path)."""
+        return bool(self.unwritten)
+
+    @property
+    def deadline(self) -> int | None:
+        """
+        The whole-run deadline this turn keeps (epoch ms), or ``None``: none when the run has
+        none, when this turn times the run out (it is past), and while the run is being
+        cancelled with compensation (the cancel ends it; its undos are not cut short).
+        """
+        if self.timing_out or self.run.cancel == "compensate":
+            return None
+        return self.run.deadline
+
+    def check_deadline(self, now: int | None = None) -> None:
+        """
+        Raise ``DeadlinePassed`` if the deadline this turn keeps has come (at epoch ms *now*,
+        default the clock's reading).
+        """
+        deadline = self.deadline
+        if deadline is not None and (self.now() if now is None else now) >= deadline:
+            raise DeadlinePassed
+
+    def until_deadline(self, wait_ms: int, now: int) -> int:
+        """*wait_ms* from epoch ms *now*, cut short at the turn's deadline (never below 0)."""
+        deadline = self.deadline
+        if deadline is None:
+            return wait_ms
+        return max(0, min(wait_ms, deadline - now))
 
     async def commit(
         self,
@@ -158,6 +213,15 @@ class Turn:
         ``StoreError`` if the store failed, which also marks the turn ``broken``).
         """
         at = self.now() if now is None else now
+        if advance.action == "suspend" and self.deadline is not None:
+            # A waiting run is woken at its deadline, to time out then.
+            advance = attrs.evolve(advance, wake_at=parked_until(advance.wake_at, self.deadline))
+        # A release gives the run back and a broken turn writes nothing more of its own: the
+        # replay records the unwritten checkpoints again.
+        carried = self.unwritten if self.broken is None and advance.action != "release" else []
+        if carried:
+            checkpoints = [*carried, *checkpoints]
+            events = [*self.unwritten_events, *events]
         try:
             await self.store.commit_turn(
                 TurnCommit(
@@ -173,6 +237,9 @@ class Turn:
         except StoreError as error:
             self.broken = error
             raise
+        if carried:
+            self.unwritten = []
+            self.unwritten_events = []
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
         later = (advance.action == "suspend" and advance.wake_at is not None) or any(

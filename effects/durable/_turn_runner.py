@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -14,14 +14,24 @@ import attrs
 from effects import Clock
 from effects.durable._context import WorkflowContext
 from effects.durable._definitions import StepDef, WorkflowDef
-from effects.durable._failures import cancelled_run
+from effects.durable._failures import cancelled_run, timed_out_attempt
 from effects.durable._finishes import Finishes
 from effects.durable._probes import Probes
+from effects.durable._records import Checkpoint
 from effects.durable._renewal import Renewal
 from effects.durable._saga import play, with_failed_undos
-from effects.durable._store import ClaimedRun, NewEvent, RunAdvance, StaleTurnError, Store
+from effects.durable._store import (
+    CheckpointWrite,
+    ClaimedRun,
+    NewEvent,
+    RunAdvance,
+    StaleTurnError,
+    Store,
+)
+from effects.durable._store.rows import dumps
+from effects.durable._store.rules import cancels_attempt
 from effects.durable._time import epoch_ms
-from effects.durable._turn import Turn, TurnHost
+from effects.durable._turn import HOLD, DeadlinePassed, Turn, TurnHost
 from effects.durable.errors import StepError, StoreError
 from schedules import RandomLike
 
@@ -118,7 +128,11 @@ class TurnRunner:
         run = claimed.run
         definition = self._workflows[run.workflow]
         turn = self.make_turn(claimed)
-        ctx = WorkflowContext(turn, claimed.checkpoints)
+        # Past its deadline (and not being cancelled with compensation): this turn times it out.
+        turn.timing_out = (
+            run.deadline is not None and run.cancel != "compensate" and turn.now() >= run.deadline
+        )
+        ctx: WorkflowContext | None = None
         renewer = Renewal(
             self._lease_ms / 3000,
             lambda: self._store.renew_lease(
@@ -126,12 +140,16 @@ class TurnRunner:
             ),
             f"the lease of run {turn.run.run_id}",
         )
+        watchdog = _Watchdog.of(turn)
         try:
+            checkpoints = claimed.checkpoints
+            if turn.timing_out:
+                checkpoints = await _stop_waiting(turn, checkpoints)
+            ctx = WorkflowContext(turn, checkpoints)
             finished = await self._replay(definition, ctx, turn)
             if turn.broken is not None:
                 raise turn.broken
         except StoreError as error:
-            ctx.close()
             await self._abandon(turn, error)
             return "more"
         except StaleTurnError:
@@ -139,23 +157,41 @@ class TurnRunner:
             # under this one while its lease still holds: then give the run back, so it replays
             # at once instead of waiting for the lease to expire and counting a recovery.
             _log.info("run %s: turn ended, a write of it was stale", run.run_id)
-            ctx.close()
             with contextlib.suppress(StaleTurnError):
                 await turn.commit(RunAdvance("release"))
             return "more"
+        except DeadlinePassed:
+            await self._give_back_at_deadline(turn)
+            return "more"
         except asyncio.CancelledError:
-            ctx.close()
+            if watchdog is not None and watchdog.stopped_the_turn():
+                await self._give_back_at_deadline(turn)
+                return "more"
             try:
                 await turn.commit(RunAdvance("release"))
             except Exception:  # noqa: BLE001 - the lease then simply expires
                 _log.debug("run %s: could not release the lease", run.run_id, exc_info=True)
             raise
         finally:
-            ctx.close()
+            if ctx is not None:
+                ctx.close()
             renewer.cancel()
+            if watchdog is not None:
+                watchdog.cancel()
         if finished:
             return "finished"
         return "waits" if turn.waits_only else "more"
+
+    async def _give_back_at_deadline(self, turn: Turn) -> None:
+        """
+        End a turn that its run's deadline stopped: the run is given back (pending), and the
+        next turn, which finds the deadline passed, times it out from what was recorded.
+        """
+        _log.info("run %s: its deadline came during a turn; it is timed out next", turn.run.run_id)
+        try:
+            await turn.commit(RunAdvance("release"))
+        except (StaleTurnError, StoreError):
+            _log.debug("run %s: could not release the lease", turn.run.run_id, exc_info=True)
 
     async def _replay(
         self, definition: WorkflowDef[Any, Any], ctx: WorkflowContext, turn: Turn
@@ -248,3 +284,80 @@ class TurnRunner:
                     turn.run, status="cancelled", error=error, updated_at=now, wake_at=None
                 )
             )
+
+
+async def _stop_waiting(turn: Turn, checkpoints: Sequence[Checkpoint]) -> Sequence[Checkpoint]:
+    """
+    A run past its deadline stops waiting for its dispatched steps, as a cancel does: each
+    one still awaited (a dispatched compensation excepted) is failed, not final, with code
+    ``workflow_timeout``, and the same commit withdraws its attempts (``rules.gives_up``).
+    Returns the checkpoints as they are after.
+    """
+    stopped = [cp for cp in checkpoints if cancels_attempt(cp, keep_undos=True)]
+    if not stopped:
+        return checkpoints
+    now = turn.now()
+    error = timed_out_attempt()
+    changed: dict[int, Checkpoint] = {}
+    writes: list[CheckpointWrite] = []
+    for cp in stopped:
+        failed = attrs.evolve(
+            cp,
+            status="failed",
+            error=error,
+            errors=(*cp.errors, error),
+            final=False,
+            wake_at=None,
+            updated_at=now,
+        )
+        text = None if cp.input is None else dumps(cp.input)
+        writes.append(CheckpointWrite(failed, cp.rev, input=text))
+        changed[cp.seq] = attrs.evolve(failed, rev=cp.rev + 1)
+    await turn.commit(HOLD, checkpoints=writes, now=now)
+    return [changed.get(cp.seq, cp) for cp in checkpoints]
+
+
+class _Watchdog:
+    """
+    Stops a turn at its run's deadline on a real clock (a virtual clock's waits end at the
+    deadline instead, and every step checks it): at the deadline it cancels the turn's task,
+    which then gives the run back to be timed out.
+    """
+
+    __slots__ = ("_fired", "_task", "_turn", "_watch")
+
+    def __init__(self, turn: Turn, task: asyncio.Task[Any]) -> None:
+        self._turn = turn
+        self._task = task
+        self._fired = False
+        self._watch = asyncio.get_running_loop().create_task(self._run())
+
+    @classmethod
+    def of(cls, turn: Turn) -> _Watchdog | None:
+        """The watchdog of *turn*'s run, or ``None`` (no deadline, a virtual clock, no task)."""
+        task = asyncio.current_task()
+        if turn.deadline is None or task is None:
+            return None
+        if callable(getattr(turn.clock, "advance", None)):
+            return None
+        return cls(turn, task)
+
+    async def _run(self) -> None:
+        deadline = self._turn.deadline
+        assert deadline is not None
+        while (left := deadline - self._turn.now()) > 0:
+            # Read the clock again after each wait: the wall clock may have been set back.
+            await asyncio.sleep(left / 1000)
+        self._fired = True
+        self._task.cancel()
+
+    def stopped_the_turn(self) -> bool:
+        """
+        Whether the cancellation the turn's task met is this watchdog's alone (then it is
+        taken back, and the turn ends as its deadline asks).
+        """
+        return self._fired and self._task.uncancel() == 0
+
+    def cancel(self) -> None:
+        """Stop watching (the turn ended)."""
+        self._watch.cancel()

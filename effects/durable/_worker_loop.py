@@ -36,6 +36,10 @@ _DRAIN_CONCURRENCY: Final = 64
 # The least time between two claims that other processes' NOTIFYs prompt (seconds; at most a
 # fifth of work()'s poll_ms).
 _HINT_CLAIM_GAP_S: Final = 0.010
+# How often (engine clock ms) work() and run_until_idle look for runs waiting for a version of
+# this engine's workflows that it does not serve: a look reads every waiting run, so it is
+# spaced out, not made on every poll.
+_UNSERVED_EVERY_MS: Final = 60_000
 
 
 class WorkerLoop:
@@ -121,6 +125,10 @@ class WorkerLoop:
         self._concurrency = 0
         # Runs start() is inserting leased to this engine, their slots taken.
         self._starting = 0
+        # When the loop last looked for unserved versions, and the pairs it warned of (once
+        # each for the engine's life).
+        self._unserved_at = -math.inf
+        self._warned: set[tuple[str, str]] = set()
         self._work_context = contextvars.copy_context()
 
     def _now(self) -> int:
@@ -400,6 +408,34 @@ class WorkerLoop:
             await self._tell_recovery(report)
         return bool(report.recovered_runs or report.lost_tasks)
 
+    async def _look_for_unserved(self) -> None:
+        """
+        Every ``_UNSERVED_EVERY_MS``: warn (once per pair, for the engine's life) of the runs
+        that wait for a version of one of this engine's workflows that it does not serve,
+        naming the workflow, the version and how many wait.
+        """
+        now = self._now()
+        if not self._workflow_keys or now - self._unserved_at < _UNSERVED_EVERY_MS:
+            return
+        self._unserved_at = now
+        found = await self._store.unserved(self._workflow_keys)
+        serves = dict(self._workflow_keys)
+        for (name, version), count in sorted(found.items()):
+            if (name, version) in self._warned:
+                continue
+            self._warned.add((name, version))
+            _log.warning(
+                "%d run(s) of workflow %r wait for version %r, which this engine does not serve"
+                " (it serves version %r): unless another engine serves it, start one with"
+                " version %r of %r (or cancel those runs); `runs --unserved` lists them",
+                count,
+                name,
+                version,
+                serves[name],
+                version,
+                name,
+            )
+
     async def _tell_recovery(self, report: RecoveryReport) -> None:
         """Tell the probes the runs a recovery made dead and the attempts whose worker it lost."""
         for run_id in report.dead_runs:
@@ -469,6 +505,7 @@ class WorkerLoop:
         """Do everything that is due now, up to ``_DRAIN_CONCURRENCY`` at once; then return."""
         wake = self._wake_event()
         await self._recover()
+        await self._look_for_unserved()
         while True:
             wake.clear()
             free = _DRAIN_CONCURRENCY - len(self._inflight)
@@ -553,6 +590,7 @@ class WorkerLoop:
                     try:
                         if now - last_recovery >= poll:
                             await self._recover()
+                            await self._look_for_unserved()
                             last_recovery = now
                         free = concurrency - len(self._inflight) - self._starting
                         claimed = await self._claim(free) if free > 0 else 0

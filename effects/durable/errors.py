@@ -13,6 +13,7 @@ Errors of ``effects.durable``, in one tree.
     │   ├── NonDeterminismError          replay met a different step at a sequence number
     │   ├── RunCancelled                 the run of a running attempt was cancelled (raised by
     │   │                                heartbeat() once the engine knows)
+    │   ├── WorkflowTimeout              a run passed its whole-run deadline (its error's type)
     │   ├── StoreError                   the store cannot be used (corrupt, foreign, newer schema)
     │   └── WorkerLost, RemoteStepLost,  the engine's own failures, as a StepError's type names
     │       NoHandler, RunDead           them (recorded, never raised by the engine)
@@ -52,6 +53,7 @@ __all__ = [
     "StoreError",
     "UnknownRunError",
     "WorkerLost",
+    "WorkflowTimeout",
     "remote_error",
     "restore_exception",
 ]
@@ -375,6 +377,34 @@ class RunCancelled(DurableError):  # noqa: N818 - the design's name
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} was cancelled; this attempt's result will be discarded")
         self.run_id = run_id
+
+
+class WorkflowTimeout(DurableError):  # noqa: N818 - the name a StepError's type gives
+    """
+    A run passed its whole-run deadline (``timeout=`` of ``engine.start`` or ``@workflow``): it
+    failed with this as its error's type, code ``"workflow_timeout"``, after its pending
+    attempts were withdrawn and its compensations ran.
+
+    Attributes:
+        run_id: The run.
+        timeout_ms: The run's timeout, in ms.
+        deadline: Epoch ms of its deadline (its start plus the timeout).
+        code: ``"workflow_timeout"``.
+        retryable: ``False``.
+    """
+
+    code = _names.WORKFLOW_TIMEOUT
+    retryable = False
+
+    def __init__(self, run_id: str, timeout_ms: int, deadline: int) -> None:
+        super().__init__(
+            f"run {run_id!r} passed its deadline: it did not finish within its timeout of"
+            f" {timeout_ms} ms"
+        )
+        self.run_id = run_id
+        self.timeout_ms = timeout_ms
+        self.deadline = deadline
+        self.details = {"timeout_ms": timeout_ms, "deadline": deadline}
 
 
 class StoreError(DurableError):

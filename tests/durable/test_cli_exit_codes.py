@@ -29,9 +29,10 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "show": ("show", "r-1"),
     "retry": ("retry", "r-1"),
     "redispatch": ("redispatch", "r-1"),
+    "prune": ("prune", "--older-than", "30d"),
 }
 INSPECTION = {name: args for name, args in COMMANDS.items() if name != "work"}
-ON_A_RUN = {name: args for name, args in COMMANDS.items() if len(args) == 2}
+ON_A_RUN = {name: COMMANDS[name] for name in ("show", "retry", "redispatch")}
 
 
 def seeded(app: App) -> App:

@@ -36,6 +36,7 @@ from effects.durable import (
 from effects.durable._engine import open_store
 from effects.durable._pytest_plugin import DurableEngineFactory
 from effects.durable._store import NewRun
+from effects.testing import VirtualClock
 from tests.durable.crash_support.harness import FINISHED, trail_problems, wait_until_async
 from tests.durable.support import relative
 
@@ -293,8 +294,9 @@ async def test_a_write_larger_than_the_space_left_fails_the_turn_not_the_run(
     path = disk.folder / "durable.db"
     async with Engine(f"sqlite:///{path}", workflows=[big], lease_ms=LEASE_MS) as engine:
         db = _connection(engine)
-        # Room for small commits (a run's end is one), none for the large step's output.
-        disk.fill(db, leave=48 * 1024)
+        # Room for small commits (a run's end is one; each WAL frame a whole page of every
+        # table and index it touches), none for the large step's output.
+        disk.fill(db, leave=96 * 1024)
         await engine.start(big, swallow, run_id="big")
         async with _working(engine) as work:
 
@@ -490,3 +492,51 @@ async def test_a_cancel_on_a_full_disk_is_all_or_nothing(disk: Disk, compensate:
 def _task_statuses(path: Path) -> list[str]:
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         return [status for (status,) in db.execute("SELECT status FROM tasks ORDER BY task_id")]
+
+
+@workflow("disk:short")
+async def short(ctx: WorkflowContext, n: int) -> int:
+    """Two local steps: a run with checkpoints and events to prune."""
+    first = await ctx.local_step("one", lambda: n)
+    return await ctx.local_step("two", lambda: first + 1, retries=2)
+
+
+async def test_a_prune_on_a_full_disk_is_whole_runs_or_nothing(disk: Disk) -> None:
+    """Pruning while the disk is full fails with a StoreError or goes whole; each run is kept
+    with all its rows or gone with all of them; once freed, the next prune finishes the job."""
+    print("full disk:", disk.describe())
+    path = disk.folder / "durable.db"
+    clock = VirtualClock(start=1_767_225_600)
+    async with Engine(f"sqlite:///{path}", workflows=[short], clock=clock) as engine:
+        run_ids = [await engine.start(short, n) for n in range(8)]
+        await engine.run_until_idle()
+        clock.advance(86_400)
+
+        async def shape() -> dict[str, tuple[int, int]]:
+            kept = {r.run_id for r in await engine.list_runs(limit=100)}
+            return {
+                r: (len(await engine.checkpoints(r)), len(await engine.events(r)))
+                for r in run_ids
+                if r in kept
+            }
+
+        before = await shape()
+        db = _connection(engine)
+        disk.fill(db)
+        refused = ""
+        try:
+            pruned_while_full = await engine.prune(older_than="1h")
+        except StoreError as error:
+            refused, pruned_while_full = str(error), None
+        during = await shape()
+        integrity = _integrity(path)
+        disk.free(db)
+        after = await engine.prune(older_than="1h")
+        left = await engine.list_runs()
+    print("pruned while full:", pruned_while_full)
+    assert pruned_while_full is not None or FULL in refused, refused
+    assert "ok" == integrity
+    assert {r: before[r] for r in during} == during
+    assert (pruned_while_full or 0) + after == len(run_ids)
+    assert [] == left
+    assert "ok" == _integrity(path)

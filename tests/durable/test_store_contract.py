@@ -32,7 +32,7 @@ from effects.durable._store import (
 )
 from effects.durable._store.memory import MemoryStore
 from effects.durable._store.postgres import PostgresStore, parse_postgres_url
-from effects.durable._store.rows import CHECKPOINT_COLUMNS, RUN_COLUMNS, TASK_COLUMNS
+from effects.durable._store.rows import CHECKPOINT_COLUMNS, RUN_COLUMNS, RUN_TABLES, TASK_COLUMNS
 from effects.durable._store.sqlite import SqliteStore
 from effects.durable.errors import StepError
 from tests.durable.support import START_MS, rows
@@ -409,6 +409,77 @@ async def test_a_settled_failure_withdraws_queued_and_claimed_attempts(
         (e for e in await trail(store) if e[0].startswith(("step.withdrawn", "step.result"))),
         key=lambda e: (e[0] != "step.withdrawn", -e[2]["attempt"]),
     )  # fmt: skip
+
+
+async def test_a_timed_out_step_withdraws_its_attempts_and_stays_unsettled(
+    store: Store, durable_store_url: str
+) -> None:
+    """Failed, not final, code workflow_timeout: its claimed attempt withdrawn, its result lost."""
+    token = await claimed(store)
+    dispatch = [CheckpointWrite(remote(1), None, input='{"n":1}')]
+    await store.commit_turn(
+        TurnCommit("r1", token, NOW, RunAdvance("continue"), dispatch, [task(1)])
+    )
+    (claim,) = await store.claim_tasks(
+        groups=["default"], now=NOW, claim_until=NOW + 100, worker="w1", limit=5
+    )
+    (awaited,) = await store.checkpoints("r1")
+    error = StepError("withdrawn", "workflow_timeout", None, "effects.durable.WorkflowTimeout")
+    stopped = attrs.evolve(awaited, status="failed", final=False, error=error, errors=(error,))
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW + 3,
+            RunAdvance("continue"),
+            [CheckpointWrite(stopped, awaited.rev, input='{"n":1}')],
+        )
+    )
+    assert [("withdrawn", 1)] == table(durable_store_url, "SELECT status, attempt FROM tasks")
+    assert not await store.record_result(claim, "w1", TaskOutcome(output="1"), NOW + 4)
+    cp = await store.get_checkpoint("r1", 1)
+    assert cp is not None
+    assert ("failed", False, "workflow_timeout", {"n": 1}) == (
+        cp.status, cp.final, cp.error and cp.error.code, cp.input
+    )  # fmt: skip
+    assert [("step.withdrawn", 1, {"attempt": 1, "claimed": True})] == [
+        e for e in await trail(store) if e[0] == "step.withdrawn"
+    ]
+
+
+async def test_a_deadline_is_kept_parks_a_reconciling_run_and_goes_with_a_requeue(
+    store: Store, durable_store_url: str
+) -> None:
+    """The run keeps its deadline; recovery parks it until then at most; requeue clears it."""
+    made = NewRun("r1", *WF, "null", NOW, deadline=NOW + 500)
+    await store.create_run(made, [NewEvent("run.started", NOW)])
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW, lease_until=NOW + 100, owner="e1", limit=5
+    )
+    assert NOW + 500 == turn.run.deadline
+    live = attrs.evolve(remote(1), timeout_ms=60_000)
+    await store.commit_turn(
+        TurnCommit("r1", turn.token, NOW, RunAdvance("continue"), [CheckpointWrite(live, None)])
+    )
+    report = await store.recover(now=NOW + 101, max_recovery_attempts=None, reconcile_ms=10_000)
+    assert ["r1"] == list(report.recovered_runs)
+    run = await store.get_run("r1")
+    assert run is not None
+    assert ("suspended", NOW + 500, NOW + 500) == (run.status, run.wake_at, run.deadline)
+    (again,) = await store.claim_runs(
+        workflows=[WF], now=NOW + 500, lease_until=NOW + 600, owner="e1", limit=5
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            again.token,
+            NOW + 500,
+            RunAdvance("finish", status="failed", error=StepError("late", "workflow_timeout")),
+        )
+    )
+    requeued = await store.requeue("r1", NOW + 600)
+    assert ("pending", None) == (requeued.status, requeued.deadline)
+    assert [(None,)] == table(durable_store_url, "SELECT deadline FROM runs")
 
 
 async def test_a_queue_admits_attempts_up_to_its_limit(store: Store) -> None:
@@ -794,6 +865,58 @@ async def test_requeue_resumes_a_plain_cancel_and_refuses_an_unwound_run(store: 
         await store.requeue("r2", NOW + 5)
 
 
+async def test_prune_deletes_every_row_of_the_chosen_finished_runs(
+    store: Store, durable_store_url: str
+) -> None:
+    """Completed and dead runs ended before the cutoff go, from every table; the rest stay."""
+    token = await claimed(store)  # r1: a checkpoint, an error row, a task, events
+    failed = attrs.evolve(
+        remote(1), status="failed", error=StepError("x"), errors=(StepError("x"),)
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("finish", status="completed", output="1"),
+            [CheckpointWrite(failed, None, input="1")],
+            [task(1)],
+            [NewEvent("step.failed", NOW, 1)],
+        )
+    )
+    await store.create_run(NewRun("r2", *WF, "null", NOW), [NewEvent("run.started", NOW)])
+    (dying,) = await store.claim_runs(
+        workflows=[WF], now=NOW, lease_until=NOW + 10, owner="e1", limit=5
+    )
+    await store.recover(now=NOW + 11, max_recovery_attempts=0, reconcile_ms=1000)
+    await store.create_run(NewRun("r3", *WF, "null", NOW), [NewEvent("run.started", NOW)])
+    assert "r2" == dying.run.run_id
+    statuses = ("completed", "dead")
+    assert 0 == await store.prune(before=NOW, statuses=statuses)
+    assert 2 == await store.prune(before=NOW + 12, statuses=statuses, dry_run=True)
+    assert 2 == await store.prune(before=NOW + 12, statuses=statuses)
+    for name in ("runs", *RUN_TABLES):
+        left = table(durable_store_url, f"SELECT DISTINCT run_id FROM {name} ORDER BY 1")
+        assert left in ([], [("r3",)]), name
+    assert [("r3", "pending")] == table(durable_store_url, "SELECT run_id, status FROM runs")
+    assert 0 == await store.prune(before=NOW + 12, statuses=("failed", "cancelled"))
+
+
+async def test_unserved_counts_the_waiting_runs_of_other_versions(store: Store) -> None:
+    """Pending and suspended runs of a served workflow at another version, by (name, version)."""
+    for run_id, workflow, version in (
+        ("a", "wf", "0"), ("b", "wf", "0"), ("c", "wf", "2"), ("d", "wf", "1"),
+        ("e", "other", "9"),
+    ):  # fmt: skip
+        await store.create_run(NewRun(run_id, workflow, version, "null", NOW), [])
+    await store.cancel_run("b", compensate=False, now=NOW)
+    found = await store.unserved([WF])
+    listed = await store.list_runs(RunQuery(unserved=(WF,)))
+    assert {("wf", "0"): 1, ("wf", "2"): 1} == found
+    assert ["a", "c"] == sorted(r.run_id for r in listed)
+    assert {} == await store.unserved([])
+
+
 async def test_a_memory_store_is_shared_by_name_and_dropped() -> None:
     """Two stores of one name see the same rows; a dropped name starts empty; no name is refused."""
     durable_store_url = "memory://shared-by-name"
@@ -1055,6 +1178,9 @@ async def test_the_dialects_keep_the_same_columns_as_rows_py(
     assert {k: v for k, v in sqlite_tables.items() if k != "durable_meta"} == memory_tables
     for name, columns in expected_columns().items():
         assert set(columns) <= sqlite_tables[name], name
+    # Every table of a run's rows is one prune deletes from (a new one must join RUN_TABLES).
+    holding = {name for name, columns in sqlite_tables.items() if "run_id" in columns}
+    assert {"runs", *RUN_TABLES} == holding
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])

@@ -1,7 +1,7 @@
 """
 A store of a previous schema version is upgraded in place: its pickles are dropped unread,
-its errors keep their order, and attempts left behind a settled step are withdrawn; sagas and
-telemetry add their columns to a store from before them.
+its errors keep their order, and attempts left behind a settled step are withdrawn; sagas,
+telemetry and the workflow primitives add their columns to a store from before them.
 """
 
 from __future__ import annotations
@@ -313,3 +313,31 @@ async def test_a_store_from_before_telemetry_gains_its_columns_and_its_run_is_tr
     trace_id, span_id, _ = _ids(None, "r")
     assert (f"{trace_id:032x}", f"{span_id:016x}") == (attempt["trace_id"], attempt["parent"])
     assert "unknown" == attempt["attributes"]["durable.workflow.name"]
+
+
+async def test_a_store_from_before_the_workflow_primitives_gains_the_deadline_in_place(
+    durable_store_url: str, tmp_path: Path
+) -> None:
+    """
+    From the version before (SCHEMA_VERSION - 1), one upgrade adds runs.deadline (NULL for the
+    old run, which goes on) and the prune index; a new run's timeout is kept there.
+    """
+    sqlite = durable_store_url.startswith("sqlite:")
+    current = lite.SCHEMA_VERSION if sqlite else pg.SCHEMA_VERSION
+    url = _older(durable_store_url, tmp_path, current - 1)
+    async with Engine(url, workflows=[mid_flight], steps=[echo]) as engine:
+        await engine.run_until_idle()
+        run = await engine.get_run("r")
+        timed = await engine.start(mid_flight, 1, run_id="timed", timeout=60)
+        new = await engine.get_run(timed)
+    assert ("completed", 5, None) == (run.status, run.output, run.deadline)
+    assert new.deadline == new.created_at + 60_000
+    assert [(str(current),)] == rows(url, "SELECT value FROM durable_meta WHERE key = 'version'")
+    assert [("r", None), ("timed", new.deadline)] == rows(
+        url, "SELECT run_id, deadline FROM runs ORDER BY run_id"
+    )
+    if sqlite:
+        indexes = rows(url, "SELECT name FROM sqlite_master WHERE type = 'index'")
+    else:
+        indexes = rows(url, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+    assert ("runs_by_status_updated",) in indexes

@@ -32,6 +32,7 @@ Concurrency rules every implementation keeps:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
@@ -68,7 +69,7 @@ class NewRun:
     """
     A run to create: ``pending``, or, with *lease_token*, ``running`` and leased (until epoch ms
     *lease_until*) to the engine that starts it and runs its first turn at once; *traceparent*
-    is its W3C trace context.
+    is its W3C trace context; *deadline* the epoch ms of its whole-run timeout, or ``None``.
     """
 
     run_id: str
@@ -79,6 +80,7 @@ class NewRun:
     lease_token: str | None = None
     lease_until: int | None = None
     traceparent: str | None = None
+    deadline: int | None = None
 
 
 @attrs.frozen
@@ -90,7 +92,9 @@ class RunQuery:
     ``(created_at, run_id)`` of a run) only the runs that come after it in that order (a keyset
     page); with *id_prefix* only runs whose id starts with it; with *retrying_at* (epoch ms) only
     runs with a retrying checkpoint then (``rules.retrying``); with *retryable* only failed,
-    dead or cancelled runs (those ``requeue`` takes).
+    dead or cancelled runs (those ``requeue`` takes); with *unserved* (the ``(workflow,
+    version)`` pairs an engine serves) only the runs that wait for a version of one of those
+    workflows that it does not serve (``rules.unserved``).
     """
 
     status: str | None = None
@@ -101,6 +105,7 @@ class RunQuery:
     id_prefix: str | None = None
     retrying_at: int | None = None
     retryable: bool = False
+    unserved: tuple[tuple[str, str], ...] | None = None
 
     def filter_values(self) -> tuple[tuple[object, ...] | None, ...]:
         """
@@ -116,10 +121,16 @@ class RunQuery:
             None if not self.id_prefix else (self.id_prefix,),
             None if self.retrying_at is None else (self.retrying_at,),
             () if self.retryable else None,
+            None if self.unserved is None else (_pairs_text(self.unserved),),
         )
 
 
 ALL_RUNS: RunQuery = RunQuery()
+
+
+def _pairs_text(pairs: Sequence[tuple[str, str]]) -> str:
+    """*pairs* as the JSON text of a list of ``[name, version]`` lists (what SQL reads)."""
+    return json.dumps([list(pair) for pair in pairs], separators=(",", ":"))
 
 
 @attrs.frozen
@@ -465,6 +476,24 @@ class Store(Protocol):
         Raises:
             LookupError: If there is no such run.
             ValueError: If the run is not failed, dead or cancelled, or its steps were undone.
+        """
+        ...
+
+    async def unserved(self, served: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """
+        How many runs wait (pending or suspended) for each ``(workflow, version)`` whose
+        workflow *served* (an engine's pairs) names at another version (``rules.unserved``);
+        a pair with none is left out.
+        """
+        ...
+
+    async def prune(self, *, before: int, statuses: Sequence[str], dry_run: bool = False) -> int:
+        """
+        Delete every row of the runs of *statuses* (finished ones, checked by the caller) whose
+        last change (``updated_at``) came before epoch ms *before*: the run and its rows in
+        every table of ``rows.RUN_TABLES``; return how many runs. With *dry_run* count them and
+        delete nothing. Runs are deleted in batches, each batch one transaction, so a failure
+        (a full disk) leaves whole runs, never part of one.
         """
         ...
 

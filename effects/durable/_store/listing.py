@@ -15,6 +15,7 @@ def filters(
     *,
     not_final: LiteralString,
     starts_with: LiteralString,
+    unserved: LiteralString,
     text_order: LiteralString = "",
 ) -> tuple[LiteralString, ...]:
     """
@@ -23,7 +24,9 @@ def filters(
     pending dispatch made before the given epoch ms); after a run (keyset: ``created_at``
     twice, then ``run_id``; newest first, ties by id in *text_order*); an id prefix (the
     dialect's *starts_with* test); retrying at the given epoch ms (``rules.retrying``, the
-    dialect writing "not final" as *not_final*); retryable (no value).
+    dialect writing "not final" as *not_final*); retryable (no value); unserved (waiting, of a
+    workflow the JSON list of ``[name, version]`` pairs bound names at another version: the
+    dialect's *unserved* test of such a list, ``rules.unserved``).
     """
     stale = (
         "status = 'suspended' AND run_id IN (SELECT run_id FROM checkpoints WHERE kind = 'remote'"
@@ -43,6 +46,7 @@ def filters(
         starts_with,
         retrying,
         "status IN ('failed', 'dead', 'cancelled')",
+        f"status IN ('pending', 'suspended') AND {unserved}",
     )
 
 

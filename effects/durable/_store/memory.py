@@ -20,7 +20,7 @@ import itertools
 import secrets
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import attrs
 
@@ -43,7 +43,9 @@ from effects.durable._store import (
 from effects.durable._store.rows import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_WRITE_COLUMNS,
+    PRUNE_BATCH,
     RUN_COLUMNS,
+    RUN_TABLES,
     TASK_COLUMNS,
     TASK_INSERT_COLUMNS,
     checkpoint_of,
@@ -74,6 +76,8 @@ from effects.durable._store.rules import (
     gives_up,
     lease_holds,
     outcome_applies,
+    parked_until,
+    prunable,
     recovery_verdict,
     redispatch,
     redispatchable,
@@ -83,6 +87,7 @@ from effects.durable._store.rules import (
     stale_dispatch,
     wakes,
 )
+from effects.durable._store.rules import unserved as is_unserved
 from effects.durable._store.taps import Observer, Taps, local_step_rows
 from effects.durable._store.trail import (
     EventRow,
@@ -105,6 +110,8 @@ __all__ = ["MemoryStore", "parse_memory_url"]
 _SCHEME: Final = "memory://"
 #: Task statuses that hold a slot of a flow-control queue (``rows.SLOT_HOLDERS``).
 _SLOT_HOLDERS: Final = frozenset({"queued", "claimed", "withdrawn"})
+#: Task statuses of an attempt that is out: a worker runs it and may still report.
+_OUT: Final = frozenset({"claimed", "withdrawn"})
 
 
 def parse_memory_url(url: str) -> str:
@@ -153,6 +160,7 @@ class _RunRow:
     recovery_attempts: int = 0
     cancel: str | None = None
     traceparent: str | None = None
+    deadline: int | None = None
 
 
 @attrs.frozen
@@ -709,6 +717,7 @@ class MemoryStore:
                 lease_token=run.lease_token,
                 lease_until=run.lease_until if leased else None,
                 traceparent=run.traceparent,
+                deadline=run.deadline,
             )
             tables.put(tables.runs, run.run_id, row)
             self._insert_events(tables, event_rows(run.run_id, events))
@@ -746,6 +755,7 @@ class MemoryStore:
         stale_before = query.stale_before
         after = query.after
         retrying_at = query.retrying_at
+        served = dict(query.unserved or ())
 
         def stale(run: _RunRow) -> bool:
             assert stale_before is not None
@@ -774,6 +784,7 @@ class MemoryStore:
             lambda run: run.run_id.startswith(query.id_prefix or ""),
             is_retrying,
             lambda run: run.status in REQUEUEABLE,
+            lambda run: is_unserved(run.status, run.workflow, run.version, served),
         )
         applied = [f for f, _ in listing.given(clauses, query.filter_values())]
         return [run for run in tables.runs.values() if all(f(run) for f in applied)]
@@ -1250,7 +1261,8 @@ class MemoryStore:
         cleared = attrs.evolve(run, lease_token=None, lease_until=None, updated_at=now)
         wake_at = now + reconcile_ms
         if verdict == "reconciling":
-            after = attrs.evolve(cleared, status="suspended", wake_at=wake_at)
+            parked = parked_until(wake_at, run.deadline)
+            after = attrs.evolve(cleared, status="suspended", wake_at=parked)
         elif verdict == "dead":
             error = error_text(dead_run(count, max_recovery_attempts))
             after = attrs.evolve(cleared, status="dead", error=error)
@@ -1339,12 +1351,53 @@ class MemoryStore:
                 lease_until=None,
                 recovery_attempts=0,
                 cancel=None,
+                deadline=None,
                 updated_at=now,
             )
             tables.put(tables.runs, run_id, fresh)
             self._append_event(tables, requeued(run_id, len(failed), now))
         self._tell(runs=True)
         return _run(fresh)
+
+    async def unserved(self, served: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """How many runs wait for each unserved ``(workflow, version)`` (``rules.unserved``)."""
+        wanted = dict(served)
+        counts: dict[tuple[str, str], int] = {}
+        with self._read() as tables:
+            for run in tables.runs.values():
+                if is_unserved(run.status, run.workflow, run.version, wanted):
+                    key = (run.workflow, run.version)
+                    counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    async def prune(self, *, before: int, statuses: Sequence[str], dry_run: bool = False) -> int:
+        """Delete (or count) the runs of *statuses* last changed before *before* (see ``Store``)."""
+        wanted = frozenset(statuses)
+        pruned = 0
+        while True:
+            with self._write() as tables:
+                out = {t.run_id for t in tables.tasks.values() if t.status in _OUT}
+                found = [
+                    r.run_id
+                    for r in tables.runs.values()
+                    if prunable(
+                        r.status,
+                        r.updated_at,
+                        statuses=wanted,
+                        before=before,
+                        attempt_out=r.run_id in out,
+                    )
+                ]
+                if dry_run:
+                    return len(found)
+                picked = frozenset(found[:PRUNE_BATCH])
+                for name in RUN_TABLES:
+                    _delete_rows_of(tables, getattr(tables, name), picked)
+                for run_id in picked:
+                    tables.put(tables.runs, run_id, None)
+            pruned += len(picked)
+            if len(picked) < PRUNE_BATCH:
+                return pruned
 
     async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
         """
@@ -1409,6 +1462,17 @@ class MemoryStore:
             tables.put(tables.runs, run_id, after)
         self._tell(runs=action == "request")
         return _run(after)
+
+
+def _delete_rows_of(tables: _Tables, table: dict[Any, Any], run_ids: frozenset[str]) -> None:
+    """
+    Delete the rows of the runs *run_ids* from one table of ``rows.RUN_TABLES``: an entry keyed
+    by the run, by a tuple that starts with it, or whose row has its ``run_id``.
+    """
+    for key, value in list(table.items()):
+        owner: object = cast("tuple[object, ...]", key)[0] if isinstance(key, tuple) else key
+        if owner in run_ids or getattr(value, "run_id", None) in run_ids:
+            tables.put(table, key, None)
 
 
 def _sqlite_values(values: tuple[Any, ...]) -> tuple[Any, ...]:

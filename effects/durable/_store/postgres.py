@@ -69,6 +69,7 @@ from effects.durable._store.postgres_sql import DEFAULT_SCHEMA, SCHEMA_VERSION
 from effects.durable._store.postgres_sql import MIGRATIONS as _MIGRATIONS
 from effects.durable._store.rows import (
     CHECKPOINT_WRITE_COLUMNS,
+    PRUNE_BATCH,
     RUN_COLUMNS,
     TASK_INSERT_COLUMNS,
     checkpoint_of,
@@ -830,6 +831,7 @@ class PostgresStore:
             "token": leased,
             "until": None if leased is None else run.lease_until,
             "traceparent": run.traceparent,
+            "deadline": run.deadline,
             **self._events_json(events),
             **self._hint_params("r"),
             # A leased run is this engine's to run: no one else needs waking for it.
@@ -1757,6 +1759,48 @@ class PostgresStore:
             return run_of(new)
 
         return await self._call(go)
+
+    async def unserved(self, served: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """How many runs wait for each unserved ``(workflow, version)`` (``rules.unserved``)."""
+        if not served:
+            return {}
+        pairs = dumps([list(pair) for pair in served])
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> dict[tuple[str, str], int]:
+            cursor = await conn.execute(pq.UNSERVED_COUNTS, (pairs,))
+            return {(w, v): n for w, v, n in await cursor.fetchall()}
+
+        return await self._call(go, quiet=True)
+
+    async def prune(self, *, before: int, statuses: Sequence[str], dry_run: bool = False) -> int:
+        """Delete (or count) the runs of *statuses* last changed before *before* (see ``Store``)."""
+        if not statuses:
+            return 0
+        params = {"statuses": list(statuses), "before": before, "batch": PRUNE_BATCH}
+
+        async def count(conn: AsyncConnection[Any], _: _Retry) -> int:
+            row = await (await conn.execute(pq.PRUNABLE_COUNT, params)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        async def batch(conn: AsyncConnection[Any], _: _Retry) -> int:
+            async with conn.transaction():
+                cursor = await conn.execute(pq.PRUNABLE, params)
+                found = [run_id for (run_id,) in await cursor.fetchall()]
+                if found:
+                    for statement in pq.PRUNE:
+                        await conn.execute(statement, (found,))
+                return len(found)
+
+        if dry_run:
+            return await self._call(count, quiet=True)
+        pruned = 0
+        # A batch retried after its reply was lost may have landed: the count is then short
+        # by that batch, and the runs are gone all the same.
+        while (deleted := await self._call(batch)) > 0:
+            pruned += deleted
+            if deleted < PRUNE_BATCH:
+                break
+        return pruned
 
     async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
         """

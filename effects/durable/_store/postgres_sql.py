@@ -14,7 +14,7 @@ from typing import Final, LiteralString
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -176,6 +176,12 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         " WHEN (current_setting('effects_durable.tap', true) = 'on')"
         " EXECUTE FUNCTION durable_tap()",
     ),
+    (
+        # Workflow primitives (issue 23): a run's whole-run deadline (epoch ms, or NULL), and
+        # finished runs by their last change, so retention (prune) reads only what it deletes.
+        "ALTER TABLE runs ADD COLUMN deadline bigint",
+        "CREATE INDEX runs_by_status_updated ON runs (status, updated_at)",
+    ),
 )
 
 # -- the events tap (``Store.tap``), per session ---------------------------------------------------
@@ -300,9 +306,9 @@ ERRORS_INSERT: Final = (
 #: A start in one statement: the run, its events and the notification, or nothing at all.
 RUN_CREATE: Final = (
     "WITH made AS (INSERT INTO runs (run_id, workflow, version, status, input,"
-    " created_at, updated_at, lease_token, lease_until, traceparent) VALUES (%(id)s,"
+    " created_at, updated_at, lease_token, lease_until, traceparent, deadline) VALUES (%(id)s,"
     " %(workflow)s, %(version)s, %(status)s, %(input)s, %(now)s, %(now)s,"
-    " %(token)s, %(until)s, %(traceparent)s) ON CONFLICT (run_id) DO NOTHING"
+    " %(token)s, %(until)s, %(traceparent)s, %(deadline)s) ON CONFLICT (run_id) DO NOTHING"
     " RETURNING run_id, input),"
     f" trail AS ({_EVENTS_FROM_MADE}),"
     " hint AS (SELECT pg_notify(c, %(sender)s) FROM made,"
@@ -315,8 +321,23 @@ RUN_AND_LEASE: Final = f"SELECT {_RUN_COLUMNS}, lease_token FROM runs WHERE run_
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
 #: The filters of ``list_runs``, in the order ``listing.where`` takes their values.
+#: ``rules.unserved``: the run's workflow is among the JSON list ``%s`` of ``[name, version]``
+#: pairs at another version.
+UNSERVED: Final = (
+    "EXISTS (SELECT 1 FROM json_array_elements(%s::json) AS p WHERE p->>0 = runs.workflow"
+    " AND p->>1 <> runs.version)"
+)
 RUNS_FILTERS: Final = listing.filters(
-    "%s", not_final="NOT final", starts_with="starts_with(run_id, %s)", text_order=' COLLATE "C"'
+    "%s",
+    not_final="NOT final",
+    starts_with="starts_with(run_id, %s)",
+    unserved=UNSERVED,
+    text_order=' COLLATE "C"',
+)
+#: ``Store.unserved``: how many runs wait for each unserved (workflow, version) of ``%s``.
+UNSERVED_COUNTS: Final = (
+    f"SELECT workflow, version, COUNT(*) FROM runs WHERE {RUNS_FILTERS[-1]}"
+    " GROUP BY workflow, version"
 )
 RUNS_ORDER: Final = ' ORDER BY created_at DESC, run_id COLLATE "C" LIMIT %s'
 #: ``count_runs``: this, its filters, then ``COUNTS_GROUP``.
@@ -679,9 +700,10 @@ AWAITING_LIVENESS: Final = (
     "SELECT 1 FROM checkpoints WHERE run_id = %s AND kind = 'remote'"
     " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1"
 )
+#: Parked until ``%s``, or its deadline if that comes first (``rules.parked_until``).
 RUN_RECONCILE: Final = (
-    "UPDATE runs SET status = 'suspended', wake_at = %s, lease_token = NULL,"
-    " lease_until = NULL, updated_at = %s WHERE run_id = %s"
+    "UPDATE runs SET status = 'suspended', wake_at = LEAST(%s::bigint, deadline),"
+    " lease_token = NULL, lease_until = NULL, updated_at = %s WHERE run_id = %s"
 )
 RUN_DEAD: Final = (
     "UPDATE runs SET status = 'dead', error = %s, lease_token = NULL,"
@@ -728,7 +750,7 @@ FAILED_RESET: Final = (
 RUN_REQUEUE: Final = (
     "UPDATE runs SET status = 'pending', output = NULL, error = NULL,"
     " wake_at = NULL, woken = false, lease_token = NULL, lease_until = NULL,"
-    " recovery_attempts = 0, cancel = NULL,"
+    " recovery_attempts = 0, cancel = NULL, deadline = NULL,"
     f" updated_at = %s WHERE run_id = %s RETURNING {_RUN_COLUMNS}"
 )
 #: ``rules.compensated``: whether the run ``%s`` has a compensation's checkpoint.
@@ -760,4 +782,28 @@ RUN_CANCEL_REQUEST: Final = (
     "UPDATE runs SET status = 'pending', cancel = 'compensate', wake_at = NULL,"
     " lease_token = NULL, lease_until = NULL, updated_at = %(now)s"
     f" WHERE run_id = %(run)s RETURNING {_RUN_COLUMNS}"
+)
+
+# -- retention -------------------------------------------------------------------------------------
+
+#: ``rules.prunable``: no attempt of the run is out (claimed, or withdrawn but still running).
+_NO_ATTEMPT_OUT: Final = (
+    "NOT EXISTS (SELECT 1 FROM tasks t WHERE t.run_id = runs.run_id"
+    " AND t.status IN ('claimed', 'withdrawn'))"
+)
+#: ``prune``: the runs of the statuses ``%(statuses)s`` last changed before ``%(before)s``, at
+#: most ``%(batch)s`` of them, off ``runs_by_status_updated``, locked (a run another
+#: transaction holds, a requeue say, is left for the next prune).
+PRUNABLE: Final = (
+    "SELECT run_id FROM runs WHERE status = ANY(%(statuses)s) AND updated_at < %(before)s"
+    f" AND {_NO_ATTEMPT_OUT} LIMIT %(batch)s FOR UPDATE SKIP LOCKED"
+)
+PRUNABLE_COUNT: Final = (
+    "SELECT COUNT(*) FROM runs WHERE status = ANY(%(statuses)s) AND updated_at < %(before)s"
+    f" AND {_NO_ATTEMPT_OUT}"
+)
+#: A pruned run's rows in each table of ``rows.RUN_TABLES``, then the run itself, for the runs
+#: of the array ``%s``.
+PRUNE: Final[tuple[LiteralString, ...]] = tuple(
+    f"DELETE FROM {table} WHERE run_id = ANY(%s)" for table in (*rows.RUN_TABLES, "runs")
 )

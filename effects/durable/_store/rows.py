@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, LiteralString
 
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import CheckpointWrite, ClaimedRun, NewRun, NewTask
@@ -20,7 +20,9 @@ from effects.durable.errors import StepError
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_WRITE_COLUMNS",
+    "PRUNE_BATCH",
     "RUN_COLUMNS",
+    "RUN_TABLES",
     "SLOT_HOLDERS",
     "TASK_COLUMNS",
     "TASK_INSERT_COLUMNS",
@@ -54,7 +56,16 @@ RUN_COLUMNS: Final = (
     "wake_at",
     "cancel",
     "traceparent",
+    "deadline",
 )
+#: The tables that hold a run's rows beside ``runs``, each with a ``run_id`` column (the memory
+#: store: an attribute of its tables keyed by the run, by a tuple starting with it, or holding
+#: rows that have a ``run_id``): ``prune`` deletes a finished run's rows from every one. A
+#: feature that keeps rows of a run in a table of its own (messages, event values) adds the
+#: table's name here, and retention covers it on every store.
+RUN_TABLES: Final[tuple[LiteralString, ...]] = ("checkpoints", "step_errors", "tasks", "events")
+#: How many runs one transaction of ``prune`` deletes.
+PRUNE_BATCH: Final = 500
 #: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
 #: column: each dialect reads it from ``step_errors`` (one row per failed attempt), as JSON text.
 CHECKPOINT_COLUMNS: Final = (
@@ -189,6 +200,7 @@ def run_of(row: Sequence[Any]) -> Run:
         wake_at=row[10],
         cancel=row[11],
         traceparent=row[12],
+        deadline=row[13],
     )
 
 
@@ -303,7 +315,8 @@ def task_values(task: NewTask, status: str, now: int) -> tuple[Any, ...]:
 def leased_run(run: NewRun, token: str) -> ClaimedRun:
     """*run* as ``create_run`` stored it leased to *token*: running, no checkpoints yet."""
     created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
-                  None, None, 0, run.now, run.now, traceparent=run.traceparent)  # fmt: skip
+                  None, None, 0, run.now, run.now, traceparent=run.traceparent,
+                  deadline=run.deadline)  # fmt: skip
     return ClaimedRun(created, token, ())
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from effects.durable._names import WORKFLOW_TIMEOUT
 from effects.durable._records import FINISHED, Checkpoint, Run
 from effects.durable._store import NewTask
 from effects.durable._store.rows import dumps
@@ -36,6 +37,8 @@ __all__ = [
     "gives_up",
     "lease_holds",
     "outcome_applies",
+    "parked_until",
+    "prunable",
     "recovery_verdict",
     "redispatch",
     "redispatchable",
@@ -44,6 +47,7 @@ __all__ = [
     "settled",
     "stale_dispatch",
     "task_name",
+    "unserved",
     "wakes",
 ]
 
@@ -77,6 +81,44 @@ def runnable(status: str, wake_at: int | None, now: int) -> bool:
     SQL: ``RUNNABLE`` in both statements modules (``claim_runs``).
     """
     return status == "pending" or (status == "suspended" and wake_at is not None and wake_at <= now)
+
+
+def parked_until(wake_at: int | None, deadline: int | None) -> int | None:
+    """
+    When a suspended run is due: at *wake_at* (``None``: when a result wakes it), or at its
+    whole-run *deadline* (epoch ms) if that comes first, so a run that waits is woken to time
+    out at its deadline.
+
+    SQL: ``RUN_RECONCILE`` in both statements modules (a reconciling run parked by recovery);
+    every other suspension is a turn's, which applies this rule before it commits.
+    """
+    if deadline is None:
+        return wake_at
+    return deadline if wake_at is None else min(wake_at, deadline)
+
+
+def unserved(status: str, workflow: str, version: str, served: dict[str, str]) -> bool:
+    """
+    A run waits for a version nobody here serves: it is pending or suspended, and of a
+    workflow that *served* (name to version, an engine's) has at another version.
+
+    SQL: the unserved clause of ``listing.filters`` (``UNSERVED`` in both statements modules).
+    """
+    return status in ("pending", "suspended") and workflow in served and served[workflow] != version
+
+
+def prunable(
+    status: str, updated_at: int, *, statuses: frozenset[str], before: int, attempt_out: bool
+) -> bool:
+    """
+    ``prune`` deletes a run of one of *statuses* (finished ones) whose last change came before
+    epoch ms *before*, unless an attempt of it is still out (claimed or withdrawn: its worker
+    may still report, and its queue slot is freed only then); it is pruned once that attempt
+    reported or its claim lapsed.
+
+    SQL: ``PRUNABLE`` and ``PRUNABLE_COUNT`` in both statements modules.
+    """
+    return status in statuses and updated_at < before and not attempt_out
 
 
 def claim_holds(status: str, claimed_by: str | None, worker: str) -> bool:
@@ -172,10 +214,13 @@ def attempt_current(status: str, attempts: int, attempt: int) -> bool:
 
 def gives_up(cp: Checkpoint) -> bool:
     """
-    Whether writing *cp* settles a dispatched step's failure: then none of its attempts may run
-    any more, and the same commit withdraws them.
+    Whether writing *cp* ends a dispatched step's attempts: it settles the step's failure, or
+    (not final, code ``workflow_timeout``) the run passed its deadline and stops waiting for it.
+    Then none of its attempts may run any more, and the same commit withdraws them.
     """
-    return cp.kind == "remote" and cp.status == "failed" and cp.final
+    if cp.kind != "remote" or cp.status != "failed":
+        return False
+    return cp.final or (cp.error is not None and cp.error.code == WORKFLOW_TIMEOUT)
 
 
 def recovery_verdict(

@@ -39,6 +39,7 @@ from effects.durable._store import (
 )
 from effects.durable._store import sqlite_sql as sq
 from effects.durable._store.rows import (
+    PRUNE_BATCH,
     checkpoint_of,
     checkpoint_values,
     dumps,
@@ -493,6 +494,7 @@ class SqliteStore:
                 token,
                 None if token is None else run.lease_until,
                 run.traceparent,
+                run.deadline,
             ),
         ).rowcount
         if inserted != 1:
@@ -959,6 +961,44 @@ class SqliteStore:
             return run_of(db.execute(sq.RUN, (run_id,)).fetchone())
 
         return await self._transact(work)
+
+    async def unserved(self, served: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """How many runs wait for each unserved ``(workflow, version)`` (``rules.unserved``)."""
+        if not served:
+            return {}
+        pairs = dumps([list(pair) for pair in served])
+        with self._read_errors():
+            found = self._conn.execute(sq.UNSERVED_COUNTS, (pairs,)).fetchall()
+        return {(workflow, version): count for workflow, version, count in found}
+
+    async def prune(self, *, before: int, statuses: Sequence[str], dry_run: bool = False) -> int:
+        """Delete (or count) the runs of *statuses* last changed before *before* (see ``Store``)."""
+        if not statuses:
+            return 0
+        marks = ", ".join("?" for _ in statuses)
+        if dry_run:
+            with self._read_errors():
+                (count,) = self._conn.execute(
+                    marks.join(sq.PRUNABLE_COUNT), (*statuses, before)
+                ).fetchone()
+            return int(count)
+        pick = marks.join(sq.PRUNABLE)
+
+        def batch(db: sqlite3.Connection) -> int:
+            found = [run_id for (run_id,) in db.execute(pick, (*statuses, before, PRUNE_BATCH))]
+            if not found:
+                return 0
+            listed = dumps(found)
+            for statement in sq.PRUNE:
+                db.execute(statement, (listed,))
+            return len(found)
+
+        pruned = 0
+        while (deleted := await self._transact(batch)) > 0:
+            pruned += deleted
+            if deleted < PRUNE_BATCH:
+                break
+        return pruned
 
     async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
         """Cancel the run as ``rules.cancel_action`` says (see ``Store.cancel_run``)."""

@@ -11,7 +11,7 @@ from typing import Final
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
 SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
@@ -152,6 +152,12 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE tasks ADD COLUMN traceparent TEXT",
         "ALTER TABLE tasks ADD COLUMN workflow TEXT",
     ),
+    (
+        # Workflow primitives (issue 23): a run's whole-run deadline (epoch ms, or NULL), and
+        # finished runs by their last change, so retention (prune) reads only what it deletes.
+        "ALTER TABLE runs ADD COLUMN deadline INTEGER",
+        "CREATE INDEX runs_by_status_updated ON runs (status, updated_at)",
+    ),
 )
 
 # -- schema ----------------------------------------------------------------------------------------
@@ -169,8 +175,10 @@ META_WRITE: Final = (
 LEASE_HELD: Final = "run_id = ? AND lease_token = ? AND status = 'running'"
 #: ``rules.attempt_current`` of a checkpoint row and the attempt ``?6``.
 ATTEMPT_CURRENT: Final = "attempts = ?6 AND status IN ('pending', 'running')"
-#: ``rules.runnable`` of a run row at ``?``.
-RUNNABLE: Final = "status IN ('pending', 'suspended') AND (status = 'pending' OR wake_at <= ?)"
+#: ``rules.runnable`` of a run row at ``?``. Each branch is a range of an index (``runs_by_status``
+#: for the due suspended runs): a probe or a claim reads the runs it may take, not every run
+#: asleep.
+RUNNABLE: Final = "(status = 'pending' OR (status = 'suspended' AND wake_at <= ?))"
 _RUN_COLUMNS: Final = ", ".join(rows.RUN_COLUMNS)
 # The checkpoint's errors as the JSON text of a list, from its rows in step_errors, in order.
 _ERRORS_OF_CHECKPOINT: Final = (
@@ -220,16 +228,27 @@ ERROR_INSERT: Final = "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?
 # -- runs ------------------------------------------------------------------------------------------
 
 RUN_INSERT: Final = (
-    "INSERT INTO runs (run_id, workflow, version, status, input, created_at,"
-    " updated_at, lease_token, lease_until, traceparent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO runs (run_id, workflow, version, status, input, created_at, updated_at,"
+    " lease_token, lease_until, traceparent, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (run_id) DO NOTHING"
 )
 RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
 #: The filters of ``list_runs``, in the order ``listing.where`` takes their values.
+#: ``rules.unserved``: the run's workflow is among the JSON list ``?`` of ``[name, version]``
+#: pairs at another version.
+UNSERVED: Final = (
+    "EXISTS (SELECT 1 FROM json_each(?) AS p WHERE json_extract(p.value, '$[0]') = runs.workflow"
+    " AND json_extract(p.value, '$[1]') <> runs.version)"
+)
 RUNS_FILTERS: Final = listing.filters(
-    "?", not_final="final = 0", starts_with="instr(run_id, ?) = 1"
+    "?", not_final="final = 0", starts_with="instr(run_id, ?) = 1", unserved=UNSERVED
+)
+#: ``Store.unserved``: how many runs wait for each unserved (workflow, version) of ``?``.
+UNSERVED_COUNTS: Final = (
+    f"SELECT workflow, version, COUNT(*) FROM runs WHERE {RUNS_FILTERS[-1]}"
+    " GROUP BY workflow, version"
 )
 RUNS_ORDER: Final = " ORDER BY created_at DESC, run_id LIMIT ?"
 #: ``count_runs``: this, its filters, then ``COUNTS_GROUP``.
@@ -417,9 +436,10 @@ AWAITING_LIVENESS: Final = (
     "SELECT 1 FROM checkpoints WHERE run_id = ? AND kind = 'remote'"
     " AND timeout_ms IS NOT NULL AND status IN ('pending', 'running') LIMIT 1"
 )
+#: Parked until ``?1``, or its deadline if that comes first (``rules.parked_until``).
 RUN_RECONCILE: Final = (
-    "UPDATE runs SET status = 'suspended', wake_at = ?, lease_token = NULL,"
-    " lease_until = NULL, updated_at = ? WHERE run_id = ?"
+    "UPDATE runs SET status = 'suspended', wake_at = MIN(?1, COALESCE(deadline, ?1)),"
+    " lease_token = NULL, lease_until = NULL, updated_at = ?2 WHERE run_id = ?3"
 )
 RUN_DEAD: Final = (
     "UPDATE runs SET status = 'dead', error = ?, lease_token = NULL,"
@@ -466,7 +486,7 @@ FAILED_RESET: Final = (
 RUN_REQUEUE: Final = (
     "UPDATE runs SET status = 'pending', output = NULL, error = NULL, wake_at = NULL,"
     " woken = 0, lease_token = NULL, lease_until = NULL, recovery_attempts = 0,"
-    " cancel = NULL, updated_at = ? WHERE run_id = ?"
+    " cancel = NULL, deadline = NULL, updated_at = ? WHERE run_id = ?"
 )
 #: ``rules.compensated``: whether the run ``?`` has a compensation's checkpoint.
 COMPENSATION: Final = (
@@ -484,4 +504,28 @@ RUN_CANCEL: Final = (
 RUN_CANCEL_REQUEST: Final = (
     "UPDATE runs SET status = 'pending', cancel = 'compensate', wake_at = NULL,"
     " lease_token = NULL, lease_until = NULL, updated_at = ? WHERE run_id = ?"
+)
+
+# -- retention -------------------------------------------------------------------------------------
+
+#: ``rules.prunable``: no attempt of the run is out (claimed, or withdrawn but still running).
+_NO_ATTEMPT_OUT: Final = (
+    "NOT EXISTS (SELECT 1 FROM tasks t WHERE t.run_id = runs.run_id"
+    " AND t.status IN ('claimed', 'withdrawn'))"
+)
+#: ``prune``: these around the ``?`` marks of the statuses: the runs of those statuses last
+#: changed before ``?`` (at most ``?`` of them), off ``runs_by_status_updated``.
+PRUNABLE: Final = (
+    "SELECT run_id FROM runs WHERE status IN (",
+    f") AND updated_at < ? AND {_NO_ATTEMPT_OUT} LIMIT ?",
+)
+PRUNABLE_COUNT: Final = (
+    "SELECT COUNT(*) FROM runs WHERE status IN (",
+    f") AND updated_at < ? AND {_NO_ATTEMPT_OUT}",
+)
+#: A pruned run's rows in each table of ``rows.RUN_TABLES``, then the run itself, for the runs
+#: of the JSON list ``?``.
+PRUNE: Final = tuple(
+    f"DELETE FROM {table} WHERE run_id IN (SELECT value FROM json_each(?))"
+    for table in (*rows.RUN_TABLES, "runs")
 )
