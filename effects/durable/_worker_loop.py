@@ -34,6 +34,9 @@ __all__ = ["WorkerLoop"]
 _log: Final = logging.getLogger("effects.durable")
 # How many turns and attempts run_until_idle keeps in flight at once.
 _DRAIN_CONCURRENCY: Final = 64
+# The most recurring polls one drain makes (each steps at most a batch of due times per
+# recurring; one suffices unless a catch-up is longer than a batch).
+_DRAIN_RECURRING_POLLS: Final = 1000
 # The least time between two claims that other processes' NOTIFYs prompt (seconds; at most a
 # fifth of work()'s poll_ms).
 _HINT_CLAIM_GAP_S: Final = 0.010
@@ -482,9 +485,13 @@ class WorkerLoop:
             StoreError: At the end, if a recurring's stored row cannot be stepped (the first
                 such error; each is logged).
         """
-        broken = []
-        if self._recurrences.due(self._now()):
-            broken = await self._recurrences.poll(self._now())
+        broken: list[StoreError] = []
+        # A long catch-up takes several writes: each poll passes at most a batch of due times.
+        for _ in range(_DRAIN_RECURRING_POLLS):
+            now = self._now()
+            if not self._recurrences.due(now):
+                break
+            broken += await self._recurrences.poll(now)
         await self._drain()
         if broken:
             raise broken[0]
