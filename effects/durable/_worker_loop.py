@@ -491,7 +491,8 @@ class WorkerLoop:
             now = self._now()
             if not self._recurrences.due(now):
                 break
-            broken += await self._recurrences.poll(now)
+            # (A store error is the caller's; a next call tries again at once.)
+            broken += await self._recurrences.poll(now, retry_ms=0)
         await self._drain()
         if broken:
             raise broken[0]
