@@ -95,6 +95,24 @@ class Recurrences:
         earliest = self.earliest()
         return earliest is not None and earliest <= now
 
+    def _known_due(self, now: int) -> list[str]:
+        """
+        The recurrings this engine knows to be due at *now*: the heap's entries at or before
+        it, found from its root (O(due), not O(all)).
+        """
+        heap, known = self._heap, self._next
+        found: list[str] = []
+        below = [0]
+        while below:
+            i = below.pop()
+            if i >= len(heap) or heap[i][0] > now:
+                continue
+            at, name = heap[i]
+            if known.get(name) == at:
+                found.append(name)
+            below += (2 * i + 1, 2 * i + 2)
+        return found
+
     def _know(self, name: str, at: int | None) -> None:
         self._next[name] = at
         if at is not None:
@@ -224,11 +242,7 @@ class Recurrences:
         }
         # Due as this engine knew them, but not due in the store: stepped by another engine
         # (or the row is gone); read them again.
-        stale = [
-            name
-            for name, at in self._next.items()
-            if at is not None and at <= now and name not in rows
-        ]
+        stale = [name for name in self._known_due(now) if name not in rows]
         if stale:
             found = {row.name: row for row in await self._store.recurring(stale)}
             for name in stale:
