@@ -6,6 +6,7 @@ for calendar, spaced and fixed schedules, until the schedule is done.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from effects.durable import Engine, Recurring, WorkflowContext, step, workflow
 from effects.testing import VirtualClock
 from schedules import MAX_DELAY, cron, fixed, from_delays, recurs, spaced
+from tests.durable.crash_support.harness import wait_until_async
 from tests.durable.support import START_MS
 
 pytestmark = pytest.mark.anyio
@@ -325,3 +327,25 @@ async def test_a_catch_up_of_more_than_a_batch_goes_on_over_several_writes(
     # The first write, then three writes of 4, 4 and 2 due times.
     assert {"every": 4, "latest": 4, "none": 4} == {name: row.rev for name, row in rows.items()}
     assert {11 * MINUTE} == {row.next_at - START_MS for row in rows.values() if row.next_at}
+
+
+async def test_work_wakes_at_a_recurrences_due_time_not_at_its_next_poll(
+    durable_store_url: str,
+) -> None:
+    """work(poll_ms=60 s) on the wall clock, every 200 ms: runs start without waiting a poll."""
+    every = Recurring("every", tick, spaced("200ms"), catch_up="all")  # late on a busy machine
+    async with Engine(durable_store_url, workflows=[tick], recurring=[every]) as e:
+        work = asyncio.get_running_loop().create_task(e.work(poll_ms=60_000))
+
+        async def three_done() -> bool:
+            assert not work.done(), work
+            runs = await e.list_runs()
+            return len([r for r in runs if r.status == "completed"]) >= 3
+
+        try:
+            await wait_until_async(three_done, timeout=30, what="three recurrences")
+        finally:
+            e.stop()
+            await work
+        found = sorted(int(r.run_id.rpartition("@")[2]) for r in await e.list_runs())
+    assert [found[0] + 200 * n for n in range(len(found))] == found
