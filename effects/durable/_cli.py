@@ -45,8 +45,8 @@ or ``cancel`` of a finished run); 5 the store cannot be used (not an engine stor
 a newer schema, a damaged file); 128 + N when a second signal N stopped ``work`` without
 draining; 130 when Ctrl-C interrupted another command.
 
-A store that does not exist is never created by ``runs``, ``show``, ``retry``, ``redispatch``
-or ``cancel``:
+A store that does not exist is never created by ``runs``, ``show``, ``retry``, ``redispatch``,
+``cancel`` or ``recurring``:
 on SQLite, no file at the path; on PostgreSQL, no table in the URL's schema (the schema absent,
 as in a fresh database, or empty). They refuse it with exit 2 (a typo, or a command run from
 another folder than the workers, is the usual cause), as the dashboard does; ``work`` creates
