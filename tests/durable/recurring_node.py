@@ -2,8 +2,8 @@
 An engine process of the recurring tests: ``python -m tests.durable.recurring_node ...``.
 
 It serves one recurring workflow, ``beat`` (``spaced(--every-ms)``, catch_up ``all``), with the
-wall clock, working (``work(poll_ms=20)``) until the wall clock passes ``--until-ms`` (epoch
-ms); it writes ``--ready FILE`` once its store is open. With ``--die-in-step MARKER`` it dies
+wall clock, working (``work(poll_ms=20)``) until the file ``--stop FILE`` exists (then it drains
+and exits); it writes ``--ready FILE`` once its store is open. With ``--die-in-step MARKER`` it dies
 (``os._exit(137)``, as ``kill -9`` leaves it) inside the transaction of its first recurring step
 that starts a run: after the step's row update, before the run's insert, having written MARKER.
 
@@ -17,7 +17,6 @@ import asyncio
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ async def beat(ctx: WorkflowContext, _: Any) -> str:
 
 def _die_in_step(marker: Path) -> None:
     """Make the first run insert of a recurring step (inside its transaction) kill the process."""
+
     def die(*_: Any, **__: Any) -> Any:
         marker.write_text("in the step's transaction, its row updated, its run not inserted")
         os._exit(137)
@@ -49,9 +49,12 @@ async def _main(args: argparse.Namespace) -> int:
     async with Engine(args.url, workflows=[beat], recurring=[recurring]) as engine:
         args.ready.write_text("ready")
         work = asyncio.ensure_future(engine.work(poll_ms=20))
-        while time.time() * 1000 < args.until_ms and not work.done():
+        while not args.stop.exists() and not work.done():
             await asyncio.sleep(0.02)
-        engine.stop()
+        # Asked again until it ends: a stop asked before work() began would be forgotten.
+        while not work.done():
+            engine.stop()
+            await asyncio.wait({work}, timeout=0.1)
         await work
     return 0
 
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="recurring node")
     parser.add_argument("--url", required=True)
     parser.add_argument("--every-ms", type=int, required=True)
-    parser.add_argument("--until-ms", type=int, required=True)
+    parser.add_argument("--stop", type=Path, required=True)
     parser.add_argument("--ready", type=Path, required=True)
     parser.add_argument("--die-in-step", type=Path)
     args = parser.parse_args(argv)

@@ -11,8 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,10 +27,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.not_on_memory("engine processes sha
 class Node:
     """One ``recurring_node`` process, its output in a file of the test's folder."""
 
-    def __init__(
-        self, folder: Path, name: str, url: str, every_ms: int, until_ms: int, *extra: str
-    ):
+    def __init__(self, folder: Path, name: str, url: str, every_ms: int, *extra: str) -> None:
         self.ready = folder / f"ready-{name}"
+        #: The file that stops it (and every node of the folder).
+        self.stop = folder / "stop"
         self.output = folder / f"{name}.out"
         with self.output.open("wb") as sink:
             self.process = subprocess.Popen(
@@ -38,7 +38,7 @@ class Node:
                     sys.executable,
                     "-m",
                     "tests.durable.recurring_node",
-                    *("--url", url, "--every-ms", str(every_ms), "--until-ms", str(until_ms)),
+                    *("--url", url, "--every-ms", str(every_ms), "--stop", str(self.stop)),
                     *("--ready", str(self.ready), *extra),
                 ],
                 cwd=ROOT,
@@ -60,8 +60,9 @@ class Node:
         return await asyncio.to_thread(self.process.wait, 90)
 
     def kill(self) -> None:
-        """kill -9."""
-        os.kill(self.process.pid, signal.SIGKILL)
+        """kill -9 (if it still runs), and reap it."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
     def tail(self) -> str:
@@ -70,9 +71,19 @@ class Node:
         return "\n".join([f"--- {self.output.name}", *lines[-20:]])
 
 
-def now_ms() -> int:
-    """The wall clock in epoch ms."""
-    return round(time.time() * 1000)
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+    """Starts nodes in the test's folder; those still running at its end are killed."""
+    started: list[Node] = []
+
+    def start(name: str, url: str, every_ms: int, *extra: str) -> Node:
+        node = Node(tmp_path, name, url, every_ms, *extra)
+        started.append(node)
+        return node
+
+    yield start
+    for node in started:
+        node.kill()
 
 
 async def finished_runs(url: str) -> list[Run]:
@@ -101,24 +112,26 @@ def due_times(runs: list[Run]) -> list[int]:
 
 
 async def test_two_worker_processes_start_each_recurrence_once(
-    tmp_path: Path, durable_store_url: str
+    tmp_path: Path, durable_store_url: str, spawn: Callable[..., Node]
 ) -> None:
     """
     Two processes work a recurring of 150 ms for about 6 s, one killed -9 and restarted on the
-    way: the runs' due times are one grid 150 ms apart with no gap, each run started once and
-    completed, each step of the schedule written once.
+    way, then stopped by a file: the runs' due times are one grid 150 ms apart with no gap,
+    each run started once and completed, each step of the schedule written once.
     """
     every = 150
-    until = now_ms() + 8_000
     url = durable_store_url
-    first = Node(tmp_path, "a", url, every, until)
-    second = Node(tmp_path, "b", url, every, until)
+    first = spawn("a", url, every)
+    second = spawn("b", url, every)
     await first.opened()
     await second.opened()
     await asyncio.sleep(2.5)
     first.kill()
     await asyncio.sleep(0.3)
-    again = Node(tmp_path, "a-again", url, every, until)
+    again = spawn("a-again", url, every)
+    await again.opened()
+    await asyncio.sleep(3)
+    again.stop.write_text("stop")
     assert [0, 0] == [await second.ended(), await again.ended()], second.tail() + again.tail()
     runs = await finished_runs(url)
     async with Engine(url) as engine:
@@ -134,7 +147,7 @@ async def test_two_worker_processes_start_each_recurrence_once(
 
 
 async def test_a_process_killed_inside_a_step_leaves_neither_the_step_nor_its_run(
-    tmp_path: Path, durable_store_url: str
+    tmp_path: Path, durable_store_url: str, spawn: Callable[..., Node]
 ) -> None:
     """
     A process dies (as kill -9) inside a step's transaction, its row updated and its run not yet
@@ -144,14 +157,17 @@ async def test_a_process_killed_inside_a_step_leaves_neither_the_step_nor_its_ru
     every = 300
     url = durable_store_url
     marker = tmp_path / "died"
-    doomed = Node(tmp_path, "doomed", url, every, now_ms() + 30_000, "--die-in-step", str(marker))
+    doomed = spawn("doomed", url, every, "--die-in-step", str(marker))
     assert 137 == await doomed.ended(), doomed.tail()
     assert marker.exists()
     async with Engine(url) as engine:
         (row,) = await engine.store.recurring()
         runs_after_death = await engine.list_runs()
     assert (1, [], True) == (row.rev, runs_after_death, row.recurs)
-    survivor = Node(tmp_path, "survivor", url, every, now_ms() + 1_500)
+    survivor = spawn("survivor", url, every)
+    await survivor.opened()
+    await asyncio.sleep(1.5)
+    survivor.stop.write_text("stop")
     assert 0 == await survivor.ended(), survivor.tail()
     runs = await finished_runs(url)
     dues = due_times(runs)
