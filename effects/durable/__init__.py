@@ -37,6 +37,7 @@ from effects.durable._engine import Engine
 from effects.durable._policy import StepOptions
 from effects.durable._queue import Queue
 from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._recurring import Recurring
 from effects.durable._step_context import StepContext, current_step
 from effects.durable._store import StaleTurnError, Store
 from effects.durable._store.sqlite import SqliteStore
@@ -72,6 +73,7 @@ __all__ = [
     "NoHandler",
     "NonDeterminismError",
     "Queue",
+    "Recurring",
     "RemoteStepError",
     "RemoteStepLost",
     "RemoteStepTimeout",

@@ -32,6 +32,12 @@ Commands:
   attempts withdrawn; with ``--compensate`` its completed steps' compensations run first (a
   worker of its workflow runs them), then it is cancelled. A plainly cancelled run can be
   resumed with ``retry``.
+- ``recurring [--json]``: the engine's recurring workflows: name, workflow, schedule, next due
+  time (ISO-8601 UTC; epoch ms in JSON, ``null`` when none is known), status and catch_up.
+  Status: ``scheduled`` (a run is due at the next due time), ``waiting`` (the schedule waits
+  longer than ``MAX_DELAY`` and is stepped again then), ``done`` (no more runs), ``unseen``
+  (no worker has stepped it yet), ``changed`` (its stored schedule is another: the next worker
+  to start restarts it from then).
 
 ``--app module:attribute`` names an ``Engine`` (or a function of no arguments returning one); the
 module is imported from the working directory or ``sys.path``. It may come before or after the
@@ -46,7 +52,7 @@ a newer schema, a damaged file); 128 + N when a second signal N stopped ``work``
 draining; 130 when Ctrl-C interrupted another command.
 
 A store that does not exist is never created by ``runs``, ``show``, ``retry``, ``redispatch``,
-``cancel`` or ``prune``:
+``cancel``, ``prune`` or ``recurring``:
 on SQLite, no file at the path; on PostgreSQL, no table in the URL's schema (the schema absent,
 as in a fresh database, or empty). They refuse it with exit 2 (a typo, or a command run from
 another folder than the workers, is the usual cause), as the dashboard does; ``work`` creates
@@ -72,12 +78,15 @@ from typing import Any, Final, NoReturn, TypeAlias, get_args
 from effects.durable._app import AppError, load_engine
 from effects.durable._engine import PRUNABLE_STATUSES, Engine
 from effects.durable._records import RunStatus
+from effects.durable._recurring import Recurring, schedule_key
+from effects.durable._store import RecurringRow
 from effects.durable._time import epoch_ms
 from effects.durable._views import (
     checkpoints_table,
     dumps,
     events_table,
     iso,
+    recurring_table,
     redacted,
     run_json,
     run_text,
@@ -98,6 +107,7 @@ __all__ = [
     "CliError",
     "duration_ms",
     "main",
+    "recurring_entry",
 ]
 
 EXIT_OK: Final = 0
@@ -350,6 +360,13 @@ def _parser() -> _Parser:
         help="prune only runs of this finished status (repeat for more; default all four)",
     )
     p.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    p = command("recurring", "the engine's recurring workflows and their next due times")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print a JSON array of {"name", "workflow", "schedule", "next_due", "status",'
+        ' "catch_up"}',
+    )
 
     p = command("cancel", "cancel a run that is not finished; its pending attempts are withdrawn")
     p.add_argument("run_id", type=_text, metavar="RUN")
@@ -751,6 +768,36 @@ async def _cmd_start(spec: str, args: argparse.Namespace) -> int:
     return code
 
 
+async def _cmd_recurring(spec: str, args: argparse.Namespace) -> int:
+    async with _opened(spec) as engine:
+        recurring = engine.recurring
+        rows = {row.name: row for row in await engine.store.recurring(sorted(recurring))}
+    entries = [recurring_entry(recurring[name], rows.get(name)) for name in sorted(recurring)]
+    _out(dumps(entries) if args.json else recurring_table(entries))
+    return EXIT_OK
+
+
+def recurring_entry(recurring: Recurring, row: RecurringRow | None) -> dict[str, Any]:
+    """What ``recurring --json`` shows of *recurring* and its stored *row*."""
+    key = schedule_key(recurring.schedule)
+    if row is None:
+        status = "unseen"
+    elif row.schedule != key:
+        status = "changed"
+    elif row.next_at is None:
+        status = "done"
+    else:
+        status = "scheduled" if row.recurs else "waiting"
+    return {
+        "name": recurring.name,
+        "workflow": recurring.workflow_name,
+        "schedule": key,
+        "next_due": row.next_at if row is not None and status == "scheduled" else None,
+        "status": status,
+        "catch_up": recurring.catch_up,
+    }
+
+
 async def _cmd_dashboard(spec: str, args: argparse.Namespace) -> int:
     token: str | None = None
     if args.token_env is not None:
@@ -794,4 +841,5 @@ _COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any,
     "dashboard": _cmd_dashboard,
     "start": _cmd_start,
     "prune": _cmd_prune,
+    "recurring": _cmd_recurring,
 }

@@ -23,7 +23,10 @@ from effects.durable._finishes import Finishes
 from effects.durable._probes import Probes
 from effects.durable._queue import Queue
 from effects.durable._records import FINISHED, Checkpoint, Event, Run
+from effects.durable._recurrences import Recurrences, Scheduled
+from effects.durable._recurring import Recurring
 from effects.durable._store import ClaimedRun, NewEvent, NewRun, RunQuery, Store
+from effects.durable._store.rows import dumps as dump_state
 from effects.durable._time import WallClock, epoch_ms
 from effects.durable._trail import merge_events
 from effects.durable._worker_loop import WorkerLoop
@@ -129,10 +132,15 @@ class Engine:
         compensation_retries: Each compensation's attempts, the first included (default 1),
             whatever its ``StepDef`` declares; a compensation that spends them is recorded
             (``step.compensation_failed``) and the others still run.
+        recurring: ``Recurring`` values: workflows this engine starts once per recurrence of
+            a schedule while it works (``work()``, ``run_until_idle()``); engines sharing a
+            store start each recurrence once.
 
     Raises:
-        TypeError: If a definition is not one made by ``@workflow`` / ``@step`` / ``Queue``.
-        ValueError: For two definitions with one name, or an option out of range.
+        TypeError: If a definition is not one made by ``@workflow`` / ``@step`` / ``Queue`` /
+            ``Recurring``, or a recurring's input cannot be stored.
+        ValueError: For two definitions with one name, an option out of range, or a recurring
+            of a workflow this engine does not serve.
     """
 
     def __init__(
@@ -150,6 +158,7 @@ class Engine:
         remote_redispatch_max: int = 10,
         max_recovery_attempts: int | None = None,
         compensation_retries: int = 1,
+        recurring: Iterable[Recurring] = (),
     ) -> None:
         self._workflows: dict[str, WorkflowDef[Any, Any]] = _by_name(
             workflows, WorkflowDef, "workflow"
@@ -176,8 +185,11 @@ class Engine:
             if queue is not None and queue not in queues_by_name:
                 msg = f"step {definition.name!r} names queue {queue!r}, which this engine lacks"
                 raise ValueError(msg)
+        scheduled = _scheduled(recurring, self._workflows)
+        self._recurring = {name: entry.recurring for name, entry in scheduled.items()}
         self._store = open_store(store)
         self._clock: Clock = WallClock() if clock is None else clock
+        rng = _random.Random() if random is None else random
         self._workflow_keys = [(w.name, w.version) for w in self._workflows.values()]
         self._groups = sorted({s.group for s in self._steps.values()})
         self._id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -190,7 +202,7 @@ class Engine:
         self._loop = WorkerLoop(
             store=self._store,
             clock=self._clock,
-            random=_random.Random() if random is None else random,
+            random=rng,
             owner=self._id,
             lease_ms=self._lease_ms,
             reconcile_ms=reconcile,
@@ -205,6 +217,9 @@ class Engine:
             groups=self._groups,
             finishes=self._finishes,
             probes=self._probes,
+            recurrences=Recurrences(
+                store=self._store, random=rng, scheduled=scheduled, probes=self._probes
+            ),
         )
 
     def __repr__(self) -> str:
@@ -227,6 +242,11 @@ class Engine:
     def queues(self) -> Mapping[str, Queue]:
         """The engine's flow-control queues by name (a read-only view)."""
         return MappingProxyType(self._queues)
+
+    @property
+    def recurring(self) -> Mapping[str, Recurring]:
+        """The engine's recurring workflows by name (a read-only view)."""
+        return MappingProxyType(self._recurring)
 
     @property
     def id(self) -> str:
@@ -816,6 +836,57 @@ def _finished_statuses(statuses: object) -> tuple[str, ...]:
         if status not in chosen:
             chosen.append(status)
     return tuple(chosen)
+
+
+def _scheduled(
+    recurring: Iterable[Recurring], workflows: Mapping[str, WorkflowDef[Any, Any]]
+) -> dict[str, Scheduled]:
+    """
+    The recurrings by name, each with the workflow this engine serves and its stored input.
+
+    Raises:
+        TypeError: If one is not a ``Recurring``, or its input or its schedule's state cannot
+            be stored as JSON.
+        ValueError: For two with one name, or one of a workflow this engine does not serve (or
+            serves at another version).
+    """
+    found: dict[str, Scheduled] = {}
+    given = list(recurring)
+    for item in given:
+        if not isinstance(item, Recurring):  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = f"recurring takes Recurring(name, workflow, schedule) values, got {item!r}"
+            raise TypeError(msg)
+    for item in _by_name(given, Recurring, "recurring").values():
+        entry: Recurring = item
+        definition = workflows.get(entry.workflow_name)
+        wanted = entry.workflow
+        if definition is None or (
+            isinstance(wanted, WorkflowDef) and wanted.version != definition.version
+        ):
+            known = ", ".join(
+                sorted(f"{w.name!r} (version {w.version})" for w in workflows.values())
+            )
+            named = (
+                repr(wanted)
+                if isinstance(wanted, str)
+                else f"{wanted.name!r} (version {wanted.version})"
+            )
+            msg = (
+                f"recurring {entry.name!r} starts workflow {named}, which this engine does not"
+                f" serve (it has {known or 'none'}): pass the workflow in workflows=[...]"
+            )
+            raise ValueError(msg)
+        text = dump(definition.codec, entry.input, f"input of recurring {entry.name!r}")
+        try:
+            dump_state(entry.schedule.initial())
+        except (TypeError, ValueError) as error:
+            msg = (
+                f"the schedule of recurring {entry.name!r} has a state that cannot be stored"
+                f" as JSON ({error}): a schedule's state must be plain data"
+            )
+            raise TypeError(msg) from None
+        found[entry.name] = Scheduled(entry, definition, text)
+    return found
 
 
 def _storable(run_id: object) -> None:

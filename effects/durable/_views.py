@@ -26,6 +26,7 @@ __all__ = [
     "event_json",
     "events_table",
     "iso",
+    "recurring_table",
     "redacted",
     "run_json",
     "run_text",
@@ -204,6 +205,27 @@ def runs_table(runs: Sequence[Run]) -> str:
         for r in runs
     ]
     return _table(["run", "workflow", "status", "created", "updated", "error"], rows)
+
+
+def recurring_table(entries: Sequence[Mapping[str, Any]]) -> str:
+    """
+    Recurring workflows (as ``recurring --json`` gives them) as a table: name, workflow,
+    schedule, next due (ISO-8601 UTC), status, catch_up.
+    """
+    if not entries:
+        return "no recurring workflows"
+    rows = [
+        [
+            safe(e["name"]),
+            safe(e["workflow"]),
+            clip(safe(e["schedule"]), _CELL_LIMIT),
+            iso(e["next_due"]),
+            e["status"],
+            e["catch_up"],
+        ]
+        for e in entries
+    ]
+    return _table(["name", "workflow", "schedule", "next due", "status", "catch_up"], rows)
 
 
 def run_text(run: Run, *, now_ms: int) -> str:

@@ -20,6 +20,7 @@ from effects.durable._finishes import Finishes
 from effects.durable._probes import Attempt, Probes
 from effects.durable._queue import Queue
 from effects.durable._records import Task
+from effects.durable._recurrences import Recurrences
 from effects.durable._store import ClaimedRun, RecoveryReport, Store
 from effects.durable._store.rules import task_name
 from effects.durable._time import epoch_ms
@@ -33,6 +34,9 @@ __all__ = ["WorkerLoop"]
 _log: Final = logging.getLogger("effects.durable")
 # How many turns and attempts run_until_idle keeps in flight at once.
 _DRAIN_CONCURRENCY: Final = 64
+# The most recurring polls one drain makes (each steps at most a batch of due times per
+# recurring; one suffices unless a catch-up is longer than a batch).
+_DRAIN_RECURRING_POLLS: Final = 1000
 # The least time between two claims that other processes' NOTIFYs prompt (seconds; at most a
 # fifth of work()'s poll_ms).
 _HINT_CLAIM_GAP_S: Final = 0.010
@@ -73,8 +77,10 @@ class WorkerLoop:
         groups: Sequence[str],
         finishes: Finishes,
         probes: Probes,
+        recurrences: Recurrences,
     ) -> None:
         self._store, self._clock, self._owner, self._lease_ms = store, clock, owner, lease_ms
+        self._recurrences = recurrences
         self._max_recovery, self._queues = max_recovery, queues
         self._workflow_keys, self._groups = workflow_keys, groups
         self._finishes = finishes
@@ -490,6 +496,11 @@ class WorkerLoop:
             parked = [deadline for deadline, event in self._parked.values() if not event.is_set()]
             if parked:
                 due = min(parked) if due is None else min(due, *parked)
+            # A recurring's due times never end: moving time to them is for a bounded move
+            # (run_for) alone, which stops at each on the way, as work() would.
+            recurring = self._recurrences.earliest() if until is not None else None
+            if recurring is not None and recurring > now:
+                due = recurring if due is None else min(due, recurring)
             if until is not None and (due is None or due > until):
                 if until > now:
                     advance((until - now) / 1000)
@@ -502,7 +513,27 @@ class WorkerLoop:
             self._wake_parked()
 
     async def drain(self) -> None:
-        """Do everything that is due now, up to ``_DRAIN_CONCURRENCY`` at once; then return."""
+        """
+        Do everything that is due now, up to ``_DRAIN_CONCURRENCY`` at once, recurring
+        workflows' due runs included; then return.
+
+        Raises:
+            StoreError: At the end, if a recurring's stored row cannot be stepped (the first
+                such error; each is logged).
+        """
+        broken: list[StoreError] = []
+        # A long catch-up takes several writes: each poll passes at most a batch of due times.
+        for _ in range(_DRAIN_RECURRING_POLLS):
+            now = self._now()
+            if not self._recurrences.due(now):
+                break
+            # (A store error is the caller's; a next call tries again at once.)
+            broken += await self._recurrences.poll(now, retry_ms=0)
+        await self._drain()
+        if broken:
+            raise broken[0]
+
+    async def _drain(self) -> None:
         wake = self._wake_event()
         await self._recover()
         await self._look_for_unserved()
@@ -592,6 +623,9 @@ class WorkerLoop:
                             await self._recover()
                             await self._look_for_unserved()
                             last_recovery = now
+                        if self._recurrences.due(now):
+                            # Errors of single recurrings are logged; they stop nothing.
+                            await self._recurrences.poll(now, retry_ms=poll)
                         free = concurrency - len(self._inflight) - self._starting
                         claimed = await self._claim(free) if free > 0 else 0
                         # Judged now: an attempt ending during the reads below then counts.
@@ -616,6 +650,10 @@ class WorkerLoop:
                         if due is not None:
                             timeout = min(timeout, max(0.0, (due - self._now()) / 1000))
                         deadline = loop.time() + timeout
+                    recurring = self._recurrences.earliest()
+                    if recurring is not None:
+                        wait = max(0.0, (recurring - self._now()) / 1000)
+                        deadline = min(deadline, loop.time() + wait)
                 if self._stopping:
                     break
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation

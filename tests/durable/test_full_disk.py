@@ -27,6 +27,7 @@ import pytest
 from effects.durable import (
     Checkpoint,
     Engine,
+    Recurring,
     SqliteStore,
     StoreError,
     WorkflowContext,
@@ -37,8 +38,9 @@ from effects.durable._engine import open_store
 from effects.durable._pytest_plugin import DurableEngineFactory
 from effects.durable._store import NewRun
 from effects.testing import VirtualClock
+from schedules import spaced
 from tests.durable.crash_support.harness import FINISHED, trail_problems, wait_until_async
-from tests.durable.support import relative
+from tests.durable.support import START_MS, relative
 
 pytestmark = [pytest.mark.anyio, pytest.mark.not_on_memory("a store file on a disk that fills up")]
 
@@ -540,3 +542,49 @@ async def test_a_prune_on_a_full_disk_is_whole_runs_or_nothing(disk: Disk) -> No
     assert (pruned_while_full or 0) + after == len(run_ids)
     assert [] == left
     assert "ok" == _integrity(path)
+
+
+# -- a recurring workflow's step ---------------------------------------------------------------
+
+
+@workflow("disk:tick")
+async def disk_tick(ctx: WorkflowContext, value: str) -> int:
+    """The length of the input."""
+    return len(value)
+
+
+async def test_a_recurring_step_on_a_full_disk_writes_nothing_and_is_taken_again_once_freed(
+    disk: Disk,
+) -> None:
+    """
+    The disk fills before a due time: the step and its run (one transaction) fail with a
+    StoreError saying the disk is full, and nothing of them is written; once freed, that due
+    time starts once and the grid goes on.
+    """
+    print("full disk:", disk.describe())
+    path = disk.folder / "durable.db"
+    clock = VirtualClock(START_MS / 1000)
+    # An input of many pages: the run cannot fit in what a full disk leaves.
+    hourly = Recurring("hourly", disk_tick, spaced("1h"), input="x" * 200_000)
+    async with Engine(
+        f"sqlite:///{path}", workflows=[disk_tick], recurring=[hourly], clock=clock
+    ) as engine:
+        db = _connection(engine)
+        await engine.run_until_idle()
+        (before,) = await engine.store.recurring()
+        disk.fill(db)
+        clock.advance("1h")
+        with pytest.raises(StoreError) as refused:
+            await engine.run_until_idle()
+        (during,) = await engine.store.recurring()
+        runs_during = await engine.list_runs()
+        integrity = _integrity(path)
+        disk.free(db)
+        await engine.run_until_idle()
+        (after,) = await engine.store.recurring()
+        run = await engine.get_run(f"hourly@{START_MS + 3_600_000}")
+        runs_after = await engine.list_runs()
+    assert FULL in str(refused.value)
+    assert (before, [], "ok") == (during, runs_during, integrity)
+    assert (before.rev + 1, START_MS + 2 * 3_600_000) == (after.rev, after.next_at)
+    assert ("completed", 200_000, 1) == (run.status, run.output, len(runs_after))

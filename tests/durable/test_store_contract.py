@@ -23,6 +23,8 @@ from effects.durable._store import (
     NewEvent,
     NewRun,
     NewTask,
+    RecurringRow,
+    RecurringWrite,
     RunAdvance,
     RunQuery,
     StaleTurnError,
@@ -1106,6 +1108,85 @@ async def test_a_cancel_that_meets_a_queue_it_did_not_lock_locks_it_and_tries_ag
         await store.close()
     assert ("cancelled", [None, {"q"}]) == (run.status, tries)
     assert [] == rows(postgres_url, "SELECT * FROM tasks")
+
+
+# -- recurring workflows -------------------------------------------------------------------------
+
+
+def recurring_row(name: str, next_at: int | None, **fields: Any) -> RecurringRow:
+    """A recurring's row as an engine writes it (``rev`` is the store's)."""
+    values: dict[str, Any] = {
+        "workflow": "wf",
+        "schedule": "spaced(3600)",
+        "state": "1",
+        "recurs": True,
+        "missed_at": None,
+        "rev": 0,
+        "created_at": NOW,
+        "updated_at": NOW,
+        **fields,
+    }
+    return RecurringRow(name=name, next_at=next_at, **values)
+
+
+def recurrence(name: str, due: int) -> tuple[NewRun, NewEvent]:
+    """The run of recurring *name* due at *due*, with its ``run.started``."""
+    data = {"workflow": "wf", "recurring": name, "due_at": due}
+    return NewRun(f"{name}@{due}", *WF, "null", NOW), NewEvent("run.started", NOW, None, data)
+
+
+async def test_recurring_rows_are_compare_and_set_writes_with_their_runs(
+    store: Store, durable_store_url: str
+) -> None:
+    """
+    A first write lands once; an update lands only on the revision it read, and only a write
+    that lands makes its runs (a run whose id exists is left as it is); one transaction may
+    hold writes that land and writes that do not.
+    """
+    assert [True] == await store.write_recurring([RecurringWrite(recurring_row("a", 10), None)])
+    assert [False] == await store.write_recurring(
+        [RecurringWrite(recurring_row("a", 99, state="9"), None, [recurrence("a", 5)])]
+    )
+    await store.create_run(NewRun("a@20", "other", "1", '"mine"', NOW), [])
+    stepped = recurring_row("a", 30, state="3", updated_at=NOW + 20)
+    assert [True] == await store.write_recurring(
+        [RecurringWrite(stepped, 1, [recurrence("a", 10), recurrence("a", 20)])]
+    )
+    stale = recurring_row("a", 40, state="4", updated_at=NOW + 30)
+    assert [False, True] == await store.write_recurring(
+        [
+            RecurringWrite(stale, 1, [recurrence("a", 30)]),
+            RecurringWrite(recurring_row("b", None, recurs=False), None),
+        ]
+    )
+    (a,) = await store.recurring(["a", "nobody"])
+    assert attrs.evolve(stepped, rev=2) == a
+    assert ["a", "b"] == [row.name for row in await store.recurring()]
+    assert [("a@10", "wf", "null"), ("a@20", "other", '"mine"')] == table(
+        durable_store_url, "SELECT run_id, workflow, input FROM runs ORDER BY run_id"
+    )
+    assert [
+        ("run.started", None, {"workflow": "wf", "recurring": "a", "due_at": 10})
+    ] == await trail(store, "a@10")
+    assert [] == await trail(store, "a@20")
+
+
+async def test_due_recurring_rows_are_read_earliest_first(store: Store) -> None:
+    """Rows due at now or before, by due time then name; a done row (no next time) never."""
+    await store.write_recurring(
+        [
+            RecurringWrite(recurring_row("late", 20), None),
+            RecurringWrite(recurring_row("done", None, recurs=False), None),
+            RecurringWrite(recurring_row("b-first", 5), None),
+            RecurringWrite(recurring_row("a-first", 5, recurs=False), None),
+            RecurringWrite(recurring_row("on-time", 10), None),
+        ]
+    )
+    assert [] == await store.due_recurring(4)
+    due = await store.due_recurring(10)
+    assert [("a-first", 5, False), ("b-first", 5, True), ("on-time", 10, True)] == [
+        (row.name, row.next_at, row.recurs) for row in due
+    ]
 
 
 # -- the schema, the same in both dialects ---------------------------------------------------------

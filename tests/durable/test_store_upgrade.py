@@ -1,7 +1,8 @@
 """
 A store of a previous schema version is upgraded in place: its pickles are dropped unread,
 its errors keep their order, and attempts left behind a settled step are withdrawn; sagas,
-telemetry and the workflow primitives add their columns to a store from before them.
+telemetry and the workflow primitives add their columns to a store from before them, recurring
+workflows their table.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from psycopg import sql
 
 import effects.durable._store.postgres as pg
 import effects.durable._store.sqlite as lite
-from effects.durable import Engine, StepFailedError, WorkflowContext, step, workflow
+from effects.durable import Engine, Recurring, StepFailedError, WorkflowContext, step, workflow
 from effects.durable._store.postgres import parse_postgres_url
 from effects.durable.instrumentation import _ids  # pyright: ignore[reportPrivateUsage]
+from effects.testing import VirtualClock
+from schedules import spaced
 from tests.durable.support import rows
 from tests.durable.telemetry_support import Telemetry
 
@@ -319,12 +322,13 @@ async def test_a_store_from_before_the_workflow_primitives_gains_the_deadline_in
     durable_store_url: str, tmp_path: Path
 ) -> None:
     """
-    From the version before (SCHEMA_VERSION - 1), one upgrade adds runs.deadline (NULL for the
-    old run, which goes on) and the prune index; a new run's timeout is kept there.
+    From two versions before (SCHEMA_VERSION - 2; recurring workflows came after), the upgrade
+    adds runs.deadline (NULL for the old run, which goes on) and the prune index; a new run's
+    timeout is kept there.
     """
     sqlite = durable_store_url.startswith("sqlite:")
     current = lite.SCHEMA_VERSION if sqlite else pg.SCHEMA_VERSION
-    url = _older(durable_store_url, tmp_path, current - 1)
+    url = _older(durable_store_url, tmp_path, current - 2)
     async with Engine(url, workflows=[mid_flight], steps=[echo]) as engine:
         await engine.run_until_idle()
         run = await engine.get_run("r")
@@ -341,3 +345,39 @@ async def test_a_store_from_before_the_workflow_primitives_gains_the_deadline_in
     else:
         indexes = rows(url, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
     assert ("runs_by_status_updated",) in indexes
+
+
+async def test_a_store_from_before_recurring_workflows_gains_their_table_in_place(
+    durable_store_url: str, tmp_path: Path
+) -> None:
+    """
+    From the version before it, one upgrade adds the recurring table (and its index): the
+    suspended run completes, and a recurring is first seen, stepped and started there.
+    """
+    sqlite = durable_store_url.startswith("sqlite:")
+    current = lite.SCHEMA_VERSION if sqlite else pg.SCHEMA_VERSION
+    url = _older(durable_store_url, tmp_path, current - 1)
+    assert [] == [t for (t,) in rows(url, _TABLES if sqlite else _PG_TABLES) if t == "recurring"]
+    clock = VirtualClock(1_767_225_600)
+    hourly = Recurring("hourly", mid_flight, spaced("1h"), input=7)
+    async with Engine(
+        url, workflows=[mid_flight], steps=[echo], recurring=[hourly], clock=clock
+    ) as engine:
+        await engine.run_until_idle()
+        await engine.run_for("1h")
+        run = await engine.get_run("r")
+        started = await engine.get_run("hourly@1767229200000")
+    assert ("completed", 5) == (run.status, run.output)
+    assert ("completed", 7) == (started.status, started.output)
+    assert [(str(current),)] == rows(url, "SELECT value FROM durable_meta WHERE key = 'version'")
+    if sqlite:
+        indexes = rows(url, "SELECT name FROM sqlite_master WHERE type = 'index'")
+    else:
+        indexes = rows(url, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+    assert ("recurring_due",) in indexes
+
+
+_TABLES: Final = "SELECT name FROM sqlite_master WHERE type = 'table'"
+_PG_TABLES: Final = (
+    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+)

@@ -28,6 +28,9 @@ Concurrency rules every implementation keeps:
 - A cancel (``cancel_run``) takes the run's lease away, so a turn running elsewhere fails at
   its next write, and withdraws the attempts of the steps it stops waiting for in the same
   transaction (``rules.cancel_action``, ``rules.cancels_attempt``).
+- A recurring workflow's row (``write_recurring``) is a compare-and-set on its revision, in the
+  same transaction as the runs its step starts: a step and its runs land together or not at all,
+  and of two engines stepping one recurrence only one lands.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ __all__ = [
     "NewRun",
     "NewTask",
     "RecoveryReport",
+    "RecurringRow",
+    "RecurringWrite",
     "RunAdvance",
     "RunQuery",
     "StaleTurnError",
@@ -253,6 +258,52 @@ class RecoveryReport:
     recovered_runs: Sequence[str] = ()
     dead_runs: Sequence[str] = ()
     lost_tasks: Sequence[str] = ()
+
+
+@attrs.frozen
+class RecurringRow:
+    """
+    The stored place of a recurring workflow on its schedule's grid (table ``recurring``).
+
+    Attributes:
+        name: The ``Recurring``'s name (the key).
+        workflow: The name of the workflow its runs are of, as last written.
+        schedule: The schedule's ``repr`` as last written (a changed one restarts the grid).
+        state: The schedule's state, as JSON text.
+        next_at: When to step it next, epoch ms; ``None`` once the schedule is done.
+        recurs: Whether *next_at* is a recurrence (a run is due then) or only a wake-up to
+            step again (a wait of ``MAX_DELAY``).
+        missed_at: While a catch-up of several missed recurrences is under way (one write at a
+            time), the latest of them not started yet; else ``None``.
+        rev: The row's revision, which each write moves on by one (its compare-and-set).
+        created_at: When the first engine to see it wrote it, epoch ms.
+        updated_at: When it was last written, epoch ms.
+    """
+
+    name: str
+    workflow: str
+    schedule: str
+    state: str
+    next_at: int | None
+    recurs: bool
+    missed_at: int | None
+    rev: int
+    created_at: int
+    updated_at: int
+
+
+@attrs.frozen
+class RecurringWrite:
+    """
+    One step of a recurring workflow, for ``write_recurring``: *row* as it is to be stored
+    (its ``rev`` ignored: the store sets it), inserted when *expected_rev* is ``None`` (and no
+    row of its name exists), else updated only if the stored revision is *expected_rev*; with it,
+    in the same transaction, the runs its due times start, each with its ``run.started`` event.
+    """
+
+    row: RecurringRow
+    expected_rev: int | None
+    starts: Sequence[tuple[NewRun, NewEvent]] = ()
 
 
 class Store(Protocol):
@@ -494,6 +545,25 @@ class Store(Protocol):
         every table of ``rows.RUN_TABLES``; return how many runs. With *dry_run* count them and
         delete nothing. Runs are deleted in batches, each batch one transaction, so a failure
         (a full disk) leaves whole runs, never part of one.
+        """
+        ...
+
+    async def recurring(self, names: Sequence[str] | None = None) -> list[RecurringRow]:
+        """The rows of the recurring workflows *names* (``None``: every one), by name."""
+        ...
+
+    async def due_recurring(self, now: int) -> list[RecurringRow]:
+        """
+        The recurring rows to step at epoch ms *now* (``next_at <= now``), earliest first: one
+        read of an index on ``next_at``, so a poll costs what is due, not what is stored.
+        """
+        ...
+
+    async def write_recurring(self, writes: Sequence[RecurringWrite]) -> list[bool]:
+        """
+        Apply *writes* in one transaction, each a compare-and-set on its row (see
+        ``RecurringWrite``): for each, whether it landed. The runs of a write that did not land
+        are not made; a run whose id exists already is left as it is.
         """
         ...
 

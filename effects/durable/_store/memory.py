@@ -34,6 +34,8 @@ from effects.durable._store import (
     NewRun,
     NewTask,
     RecoveryReport,
+    RecurringRow,
+    RecurringWrite,
     RunQuery,
     StaleTurnError,
     TaskOutcome,
@@ -44,6 +46,7 @@ from effects.durable._store.rows import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_WRITE_COLUMNS,
     PRUNE_BATCH,
+    RECURRING_COLUMNS,
     RUN_COLUMNS,
     RUN_TABLES,
     TASK_COLUMNS,
@@ -233,6 +236,7 @@ _COLUMNS: Final = {
     "tasks": tuple(f.name for f in attrs.fields(_TaskRow)),
     "events": tuple(f.name for f in attrs.fields(_EventRow)),
     "step_errors": ("run_id", "seq", "n", "error"),
+    "recurring": RECURRING_COLUMNS,
 }
 
 _MISSING: Final = object()
@@ -268,6 +272,8 @@ class _Tables:
     )
     tasks: dict[int, _TaskRow] = attrs.field(factory=dict[int, _TaskRow])
     events: dict[str, tuple[_EventRow, ...]] = attrs.field(factory=dict[str, tuple[_EventRow, ...]])
+    # Recurring workflows by name; a row holds SQLite's columns in their order.
+    recurring: dict[str, RecurringRow] = attrs.field(factory=dict[str, RecurringRow])
     last_task_id: int = 0
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     hints: list[_Hint] = attrs.field(factory=list[_Hint])
@@ -408,6 +414,7 @@ class MemoryStore:
                     for (run_id, seq), texts in sorted(tables.step_errors.items())
                     for n, error in enumerate(texts, 1)
                 ],
+                "recurring": [attrs.astuple(tables.recurring[k]) for k in sorted(tables.recurring)],
             }
         return {
             table: (_COLUMNS[table], [_sqlite_values(row) for row in rows])
@@ -700,31 +707,40 @@ class MemoryStore:
     async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | ClaimedRun | None:
         """Insert *run* (pending, or leased); return the existing run if the id is taken."""
         with self._write() as tables:
-            taken = tables.runs.get(run.run_id)
+            taken = self._insert_run(tables, run, events)
             if taken is not None:
                 return _run(taken)
-            leased = run.lease_token is not None
-            row = _RunRow(
-                run_id=run.run_id,
-                workflow=run.workflow,
-                version=run.version,
-                status="running" if leased else "pending",
-                input=run.input,
-                output=None,
-                error=None,
-                created_at=run.now,
-                updated_at=run.now,
-                lease_token=run.lease_token,
-                lease_until=run.lease_until if leased else None,
-                traceparent=run.traceparent,
-                deadline=run.deadline,
-            )
-            tables.put(tables.runs, run.run_id, row)
-            self._insert_events(tables, event_rows(run.run_id, events))
         if run.lease_token is None:
             self._tell(runs=True)
             return None
         return leased_run(run, run.lease_token)
+
+    def _insert_run(
+        self, tables: _Tables, run: NewRun, events: Sequence[NewEvent]
+    ) -> _RunRow | None:
+        """Insert *run* with its *events*; the run of its id instead, if there is one."""
+        taken = tables.runs.get(run.run_id)
+        if taken is not None:
+            return taken
+        leased = run.lease_token is not None
+        row = _RunRow(
+            run_id=run.run_id,
+            workflow=run.workflow,
+            version=run.version,
+            status="running" if leased else "pending",
+            input=run.input,
+            output=None,
+            error=None,
+            created_at=run.now,
+            updated_at=run.now,
+            lease_token=run.lease_token,
+            lease_until=run.lease_until if leased else None,
+            traceparent=run.traceparent,
+            deadline=run.deadline,
+        )
+        tables.put(tables.runs, run.run_id, row)
+        self._insert_events(tables, event_rows(run.run_id, events))
+        return None
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
@@ -1462,6 +1478,51 @@ class MemoryStore:
             tables.put(tables.runs, run_id, after)
         self._tell(runs=action == "request")
         return _run(after)
+
+    # -- recurring workflows ----------------------------------------------------------------------
+
+    async def recurring(self, names: Sequence[str] | None = None) -> list[RecurringRow]:
+        """The rows of the recurring workflows *names* (``None``: every one), by name."""
+        with self._read() as tables:
+            wanted = tables.recurring if names is None else set(names)
+            return [tables.recurring[n] for n in sorted(wanted) if n in tables.recurring]
+
+    async def due_recurring(self, now: int) -> list[RecurringRow]:
+        """
+        The recurring rows with ``next_at <= now``, earliest first. (A scan: the memory store
+        is for tests, and keeps no index.)
+        """
+        with self._read() as tables:
+            due = [
+                r for r in tables.recurring.values() if r.next_at is not None and r.next_at <= now
+            ]
+        return sorted(due, key=lambda r: (r.next_at, r.name))
+
+    async def write_recurring(self, writes: Sequence[RecurringWrite]) -> list[bool]:
+        """Each write a compare-and-set with its runs, all in one transaction (see ``Store``)."""
+        landed: list[bool] = []
+        with self._write() as tables:
+            for write in writes:
+                stored = tables.recurring.get(write.row.name)
+                if write.expected_rev is None:
+                    held = stored is None
+                    row = attrs.evolve(write.row, rev=1)
+                else:
+                    held = stored is not None and stored.rev == write.expected_rev
+                    row = attrs.evolve(
+                        write.row,
+                        rev=write.expected_rev + 1,
+                        created_at=write.row.created_at if stored is None else stored.created_at,
+                    )
+                landed.append(held)
+                if not held:
+                    continue
+                tables.put(tables.recurring, row.name, row)
+                for run, started in write.starts:
+                    self._insert_run(tables, run, (started,))
+        if any(landed[i] and w.starts for i, w in enumerate(writes)):
+            self._tell(runs=True)
+        return landed
 
 
 def _delete_rows_of(tables: _Tables, table: dict[Any, Any], run_ids: frozenset[str]) -> None:

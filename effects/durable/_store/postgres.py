@@ -57,6 +57,8 @@ from effects.durable._store import (
     NewRun,
     NewTask,
     RecoveryReport,
+    RecurringRow,
+    RecurringWrite,
     RunAdvance,
     RunQuery,
     StaleTurnError,
@@ -80,6 +82,8 @@ from effects.durable._store.rows import (
     events_of,
     leased_run,
     policy_text,
+    recurring_of,
+    recurring_values,
     run_of,
     tapped_events,
     task_of,
@@ -821,22 +825,7 @@ class PostgresStore:
     async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | ClaimedRun | None:
         """Insert *run* (pending, or leased); return the existing run if the id is taken."""
         leased = run.lease_token
-        params = {
-            "id": run.run_id,
-            "workflow": run.workflow,
-            "version": run.version,
-            "status": "pending" if leased is None else "running",
-            "input": run.input,
-            "now": run.now,
-            "token": leased,
-            "until": None if leased is None else run.lease_until,
-            "traceparent": run.traceparent,
-            "deadline": run.deadline,
-            **self._events_json(events),
-            **self._hint_params("r"),
-            # A leased run is this engine's to run: no one else needs waking for it.
-            **({} if leased is None else {"listen": False}),
-        }
+        params = self._run_params(run, events)
 
         def made(row: Any, _: int) -> Run | ClaimedRun | _Taken | None:
             if row is None or row[0] != 1:
@@ -867,6 +856,26 @@ class PostgresStore:
             raise self._payload_error(error, f"input of run {run.run_id!r}") from error
         # The id was taken (in a group commit, the look at who took it comes after).
         return await self._call(look, quiet=True) if isinstance(result, _Taken) else result
+
+    def _run_params(self, run: NewRun, events: Sequence[NewEvent]) -> dict[str, Any]:
+        """The parameters of ``RUN_CREATE`` for *run* and its *events*."""
+        leased = run.lease_token
+        return {
+            "id": run.run_id,
+            "workflow": run.workflow,
+            "version": run.version,
+            "status": "pending" if leased is None else "running",
+            "input": run.input,
+            "now": run.now,
+            "token": leased,
+            "until": None if leased is None else run.lease_until,
+            "traceparent": run.traceparent,
+            "deadline": run.deadline,
+            **self._events_json(events),
+            **self._hint_params("r"),
+            # A leased run is this engine's to run: no one else needs waking for it.
+            **({} if leased is None else {"listen": False}),
+        }
 
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or ``None``."""
@@ -1882,3 +1891,60 @@ class PostgresStore:
             await self._release_slots(conn, freed, now)
         assert new is not None
         return run_of(new)
+
+    # -- recurring workflows ----------------------------------------------------------------------
+
+    async def recurring(self, names: Sequence[str] | None = None) -> list[RecurringRow]:
+        """The rows of the recurring workflows *names* (``None``: every one), by name."""
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> list[RecurringRow]:
+            if names is None:
+                cursor = await conn.execute(pq.RECURRING_ALL)
+            else:
+                cursor = await conn.execute(pq.RECURRING, (list(names),))
+            return [recurring_of(row) for row in await cursor.fetchall()]
+
+        return await self._call(go, quiet=True)
+
+    async def due_recurring(self, now: int) -> list[RecurringRow]:
+        """The recurring rows with ``next_at <= now``, earliest first (off ``recurring_due``)."""
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> list[RecurringRow]:
+            cursor = await conn.execute(pq.RECURRING_DUE, (now,))
+            return [recurring_of(row) for row in await cursor.fetchall()]
+
+        return await self._call(go, quiet=True)
+
+    async def write_recurring(self, writes: Sequence[RecurringWrite]) -> list[bool]:
+        """
+        Each write a compare-and-set with its runs, all in one transaction (see ``Store``). The
+        rows are written in name order, so two engines writing the same rows never deadlock. A
+        retry after a lost connection finds a write the first try landed moved on: it then
+        reports that write as not landed (its runs were made by the first try).
+        """
+        order = sorted(range(len(writes)), key=lambda i: writes[i].row.name)
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> list[bool]:
+            landed = [False] * len(writes)
+            async with conn.transaction():
+                for i in order:
+                    write = writes[i]
+                    row = write.row
+                    values = recurring_values(row)
+                    if write.expected_rev is None:
+                        cursor = await conn.execute(
+                            pq.RECURRING_INSERT, (row.name, row.created_at, *values)
+                        )
+                    else:
+                        cursor = await conn.execute(
+                            pq.RECURRING_UPDATE, (*values, row.name, write.expected_rev)
+                        )
+                    landed[i] = cursor.rowcount == 1
+                    if not landed[i]:
+                        continue
+                    # Each new run wakes the other engines (RUN_CREATE's NOTIFY).
+                    for run, started in write.starts:
+                        await conn.execute(pq.RUN_CREATE, self._run_params(run, (started,)))
+            return landed
+
+        return await self._call(go)

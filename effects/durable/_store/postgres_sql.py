@@ -14,7 +14,7 @@ from typing import Final, LiteralString
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -181,6 +181,23 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         # finished runs by their last change, so retention (prune) reads only what it deletes.
         "ALTER TABLE runs ADD COLUMN deadline bigint",
         "CREATE INDEX runs_by_status_updated ON runs (status, updated_at)",
+    ),
+    (
+        # Recurring workflows: each one's place on its schedule's grid, stepped by a
+        # compare-and-set on rev; a poll reads what is due off the index on next_at.
+        """CREATE TABLE recurring (
+            name text PRIMARY KEY,
+            workflow text NOT NULL,
+            schedule text NOT NULL,
+            state text NOT NULL,
+            next_at bigint,
+            recurs boolean NOT NULL,
+            missed_at bigint,
+            rev integer NOT NULL DEFAULT 1,
+            created_at bigint NOT NULL,
+            updated_at bigint NOT NULL
+        )""",
+        "CREATE INDEX recurring_due ON recurring (next_at) WHERE next_at IS NOT NULL",
     ),
 )
 
@@ -806,4 +823,30 @@ PRUNABLE_COUNT: Final = (
 #: of the array ``%s``.
 PRUNE: Final[tuple[LiteralString, ...]] = tuple(
     f"DELETE FROM {table} WHERE run_id = ANY(%s)" for table in (*rows.RUN_TABLES, "runs")
+)
+
+# -- recurring workflows ---------------------------------------------------------------------------
+
+_RECURRING_COLUMNS: Final = ", ".join(rows.RECURRING_COLUMNS)
+#: The rows of the names in the ``text[]`` ``%s``.
+RECURRING: Final = (
+    f"SELECT {_RECURRING_COLUMNS} FROM recurring WHERE name = ANY(%s::text[])"
+    ' ORDER BY name COLLATE "C"'
+)
+RECURRING_ALL: Final = f'SELECT {_RECURRING_COLUMNS} FROM recurring ORDER BY name COLLATE "C"'
+#: The rows due at ``%s``: a range of the partial index ``recurring_due``.
+RECURRING_DUE: Final = (
+    f"SELECT {_RECURRING_COLUMNS} FROM recurring WHERE next_at IS NOT NULL AND next_at <= %s"
+    ' ORDER BY next_at, name COLLATE "C"'
+)
+#: A first write: nothing if another engine wrote the name first.
+RECURRING_INSERT: Final = (
+    f"INSERT INTO recurring (name, created_at, {', '.join(rows.RECURRING_WRITE_COLUMNS)})"
+    f" VALUES (%s, %s, {', '.join('%s' for _ in rows.RECURRING_WRITE_COLUMNS)})"
+    " ON CONFLICT (name) DO NOTHING"
+)
+#: A step, a compare-and-set on the revision ``%s`` it read.
+RECURRING_UPDATE: Final = (
+    f"UPDATE recurring SET {', '.join(f'{c} = %s' for c in rows.RECURRING_WRITE_COLUMNS)},"
+    " rev = rev + 1 WHERE name = %s AND rev = %s"
 )

@@ -14,13 +14,15 @@ from collections.abc import Sequence
 from typing import Any, Final, LiteralString
 
 from effects.durable._records import Checkpoint, Event, Run, Task
-from effects.durable._store import CheckpointWrite, ClaimedRun, NewRun, NewTask
+from effects.durable._store import CheckpointWrite, ClaimedRun, NewRun, NewTask, RecurringRow
 from effects.durable.errors import StepError
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_WRITE_COLUMNS",
     "PRUNE_BATCH",
+    "RECURRING_COLUMNS",
+    "RECURRING_WRITE_COLUMNS",
     "RUN_COLUMNS",
     "RUN_TABLES",
     "SLOT_HOLDERS",
@@ -36,6 +38,8 @@ __all__ = [
     "leased_run",
     "loads",
     "policy_text",
+    "recurring_of",
+    "recurring_values",
     "run_of",
     "task_of",
     "task_values",
@@ -154,6 +158,30 @@ TASK_INSERT_COLUMNS: Final = (
     "created_at",
     "workflow",
     "traceparent",
+)
+#: The columns of a recurring workflow's row, in the order ``recurring_of`` reads them.
+RECURRING_COLUMNS: Final = (
+    "name",
+    "workflow",
+    "schedule",
+    "state",
+    "next_at",
+    "recurs",
+    "missed_at",
+    "rev",
+    "created_at",
+    "updated_at",
+)
+#: The columns a write sets, in the order ``recurring_values`` gives them (an insert adds
+#: ``name`` and ``created_at``; ``rev`` is the store's).
+RECURRING_WRITE_COLUMNS: Final = (
+    "workflow",
+    "schedule",
+    "state",
+    "next_at",
+    "recurs",
+    "missed_at",
+    "updated_at",
 )
 #: The task statuses that hold a slot of a flow-control queue. A withdrawn attempt a worker
 #: still runs holds its slot until it reports or its claim lapses.
@@ -333,3 +361,16 @@ def tapped_events(rows: Sequence[Sequence[Any]]) -> list[Event]:
         Event(run_id, name, level, at, seq, json.loads(data))
         for run_id, seq, name, level, at, data in rows
     ]
+
+
+def recurring_of(row: Sequence[Any]) -> RecurringRow:
+    """A ``RecurringRow`` from its columns in ``RECURRING_COLUMNS`` order."""
+    name, workflow, schedule, state, next_at, recurs, missed_at, rev, created, updated = row
+    return RecurringRow(
+        name, workflow, schedule, state, next_at, bool(recurs), missed_at, rev, created, updated
+    )
+
+
+def recurring_values(row: RecurringRow) -> tuple[Any, ...]:
+    """The values of ``RECURRING_WRITE_COLUMNS`` of *row*."""
+    return tuple(getattr(row, column) for column in RECURRING_WRITE_COLUMNS)

@@ -31,6 +31,8 @@ from effects.durable._store import (
     NewRun,
     NewTask,
     RecoveryReport,
+    RecurringRow,
+    RecurringWrite,
     RunQuery,
     StaleTurnError,
     TaskOutcome,
@@ -47,6 +49,8 @@ from effects.durable._store.rows import (
     events_of,
     leased_run,
     policy_text,
+    recurring_of,
+    recurring_values,
     run_of,
     tapped_events,
     task_of,
@@ -1032,5 +1036,44 @@ class SqliteStore:
                 db.execute(sq.RUN_CANCEL_REQUEST, (now, run_id))
                 self._insert_events(db, [cancel_requested(run_id, now)])
             return run_of(db.execute(sq.RUN, (run_id,)).fetchone())
+
+        return await self._transact(work)
+
+    # -- recurring workflows ----------------------------------------------------------------------
+
+    async def recurring(self, names: Sequence[str] | None = None) -> list[RecurringRow]:
+        """The rows of the recurring workflows *names* (``None``: every one), by name."""
+        with self._read_errors():
+            if names is None:
+                found = self._conn.execute(sq.RECURRING_ALL).fetchall()
+            else:
+                found = self._conn.execute(sq.RECURRING, (dumps(list(names)),)).fetchall()
+            return [recurring_of(row) for row in found]
+
+    async def due_recurring(self, now: int) -> list[RecurringRow]:
+        """The recurring rows with ``next_at <= now``, earliest first (off ``recurring_due``)."""
+        with self._read_errors():
+            return [recurring_of(r) for r in self._conn.execute(sq.RECURRING_DUE, (now,))]
+
+    async def write_recurring(self, writes: Sequence[RecurringWrite]) -> list[bool]:
+        """Each write a compare-and-set with its runs, all in one transaction (see ``Store``)."""
+
+        def work(db: sqlite3.Connection) -> list[bool]:
+            landed: list[bool] = []
+            for write in writes:
+                row = write.row
+                values = recurring_values(row)
+                if write.expected_rev is None:
+                    cursor = db.execute(sq.RECURRING_INSERT, (row.name, row.created_at, *values))
+                else:
+                    cursor = db.execute(
+                        sq.RECURRING_UPDATE, (*values, row.name, write.expected_rev)
+                    )
+                held = cursor.rowcount == 1
+                landed.append(held)
+                if held:
+                    for run, started in write.starts:
+                        self._create_run(db, run, (started,))
+            return landed
 
         return await self._transact(work)

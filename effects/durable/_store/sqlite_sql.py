@@ -11,7 +11,7 @@ from typing import Final
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
 SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
@@ -157,6 +157,23 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         # finished runs by their last change, so retention (prune) reads only what it deletes.
         "ALTER TABLE runs ADD COLUMN deadline INTEGER",
         "CREATE INDEX runs_by_status_updated ON runs (status, updated_at)",
+    ),
+    (
+        # Recurring workflows: each one's place on its schedule's grid, stepped by a
+        # compare-and-set on rev; a poll reads what is due off the index on next_at.
+        """CREATE TABLE recurring (
+            name TEXT PRIMARY KEY,
+            workflow TEXT NOT NULL,
+            schedule TEXT NOT NULL,
+            state TEXT NOT NULL,
+            next_at INTEGER,
+            recurs INTEGER NOT NULL,
+            missed_at INTEGER,
+            rev INTEGER NOT NULL DEFAULT 1,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX recurring_due ON recurring (next_at) WHERE next_at IS NOT NULL",
     ),
 )
 
@@ -528,4 +545,31 @@ PRUNABLE_COUNT: Final = (
 PRUNE: Final = tuple(
     f"DELETE FROM {table} WHERE run_id IN (SELECT value FROM json_each(?))"
     for table in (*rows.RUN_TABLES, "runs")
+)
+
+# -- recurring workflows ---------------------------------------------------------------------------
+
+_RECURRING_COLUMNS: Final = ", ".join(rows.RECURRING_COLUMNS)
+#: The rows of the names in the JSON list ``?``.
+RECURRING: Final = (
+    f"SELECT {_RECURRING_COLUMNS} FROM recurring WHERE name IN (SELECT value FROM json_each(?))"
+    " ORDER BY name"
+)
+RECURRING_ALL: Final = f"SELECT {_RECURRING_COLUMNS} FROM recurring ORDER BY name"
+#: The rows due at ``?``: a range of the partial index ``recurring_due`` (named, so that no
+#: plan ever reads the whole table instead).
+RECURRING_DUE: Final = (
+    f"SELECT {_RECURRING_COLUMNS} FROM recurring INDEXED BY recurring_due"
+    " WHERE next_at IS NOT NULL AND next_at <= ? ORDER BY next_at, name"
+)
+#: A first write: nothing if another engine wrote the name first.
+RECURRING_INSERT: Final = (
+    f"INSERT INTO recurring (name, created_at, {', '.join(rows.RECURRING_WRITE_COLUMNS)})"
+    f" VALUES (?, ?, {', '.join('?' for _ in rows.RECURRING_WRITE_COLUMNS)})"
+    " ON CONFLICT (name) DO NOTHING"
+)
+#: A step, a compare-and-set on the revision ``?`` it read.
+RECURRING_UPDATE: Final = (
+    f"UPDATE recurring SET {', '.join(f'{c} = ?' for c in rows.RECURRING_WRITE_COLUMNS)},"
+    " rev = rev + 1 WHERE name = ? AND rev = ?"
 )
