@@ -18,6 +18,7 @@ __all__ = [
     "NO_HANDLER",
     "NON_DETERMINISM",
     "REDISPATCHED",
+    "RUN_DEAD",
     "STEP_LOST",
     "TIMEOUT",
     "WORKER_LOST",
@@ -34,6 +35,7 @@ FailureCode = Literal[
     "max_recovery_attempts",
     "non_determinism",
     "cancelled",
+    "run_dead",
 ]
 #: A worker's claim expired before it reported: a retryable failure of that attempt.
 WORKER_LOST: Final[FailureCode] = "worker_lost"
@@ -52,6 +54,9 @@ NON_DETERMINISM: Final[FailureCode] = "non_determinism"
 #: The run was cancelled: the code of an attempt a cancel withdrew, and of a cancelled run's
 #: error when some of its compensations failed.
 CANCELLED: Final[FailureCode] = "cancelled"
+#: A child workflow's run ended dead (its lease expired too many times): the code of the
+#: ``ChildWorkflowError`` its parent meets.
+RUN_DEAD: Final[FailureCode] = "run_dead"
 FAILURE_CODES: Final = frozenset(get_args(FailureCode))
 
 EventName = Literal[

@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 RunStatus = Literal["pending", "running", "suspended", "completed", "failed", "cancelled", "dead"]
-CheckpointKind = Literal["local", "remote"]
+CheckpointKind = Literal["local", "remote", "sleep", "recv", "event", "child", "patch"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 
 
@@ -63,6 +63,8 @@ class Run:
             compensate=True)``: its compensations run first, then it is ``cancelled``).
         traceparent: The W3C ``traceparent`` made at ``start`` (one trace per run, whichever
             process runs it), or ``None`` for a run of a store from before telemetry.
+        parent_id: The run that started this one as a child workflow (``ctx.child``,
+            ``ctx.start_child``), or ``None``.
     """
 
     run_id: str
@@ -78,6 +80,7 @@ class Run:
     wake_at: int | None = None
     cancel: str | None = None
     traceparent: str | None = None
+    parent_id: str | None = None
 
 
 @attrs.frozen
@@ -89,13 +92,17 @@ class Checkpoint:
         run_id: The run.
         seq: 1-based position of the step in the workflow.
         name: The step's name.
-        kind: ``"local"`` (ran in the engine's process) or ``"remote"`` (dispatched to a worker).
+        kind: ``"local"`` (ran in the engine's process), ``"remote"`` (dispatched to a worker),
+            or the primitive that wrote it: ``"recv"`` (``ctx.recv``: named by the topic, its
+            output the message), ``"event"`` (``ctx.set_event``: named by the key, its output
+            the value), ``"child"`` (``ctx.child`` / ``ctx.start_child``: named by the child's
+            workflow, its input the child's run id), ``"sleep"``, ``"patch"``.
         step_id: ``"{run_id}:{seq}"``, the idempotency key, the same on every attempt.
         status: ``pending``, ``running``, ``completed`` or ``failed``.
         attempts: Attempts made (a remote step's current attempt number while it is pending).
         wake_at: Epoch ms of the next attempt of a failed remote step waiting out its backoff
-            (with
-            ``remote_redispatch_ms``, the lease of a pending one), else ``None``.
+            (with ``remote_redispatch_ms``, the lease of a pending one), the deadline of a
+            ``recv`` with a timeout, else ``None``.
         output: The output once ``completed`` (decoded JSON), else ``None``.
         error: The last attempt's failure, else ``None``.
         errors: Every failed attempt's error, oldest first (decoded from the store when first

@@ -91,6 +91,7 @@ class TurnRunner:
             self._host,
             lease_until=epoch_ms(self._clock) + self._lease_ms,
             probes=self._probes,
+            workflows=self._workflows,
         )
 
     async def release(self, claimed: ClaimedRun) -> None:
@@ -153,9 +154,12 @@ class TurnRunner:
         finally:
             ctx.close()
             renewer.cancel()
-        if finished:
+        # A child's finish may have woken its parent, and children started are runs to claim:
+        # news for this engine's loop.
+        news = turn.made_runs or (finished and run.parent_id is not None)
+        if finished and not news:
             return "finished"
-        return "waits" if turn.waits_only else "more"
+        return "waits" if turn.waits_only and not news else "more"
 
     async def _replay(
         self, definition: WorkflowDef[Any, Any], ctx: WorkflowContext, turn: Turn

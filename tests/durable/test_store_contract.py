@@ -969,7 +969,9 @@ async def test_a_cancel_that_meets_a_queue_it_did_not_lock_locks_it_and_tries_ag
             )
         )
         # As if the step were dispatched after the cancel read the queues it must lock.
-        monkeypatch.setattr(pq, "PENDING_QUEUES", "SELECT NULL::text WHERE %s::text IS NULL")
+        monkeypatch.setattr(
+                pq, "PENDING_QUEUES_OF_RUNS", "SELECT NULL::text WHERE %s::text[] IS NULL"
+            )
         tries: list[Any] = []
         cancel = store._cancel  # pyright: ignore[reportPrivateUsage]
 

@@ -14,13 +14,23 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from effects.durable._records import Checkpoint, Event, Run, Task
-from effects.durable._store import CheckpointWrite, ClaimedRun, NewRun, NewTask
+from effects.durable._store import (
+    CheckpointWrite,
+    ClaimedRun,
+    EventValue,
+    Message,
+    NewRun,
+    NewTask,
+)
 from effects.durable.errors import StepError
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_WRITE_COLUMNS",
+    "EVENT_VALUE_COLUMNS",
+    "MESSAGE_COLUMNS",
     "RUN_COLUMNS",
+    "RUN_DATA_TABLES",
     "SLOT_HOLDERS",
     "TASK_COLUMNS",
     "TASK_INSERT_COLUMNS",
@@ -30,9 +40,11 @@ __all__ = [
     "error_of",
     "error_text",
     "errors_text",
+    "event_value_of",
     "events_of",
     "leased_run",
     "loads",
+    "message_of",
     "policy_text",
     "run_of",
     "task_of",
@@ -54,7 +66,18 @@ RUN_COLUMNS: Final = (
     "wake_at",
     "cancel",
     "traceparent",
+    "parent_id",
 )
+#: The columns of a message (the ``messages`` table), in the order ``message_of`` reads them:
+#: ``n`` numbers a run's messages in send order; ``seq`` is the ``recv`` checkpoint that took
+#: it (NULL: unread); ``message_id`` is unique per run (NULL: none given).
+MESSAGE_COLUMNS: Final = ("run_id", "n", "topic", "body", "message_id", "sent_at", "seq")
+#: The columns of an event value (the ``event_values`` table, one row per run and key), in the
+#: order ``event_value_of`` reads them.
+EVENT_VALUE_COLUMNS: Final = ("run_id", "key", "value", "seq", "set_at")
+#: The tables of a run's messages and event values, each keyed by ``run_id``: deleting a run
+#: deletes its rows of each (``DELETE FROM <table> WHERE run_id = ...``).
+RUN_DATA_TABLES: Final = ("messages", "event_values")
 #: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
 #: column: each dialect reads it from ``step_errors`` (one row per failed attempt), as JSON text.
 CHECKPOINT_COLUMNS: Final = (
@@ -189,7 +212,26 @@ def run_of(row: Sequence[Any]) -> Run:
         wake_at=row[10],
         cancel=row[11],
         traceparent=row[12],
+        parent_id=row[13],
     )
+
+
+def message_of(row: Sequence[Any]) -> Message:
+    """A ``Message`` from a row of ``MESSAGE_COLUMNS``."""
+    return Message(
+        run_id=row[0],
+        n=row[1],
+        topic=row[2],
+        body=loads(row[3]),
+        message_id=row[4],
+        sent_at=row[5],
+        seq=row[6],
+    )
+
+
+def event_value_of(row: Sequence[Any]) -> EventValue:
+    """An ``EventValue`` from a row of ``EVENT_VALUE_COLUMNS``."""
+    return EventValue(run_id=row[0], key=row[1], value=loads(row[2]), seq=row[3], at=row[4])
 
 
 def checkpoint_of(row: Sequence[Any]) -> Checkpoint:
@@ -303,7 +345,8 @@ def task_values(task: NewTask, status: str, now: int) -> tuple[Any, ...]:
 def leased_run(run: NewRun, token: str) -> ClaimedRun:
     """*run* as ``create_run`` stored it leased to *token*: running, no checkpoints yet."""
     created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
-                  None, None, 0, run.now, run.now, traceparent=run.traceparent)  # fmt: skip
+                  None, None, 0, run.now, run.now, traceparent=run.traceparent,
+                  parent_id=run.parent_id)  # fmt: skip
     return ClaimedRun(created, token, ())
 
 
