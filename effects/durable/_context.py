@@ -27,6 +27,7 @@ import attrs
 from typing_extensions import Unpack
 
 from effects import FatalError, is_async_callable
+from effects.durable import _timers as timers
 from effects.durable._codec import JSON, Codec, dump, from_data
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._failures import child_failure, in_thread, is_failure, thrown
@@ -38,6 +39,7 @@ from effects.durable._remote import Member, compensation_failed, liveness, settl
 from effects.durable._step_context import StepContext, step_context
 from effects.durable._store import CheckpointWrite, EventWrite, NewEvent, RunAdvance, Take
 from effects.durable._store.rules import COMPENSATION_PREFIX, settled
+from effects.durable._timers import duration_ms
 from effects.durable._turn import HOLD, Stopped, Suspended, Turn, tell_hooks, wait_ms
 from effects.durable.errors import (
     ChildWorkflowError,
@@ -47,6 +49,7 @@ from effects.durable.errors import (
     StoreError,
     restore_exception,
 )
+from schedules import DurationLike
 
 __all__ = ["WorkflowContext", "stopped", "suspended", "unwind"]
 
@@ -59,6 +62,8 @@ _JSON_SCALARS: Final = frozenset({int, str, float, bool, type(None)})
 #: What to give instead of an event value that is not JSON (events take no codec).
 _JSON_ONLY: Final = "set JSON data: dicts, lists, strings, finite numbers, booleans, None"
 _Suspended = Suspended
+#: The name of every sleep's checkpoint.
+_SLEEP: Final = "durable.sleep"
 _Stopped = Stopped
 #: What ``_run_local`` returns for a compensation whose attempts are spent (recorded, not raised).
 _UNDO_FAILED: Final = object()
@@ -211,6 +216,11 @@ def _describe(name: str, kind: CheckpointKind) -> str:
 def _id_text(run_id: str) -> str:
     """A child's run id as a ``child`` checkpoint stores it (its input: a JSON string)."""
     return dump(JSON, run_id, "child run id")
+
+
+def _slept(now: int, seq: int, cp: Checkpoint) -> NewEvent:
+    """``step.completed`` of a sleep that came due."""
+    return NewEvent("step.completed", now, seq, {"kind": "sleep", "wake_at": cp.wake_at})
 
 
 def _restored(checkpoint: Checkpoint) -> Exception:
@@ -644,6 +654,55 @@ class WorkflowContext:
         )
         write = CheckpointWrite(checkpoint, None if recorded is None else recorded.rev)
         await turn.commit(HOLD, checkpoints=(write,), events=events, now=now)
+
+    # -- durable timers ---------------------------------------------------------------------------
+
+    async def sleep(self, duration: DurationLike) -> None:
+        """
+        Wait *duration* durably: the run suspends (nothing is held in memory) and is woken once
+        the time has come, by whichever engine serves it.
+
+        The first turn that reaches the sleep reads the clock once and records a checkpoint of
+        kind ``"sleep"``, ``pending`` with ``wake_at = now + duration``; a replay, a crash, a
+        restart or a clock read after that never moves it, so the sleep is neither shortened
+        nor repeated. Once due it is ``completed`` (keeping ``wake_at``) and every replay
+        passes it at once. ``sleep(0)`` (or less than half a ms) completes at once.
+
+        Args:
+            duration: Seconds, a ``timedelta`` or a string like ``"1h"`` or ``"250ms"``,
+                rounded to whole ms.
+
+        Raises:
+            ValueError: If *duration* is negative, NaN, infinite, a ``bool``, an unparsable
+                string, or ends after ``MAX_WAKE_MS`` (nothing is written).
+            TypeError: If *duration* is none of the accepted types.
+            NonDeterminismError: If the run recorded a different step at this position.
+        """
+        now = self._turn.now()
+        ms = duration_ms(duration, now)
+        seq, recorded = self._next(_SLEEP, "sleep")
+        if recorded is not None and recorded.status == "completed":
+            return
+        if self._stops_at(recorded):
+            raise self._stop()
+        turn = self._turn
+        if recorded is not None:
+            if timers.due(recorded, now):
+                await timers.fire(turn, recorded, now=now, events=(_slept(now, seq, recorded),))
+                return
+            await timers.wait(turn, recorded, now)
+            raise self._suspend()
+        wake_at = now + ms
+        armed = NewEvent("step.started", now, seq, {"kind": "sleep", "wake_at": wake_at, "ms": ms})
+        if ms == 0:
+            cp = timers.pending(turn, seq, name=_SLEEP, kind="sleep", wake_at=now, now=now)
+            await timers.fire(
+                turn, cp, now=now, events=(armed, _slept(now, seq, cp)), recorded=False
+            )
+            return
+        await timers.arm(turn, seq, name=_SLEEP, kind="sleep", wake_at=wake_at, now=now,
+                         events=(armed,))  # fmt: skip
+        raise self._suspend()
 
     # -- dispatched steps -------------------------------------------------------------------------
 

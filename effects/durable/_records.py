@@ -20,6 +20,8 @@ __all__ = [
 ]
 
 RunStatus = Literal["pending", "running", "suspended", "completed", "failed", "cancelled", "dead"]
+#: What a checkpoint records: a local step, a dispatched (remote) step, or one of the workflow
+#: primitives (a durable sleep, a receive, an event, a child run, a patch marker).
 CheckpointKind = Literal["local", "remote", "sleep", "recv", "event", "child", "patch"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 
@@ -93,16 +95,17 @@ class Checkpoint:
         seq: 1-based position of the step in the workflow.
         name: The step's name.
         kind: ``"local"`` (ran in the engine's process), ``"remote"`` (dispatched to a worker),
-            or the primitive that wrote it: ``"recv"`` (``ctx.recv``: named by the topic, its
-            output the message), ``"event"`` (``ctx.set_event``: named by the key, its output
-            the value), ``"child"`` (``ctx.child`` / ``ctx.start_child``: named by the child's
-            workflow, its input the child's run id), ``"sleep"``, ``"patch"``.
+            ``"sleep"`` (``ctx.sleep``), ``"patch"`` (``ctx.patched``), or the primitive that
+            wrote it: ``"recv"`` (``ctx.recv``: named by the topic, its output the message),
+            ``"event"`` (``ctx.set_event``: named by the key, its output the value), ``"child"``
+            (``ctx.child`` / ``ctx.start_child``: named by the child's workflow, its input the
+            child's run id).
         step_id: ``"{run_id}:{seq}"``, the idempotency key, the same on every attempt.
         status: ``pending``, ``running``, ``completed`` or ``failed``.
         attempts: Attempts made (a remote step's current attempt number while it is pending).
         wake_at: Epoch ms of the next attempt of a failed remote step waiting out its backoff
-            (with ``remote_redispatch_ms``, the lease of a pending one), the deadline of a
-            ``recv`` with a timeout, else ``None``.
+            (with ``remote_redispatch_ms``, the lease of a pending one); of a timer (a sleep, a
+            ``recv`` with a timeout), when it is due, kept once it completed; else ``None``.
         output: The output once ``completed`` (decoded JSON), else ``None``.
         error: The last attempt's failure, else ``None``.
         errors: Every failed attempt's error, oldest first (decoded from the store when first

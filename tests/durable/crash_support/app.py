@@ -468,8 +468,25 @@ async def saga(ctx: WorkflowContext, data: dict[str, Any]) -> None:
     raise FatalError("the last step failed", "last_step_failed")
 
 
+# -- issue 23: durable timers -----------------------------------------------------------------
+
+
+@workflow("crash:sleeper")
+async def sleeper(ctx: WorkflowContext, data: dict[str, Any]) -> dict[str, Any]:
+    """
+    Read the wall clock (a local step), sleep ``data["ms"]`` durably, read it again: both
+    readings are recorded, so the output says when the sleep began and when the run went on.
+    """
+    before = await ctx.local_step("before", lambda: round(time.time() * 1000))
+    await ctx.sleep(data["ms"] / 1000)
+    after = await ctx.local_step("after", lambda: round(time.time() * 1000))
+    log_exec({"ev": "woke", "run_id": ctx.run_id, "after": after})
+    return {"before": before, "after": after}
+
+
 WORKFLOWS = {
-    w.name: w for w in (pipeline, faults, one, hold, compensate, waiting, guarded, fan, saga)
+    w.name: w
+    for w in (pipeline, faults, one, hold, compensate, waiting, guarded, fan, saga, sleeper)
 }
 STEPS = {
     s.name: s

@@ -37,12 +37,24 @@ POINTS: dict[str, str] = {
     "run-claim": "after a turn's claim of the run commits (its lease is then held by no one)",
     "finish": "after the workflow returned, before the run's completion is committed",
 }
+#: The points of a durable timer (``ctx.sleep``), apart from ``POINTS`` (whose every point the
+#: fault-injection workflow meets).
+TIMER_POINTS: dict[str, str] = {
+    "sleep-arm": "after the commit that writes the pending sleep and suspends the run",
+    "sleep-due": "when a turn finds the sleep due, before it completes it",
+    "sleep-fire": "after the commit that completes the sleep",
+}
+#: Every point a ``CrashingStore`` knows.
+ALL_POINTS: dict[str, str] = {**POINTS, **TIMER_POINTS}
 
 
 def _commit_point(commit: TurnCommit) -> str | None:
     """Which persistence point a turn's commit is, if any."""
     if commit.advance.action == "finish":
         return "finish"
+    for write in commit.checkpoints:
+        if write.checkpoint.kind == "sleep":
+            return "sleep-arm" if write.checkpoint.status == "pending" else "sleep-fire"
     if commit.tasks:
         return "dispatch" if commit.tasks[0].attempt == 1 else "redispatch"
     for write in commit.checkpoints:
@@ -78,8 +90,8 @@ class CrashingStore:
     """
 
     def __init__(self, url: str, point: str, marker: Path) -> None:
-        if point not in POINTS:
-            msg = f"unknown crash point {point!r}; known: {', '.join(POINTS)}"
+        if point not in ALL_POINTS:
+            msg = f"unknown crash point {point!r}; known: {', '.join(ALL_POINTS)}"
             raise ValueError(msg)
         self._inner = open_store(url)
         self.url = url
@@ -107,7 +119,8 @@ class CrashingStore:
         """Commit, dying before or after as the point asks."""
         point = _commit_point(commit)
         async with self._one_at_a_time:
-            if point == self._point == "finish":
+            # Before the write: the run's completion, or a due sleep's.
+            if (self._point, point) in (("finish", "finish"), ("sleep-due", "sleep-fire")):
                 self._die()
             await self._inner.commit_turn(commit)
             if point != self._point:

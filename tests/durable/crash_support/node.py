@@ -35,7 +35,7 @@ from typing import Any
 from effects.durable import Engine, Queue, Store
 from effects.durable._time import WallClock
 from tests.durable.crash_support.app import QUEUE, STEPS, WORKFLOWS
-from tests.durable.crash_support.crash_store import POINTS, CountingStore, CrashingStore
+from tests.durable.crash_support.crash_store import ALL_POINTS, CountingStore, CrashingStore
 
 _FINISHED = frozenset({"completed", "failed", "cancelled", "dead"})
 
@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--poll-ms", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--crash", choices=sorted(POINTS))
+    parser.add_argument("--crash", choices=sorted(ALL_POINTS))
     parser.add_argument("--marker", type=Path)
     parser.add_argument("--go", type=Path)
     parser.add_argument("--ready", type=Path)
