@@ -18,7 +18,6 @@ pytestmark = pytest.mark.anyio
 HOUR_MS = 3_600_000
 
 
-
 def sleeper(duration: Any, name: str = "sleeper") -> Any:
     """A workflow that sleeps *duration*, then returns the engine clock's epoch ms."""
 
