@@ -1002,35 +1002,42 @@ class WorkflowContext:
             self._turn.broken = error
             raise
 
-    async def recv(self, topic: str) -> Any:
+    async def recv(self, topic: str, *, timeout: DurationLike | None = None) -> Any:
         """
         The next message sent to this run on *topic* (``engine.send``) that no ``recv`` of the
         run has taken: in send order, each delivered once. Messages sent before the workflow
         gets here are kept for it.
 
         With none there yet, the run suspends durably (nothing is held in memory) until one is
-        sent. The message taken is recorded (a ``recv`` checkpoint named by the topic, its
-        output the message) in the transaction that marks it read, so every replay returns the
-        same message and a crash neither loses nor repeats one.
+        sent, or until *timeout* has passed: then ``None``. The message taken is recorded (a
+        ``recv`` checkpoint named by the topic, its output the message) in the transaction that
+        marks it read, so every replay returns the same message and a crash neither loses nor
+        repeats one. The deadline is read once, when the run first waits here (a timer, as
+        ``sleep``'s): a replay, a crash or a restart never moves it.
 
         Args:
             topic: The topic (a non-empty name).
+            timeout: How long to wait for a message (seconds, a ``timedelta`` or a string like
+                ``"1h"``, rounded to whole ms); ``None`` (default): as long as it takes; ``0``:
+                take one only if it is there already.
 
         Returns:
-            The message (decoded JSON).
+            The message (decoded JSON), or ``None`` once *timeout* passed without one.
 
         Raises:
-            TypeError: If *topic* is not a string.
-            ValueError: If *topic* is empty, has surrounding spaces, U+0000 or a lone surrogate.
+            TypeError: If *topic* is not a string, or *timeout* is none of the accepted types.
+            ValueError: If *topic* is empty, has surrounding spaces, U+0000 or a lone
+                surrogate, or *timeout* is negative, NaN or too long (nothing is written).
             NonDeterminismError: If the run recorded another step at this position.
         """
         check_name(topic, "topic")
+        turn = self._turn
+        ms = None if timeout is None else duration_ms(timeout, turn.now(), name="timeout")
         seq, recorded = self._next(topic, "recv")
         if recorded is not None and recorded.status == "completed":
             return recorded.output
         if self._stops_at(recorded):
             raise self._stop()
-        turn = self._turn
         found = await self._read(turn.store.next_message(turn.run.run_id, topic))
         now = turn.now()
         if found is not None:
@@ -1044,13 +1051,19 @@ class WorkflowContext:
                 now=now,
             )
             return found.body
-        writes: tuple[CheckpointWrite, ...] = ()
-        if recorded is None:
-            waiting = written(
-                turn.run, seq, topic, "recv", now=now, recorded=None, status="pending"
-            )
-            writes = (CheckpointWrite(waiting, None),)
-        await turn.commit(RunAdvance("suspend"), checkpoints=writes, now=now)
+        if recorded is not None:
+            # A timer of its own: due, it completes with None; else the run waits again.
+            if timers.due(recorded, now):
+                await timers.fire(turn, recorded, now=now, output="null")
+                return None
+            await timers.wait(turn, recorded, now)
+            raise self._suspend()
+        if ms == 0:
+            cp = timers.pending(turn, seq, name=topic, kind="recv", wake_at=now, now=now)
+            await timers.fire(turn, cp, now=now, output="null", recorded=False)
+            return None
+        wake_at = None if ms is None else now + ms
+        await timers.arm(turn, seq, name=topic, kind="recv", wake_at=wake_at, now=now)
         raise self._suspend()
 
     async def set_event(self, key: str, value: Any) -> None:

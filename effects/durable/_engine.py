@@ -685,9 +685,7 @@ class Engine:
         check_name(topic, "topic")
         if message_id is not None:
             check_name(message_id, "message_id")
-        body = dump(
-            JSON, message, f"message to run {run_id!r} on topic {topic!r}", hint=_JSON_ONLY
-        )
+        body = dump(JSON, message, f"message to run {run_id!r} on topic {topic!r}", hint=_JSON_ONLY)
         try:
             woke = await self._store.send(
                 NewMessage(run_id, topic, body, self._now(), message_id=message_id)

@@ -89,7 +89,7 @@ def written(
         kind=kind,
         step_id=f"{run.run_id}:{seq}",
         status=status,
-        attempts=1,
+        attempts=0,
         wake_at=wake_at if recorded is None or wake_at is not None else recorded.wake_at,
         output=None,
         error=error,

@@ -349,3 +349,112 @@ async def test_another_primitive_where_a_recv_is_recorded_is_non_determinism(
     assert run.error is not None
     assert ("failed", "non_determinism") == (run.status, run.error.code)
     assert NonDeterminismError.__name__ in run.error.type
+
+
+@workflow("timed")
+async def timed(ctx: WorkflowContext, timeout: Any) -> list[Any]:
+    """A recv with the given timeout ('nan': NaN), then another that waits as long as it takes."""
+    first = await ctx.recv("orders", timeout=math.nan if timeout == "nan" else timeout)
+    return [first, await ctx.recv("refunds")]
+
+
+async def test_recv_times_out_at_exactly_its_deadline_with_none(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """An hour's timeout and no message: None at +3,600,000 ms, not a ms sooner or later."""
+    async with durable_engine(workflows=[timed]) as engine:
+        await engine.start(timed, "1h", run_id="t")
+        await engine.run_until_idle()
+        waiting = await engine.get_run("t")
+        await engine.run_for(3599.999)
+        (still,) = await engine.checkpoints("t")
+        await engine.run_for("1ms")
+        first, second = await engine.checkpoints("t")
+    start = first.created_at
+    assert ("suspended", start + 3_600_000) == (waiting.status, waiting.wake_at)
+    assert ("pending", start + 3_600_000) == (still.status, still.wake_at)
+    assert ("orders", "recv", "completed", None) == (
+        first.name, first.kind, first.status, first.output
+    )  # fmt: skip
+    assert (start + 3_600_000, start + 3_600_000) == (first.wake_at, first.updated_at)
+    assert ("refunds", "pending") == (second.name, second.status)
+
+
+async def test_a_message_before_the_deadline_is_received_and_the_timer_is_moot(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """Sent half way: the run wakes at once, takes it, and nothing more happens at the deadline."""
+    async with durable_engine(workflows=[timed]) as engine:
+        await engine.start(timed, 60, run_id="t")
+        await engine.run_until_idle()
+        await engine.run_for(30)
+        await engine.send("t", "orders", "in time")
+        await engine.run_until_idle()
+        first = (await engine.checkpoints("t"))[0]
+        await engine.run_for(60)
+        await engine.send("t", "refunds", "r")
+        await engine.run_until_idle()
+        run = await engine.get_run("t")
+    assert ("completed", "in time") == (first.status, first.output)
+    assert (first.created_at + 60_000, first.created_at + 30_000) == (
+        first.wake_at, first.updated_at
+    )  # fmt: skip
+    assert ("completed", ["in time", "r"]) == (run.status, run.output)
+
+
+async def test_a_restart_does_not_move_the_deadline(durable_engine: DurableEngineFactory) -> None:
+    """Engines come and go (and replay) during the wait: the timeout still ends at +10 s."""
+    async with durable_engine(workflows=[timed]) as engine:
+        await engine.start(timed, 10, run_id="t")
+        await engine.run_until_idle()
+    for _ in range(3):
+        async with durable_engine(workflows=[timed]) as engine:
+            await engine.run_for(2)
+    async with durable_engine(workflows=[timed]) as engine:
+        await engine.run_until_idle(advance_time=True)
+        first = (await engine.checkpoints("t"))[0]
+    assert ("completed", None) == (first.status, first.output)
+    assert first.created_at + 10_000 == first.updated_at
+
+
+async def test_a_zero_timeout_takes_a_message_only_if_it_is_there(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """timeout=0: None at once with no message (no wait); the message when there is one."""
+    async with durable_engine(workflows=[timed]) as engine:
+        await engine.start(timed, 0, run_id="none")
+        await engine.start(timed, 0, run_id="one")
+        await engine.send("one", "orders", "here")
+        for run_id in ("none", "one"):
+            await engine.send(run_id, "refunds", "r")
+        await engine.run_until_idle()
+        outputs = [(await engine.get_run(r)).output for r in ("none", "one")]
+        (timed_out, _) = await engine.checkpoints("none")
+    assert [[None, "r"], ["here", "r"]] == outputs
+    assert (timed_out.created_at, timed_out.created_at) == (timed_out.wake_at, timed_out.updated_at)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [
+        (-1, ValueError),
+        ("nan", ValueError),
+        ("soon", ValueError),
+        (True, ValueError),
+        ([1], TypeError),
+    ],
+)
+async def test_a_bad_timeout_is_refused_in_the_workflow_and_records_nothing(
+    durable_engine: DurableEngineFactory, timeout: Any, error: type[Exception]
+) -> None:
+    """A negative, NaN, unparsable or odd-typed timeout: the workflow's error, no checkpoint."""
+    async with durable_engine(workflows=[timed]) as engine:
+        await engine.start(timed, timeout, run_id="t")
+        await engine.run_until_idle()
+        run = await engine.get_run("t")
+        checkpoints = await engine.checkpoints("t")
+    assert run.error is not None
+    assert ("failed", f"builtins.{error.__name__}", []) == (
+        run.status, run.error.type, checkpoints
+    )  # fmt: skip
+    assert "timeout" in run.error.message
