@@ -94,7 +94,7 @@ async def test_a_failed_child_raises_child_workflow_error_with_its_code(
 async def test_a_cancelled_child_raises_code_cancelled_in_its_waiting_parent(
     durable_engine: DurableEngineFactory,
 ) -> None:
-    """The child waits for a message; cancelling it alone wakes the parent, which sees 'cancelled'."""
+    """The child waits for a message; cancelling it alone wakes the parent: code 'cancelled'."""
     async with durable_engine(workflows=[parent, kid]) as engine:
         await engine.start(parent, 0, run_id="p")
         await engine.run_until_idle()
@@ -154,7 +154,8 @@ async def test_no_child_is_started_twice_however_often_the_parent_replays(
     assert ["given-id", "p:1", "p:3"] == [c.run_id for c in children]  # at one time: by id
     assert [(4,)] == rows(durable_engine.url, "SELECT COUNT(*) FROM runs")
     assert [(3,)] == rows(
-        durable_engine.url, "SELECT COUNT(*) FROM events WHERE name = 'run.started' AND run_id <> 'p'"
+        durable_engine.url,
+        "SELECT COUNT(*) FROM events WHERE name = 'run.started' AND run_id <> 'p'",
     )
 
 

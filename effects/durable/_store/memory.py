@@ -447,7 +447,7 @@ class MemoryStore:
                 ],
                 "event_values": [
                     attrs.astuple(values[key])
-                    for run_id, values in sorted(tables.event_values.items())
+                    for _, values in sorted(tables.event_values.items())
                     for key in sorted(values)
                 ],
             }
