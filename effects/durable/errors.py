@@ -373,6 +373,13 @@ class ChildWorkflowError(DurableError):
             child that ended so), so a parent failed by this error keeps it.
         details: ``step_error.details``.
         retryable: ``step_error.retryable``.
+
+    Example:
+        >>> error = ChildWorkflowError("order-7:2", StepError("no courier", code="undeliverable"))
+        >>> error.run_id, error.code
+        ('order-7:2', 'undeliverable')
+        >>> str(error)
+        "child workflow run 'order-7:2' did not complete: no courier"
     """
 
     def __init__(self, run_id: str, step_error: StepError) -> None:
