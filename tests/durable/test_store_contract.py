@@ -963,26 +963,39 @@ async def test_a_commit_starts_child_runs_and_a_childs_finish_wakes_its_waiting_
     )
 
 
-async def test_a_childs_finish_leaves_a_parent_that_waits_for_no_child(
+async def test_a_childs_finish_wakes_only_a_parent_that_waits_for_that_child(
     store: Store, durable_store_url: str
 ) -> None:
-    """A child started without waiting (its checkpoint completed): its finish wakes nobody."""
+    """A child started without waiting finishes while the parent waits for another: no wake."""
     token = await claimed(store)
     await store.commit_turn(
         TurnCommit(
             "r1", token, NOW, RunAdvance("suspend"),
-            [CheckpointWrite(child_cp(1, "r1:1", status="completed"), None, '"r1:1"', '"r1:1"')],
-            runs=[ChildRun(NewRun("r1:1", "kid", "1", "5", NOW, parent_id="r1"))],
+            [
+                CheckpointWrite(child_cp(1, "r1:1", status="completed"), None, '"r1:1"', '"r1:1"'),
+                CheckpointWrite(child_cp(2, "r1:2"), None, input='"r1:2"'),
+            ],
+            runs=[
+                ChildRun(NewRun("r1:1", "kid", "1", "5", NOW, parent_id="r1")),
+                ChildRun(NewRun("r1:2", "kid", "1", "6", NOW + 1, parent_id="r1")),
+            ],
         )
     )  # fmt: skip
-    (kid_turn,) = await store.claim_runs(
-        workflows=[("kid", "1")], now=NOW + 1, lease_until=NOW + LEASE, owner="e1", limit=5
-    )
-    await store.commit_turn(
-        TurnCommit("r1:1", kid_turn.token, NOW + 2, RunAdvance("finish", status="failed"))
-    )
-    assert [("r1", "suspended", 0), ("r1:1", "failed", 0)] == table(
-        durable_store_url, "SELECT run_id, status, woken FROM runs ORDER BY run_id"
+    for child, at in (("r1:1", NOW + 2), ("r1:2", NOW + 3)):
+        (kid_turn,) = await store.claim_runs(
+            workflows=[("kid", "1")], now=at, lease_until=at + LEASE, owner="e1", limit=1
+        )
+        assert child == kid_turn.run.run_id
+        await store.commit_turn(
+            TurnCommit(child, kid_turn.token, at, RunAdvance("finish", status="failed"))
+        )
+        if child == "r1:1":
+            assert [("r1", "suspended", 0)] == table(
+                durable_store_url, "SELECT run_id, status, woken FROM runs WHERE run_id = 'r1'"
+            )
+    assert [("r1", "pending", 1, NOW + 3)] == table(
+        durable_store_url,
+        "SELECT run_id, status, woken, updated_at FROM runs WHERE run_id = 'r1'",
     )
 
 

@@ -991,8 +991,9 @@ class MemoryStore:
         parent = None if run.parent_id is None else tables.runs.get(run.parent_id)
         if parent is None:
             return False
+        waited = dumps(run.run_id)  # the input of the child checkpoint that waits for it
         awaits = any(
-            cp.kind == "child" and cp.status == "pending"
+            cp.kind == "child" and cp.status == "pending" and cp.input == waited
             for cp in tables.checkpoints.get(parent.run_id, {}).values()
         )
         if not child_wakes(parent.status, awaits_child=awaits):

@@ -1392,6 +1392,7 @@ class PostgresStore:
             params.update(status=adv.status, output=adv.output, error=error_text(adv.error))
             parent = self._hint_params("r")
             params.update(
+                child=dumps(commit.run_id),
                 parent_channels=parent["channels"],
                 parent_sender=parent["sender"],
                 parent_listen=parent["listen"],
@@ -1734,7 +1735,9 @@ class PostgresStore:
             elif verdict == "dead":
                 error = error_text(dead_run(count, max_recovery_attempts))
                 await conn.execute(pq.RUN_DEAD, (error, now, run_id))
-                await conn.execute(pq.PARENT_WAKE, {"run": run_id, "now": now})
+                await conn.execute(
+                    pq.PARENT_WAKE, {"run": run_id, "now": now, "child": dumps(run_id)}
+                )
             else:
                 await conn.execute(pq.RUN_RECOVER, (now, run_id))
             await self._insert_event(conn, recovery_event(run_id, verdict, count, wake_at, now))
@@ -1935,7 +1938,11 @@ class PostgresStore:
             mode = cancel_mode(run, compensate=compensate)
             await conn.execute(pq.RUN_CANCEL, {"run": run_id, "mode": mode, "now": now})
             await self._insert_event(conn, cancelled(run_id, compensate=compensate, now=now))
-            if (await conn.execute(pq.PARENT_WAKE, {"run": run_id, "now": now})).rowcount:
+            if (
+                await conn.execute(
+                    pq.PARENT_WAKE, {"run": run_id, "now": now, "child": dumps(run_id)}
+                )
+            ).rowcount:
                 await self._notify(conn, "r")
         else:
             await conn.execute(pq.RUN_CANCEL_REQUEST, {"run": run_id, "now": now})

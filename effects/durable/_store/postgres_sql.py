@@ -408,13 +408,14 @@ HELD_FINISH: Final = (
     f" updated_at = %(now)s WHERE {LEASE_HELD} RETURNING run_id, parent_id"
 )
 #: ``rules.child_wakes`` of the parent of the run ``held`` finishes: unfinished, with a
-#: ``child`` checkpoint pending; then its notification (``%(parent_listen)s``).
+#: ``child`` checkpoint pending on it (input ``%(child)s``, the run's id as JSON text); then its
+#: notification (``%(parent_listen)s``).
 _PARENT_WAKE_OF_HELD: Final = (
     " woke AS (UPDATE runs p SET woken = true, wake_at = NULL, updated_at = %(now)s,"
     " status = CASE WHEN p.status = 'suspended' THEN 'pending' ELSE p.status END FROM held"
     " WHERE p.run_id = held.parent_id AND p.status IN ('pending', 'running', 'suspended')"
     " AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = p.run_id AND c.kind = 'child'"
-    " AND c.status = 'pending') RETURNING p.run_id),"
+    " AND c.status = 'pending' AND c.input = %(child)s) RETURNING p.run_id),"
     " woke_hint AS (SELECT pg_notify(c, %(parent_sender)s) FROM woke,"
     " unnest(%(parent_channels)s::text[]) AS c WHERE %(parent_listen)s),"
 )
@@ -766,13 +767,15 @@ COMPENSATION: Final = (
 )
 
 #: The parent of the run ``%(run)s`` wakes (``rules.child_wakes``): the run has just finished
-#: (cancelled, dead) in this transaction.
+#: (cancelled, dead) in this transaction, and the parent waits for it (``%(child)s``: the run's
+#: id as JSON text, its child checkpoint's input).
 PARENT_WAKE: Final = (
     "UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
     " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
     " WHERE run_id = (SELECT parent_id FROM runs WHERE run_id = %(run)s)"
     " AND status IN ('pending', 'running', 'suspended') AND EXISTS (SELECT 1 FROM checkpoints c"
-    " WHERE c.run_id = runs.run_id AND c.kind = 'child' AND c.status = 'pending')"
+    " WHERE c.run_id = runs.run_id AND c.kind = 'child' AND c.status = 'pending'"
+    " AND c.input = %(child)s)"
 )
 #: The ids of every run below the run ``%s`` (its children, theirs, ...).
 DESCENDANTS: Final = (

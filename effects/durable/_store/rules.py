@@ -193,9 +193,9 @@ def message_wakes(status: str, *, awaits_topic: bool) -> bool:
 def child_wakes(status: str, *, awaits_child: bool) -> bool:
     """
     A child run that finishes wakes its parent (as a result does: ``wakes``) while the parent
-    is unfinished and has a ``child`` checkpoint pending (*awaits_child*): it waits in
-    ``ctx.child`` (for this child or another; it reads which on replay). A parent that only
-    started children (``ctx.start_child``) is left alone.
+    is unfinished and waits for it in ``ctx.child`` (*awaits_child*: a ``child`` checkpoint
+    pending whose input is this child's run id). A parent that only started it
+    (``ctx.start_child``), or waits for another child, is left alone.
 
     SQL: ``PARENT_WAKE`` in both statements modules.
     """

@@ -610,7 +610,7 @@ class SqliteStore:
         if not self._advance(db, commit):
             raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
         if commit.advance.action == "finish":
-            db.execute(sq.PARENT_WAKE, (commit.now, commit.run_id))
+            db.execute(sq.PARENT_WAKE, (commit.now, commit.run_id, dumps(commit.run_id)))
         for child in commit.runs:
             self._create_child(db, commit.run_id, child)
         for take in commit.taken:
@@ -936,7 +936,7 @@ class SqliteStore:
                     elif verdict == "dead":
                         error = error_text(dead_run(count, max_recovery_attempts))
                         db.execute(sq.RUN_DEAD, (error, now, run_id))
-                        db.execute(sq.PARENT_WAKE, (now, run_id))
+                        db.execute(sq.PARENT_WAKE, (now, run_id, dumps(run_id)))
                     else:
                         db.execute(sq.RUN_RECOVER, (now, run_id))
                     (dead if verdict == "dead" else recovered).append(run_id)
@@ -1032,7 +1032,7 @@ class SqliteStore:
             mode = cancel_mode(run, compensate=compensate)
             db.execute(sq.RUN_CANCEL, (mode, now, run_id))
             self._insert_events(db, [cancelled(run_id, compensate=compensate, now=now)])
-            db.execute(sq.PARENT_WAKE, (now, run_id))
+            db.execute(sq.PARENT_WAKE, (now, run_id, dumps(run_id)))
         else:
             db.execute(sq.RUN_CANCEL_REQUEST, (now, run_id))
             self._insert_events(db, [cancel_requested(run_id, now)])

@@ -502,13 +502,14 @@ COMPENSATION: Final = (
 )
 
 #: A run's parent wakes when the run ``?2`` finishes (``rules.child_wakes``): unfinished, with
-#: a ``child`` checkpoint pending.
+#: a ``child`` checkpoint pending on it (its input ``?3``: the run's id as JSON text).
 PARENT_WAKE: Final = (
     "UPDATE runs SET woken = 1, wake_at = NULL, updated_at = ?1,"
     " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
     " WHERE run_id = (SELECT parent_id FROM runs WHERE run_id = ?2)"
     " AND status IN ('pending', 'running', 'suspended') AND EXISTS (SELECT 1 FROM checkpoints c"
-    " WHERE c.run_id = runs.run_id AND c.kind = 'child' AND c.status = 'pending')"
+    " WHERE c.run_id = runs.run_id AND c.kind = 'child' AND c.status = 'pending'"
+    " AND c.input = ?3)"
 )
 #: Every run below the run ``?`` (its children, theirs, ...), oldest first.
 DESCENDANTS: Final = (
