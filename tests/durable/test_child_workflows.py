@@ -7,6 +7,7 @@ below it.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -320,3 +321,25 @@ async def test_a_child_input_that_is_not_json_is_a_type_error_and_nothing_is_wri
     assert "input of child workflow 'kid' cannot be stored as JSON" in run.output
     assert [] == checkpoints
     assert [(1,)] == rows(durable_engine.url, "SELECT COUNT(*) FROM runs")
+
+
+async def test_two_engines_cancelling_one_parent_at_once_cancel_the_tree_once(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """Both cancels race: one cancels the parent and its child, the other is refused (finished)."""
+    async with (
+        durable_engine(workflows=[parent, kid]) as first,
+        durable_engine(workflows=[parent, kid]) as second,
+    ):
+        await first.start(parent, 0, run_id="p")
+        await first.run_until_idle()
+        outcomes = await asyncio.gather(
+            first.cancel("p"), second.cancel("p"), return_exceptions=True
+        )
+        statuses = [(await first.get_run(r)).status for r in ("p", "p:1")]
+        told = await events_named(first, "p:1", "run.cancelled")
+    refused = [o for o in outcomes if isinstance(o, ValueError)]
+    assert 1 == len(refused), outcomes
+    assert "run p is cancelled" in str(refused[0])
+    assert ["cancelled", "cancelled"] == statuses
+    assert 1 == len(told)
