@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, LiteralString
 
 from effects.durable._records import Checkpoint, Event, Run, Task
 from effects.durable._store import (
@@ -75,9 +75,10 @@ MESSAGE_COLUMNS: Final = ("run_id", "n", "topic", "body", "message_id", "sent_at
 #: The columns of an event value (the ``event_values`` table, one row per run and key), in the
 #: order ``event_value_of`` reads them.
 EVENT_VALUE_COLUMNS: Final = ("run_id", "key", "value", "seq", "set_at")
-#: The tables of a run's messages and event values, each keyed by ``run_id``: deleting a run
-#: deletes its rows of each (``DELETE FROM <table> WHERE run_id = ...``).
-RUN_DATA_TABLES: Final = ("messages", "event_values")
+#: The tables of a run's messages and event values, each keyed by ``run_id`` (in the memory
+#: store: ``_Tables`` attributes of these names, keyed by run id): deleting a run deletes its
+#: rows of each (``DELETE FROM <table> WHERE run_id = ...``).
+RUN_DATA_TABLES: Final[tuple[LiteralString, ...]] = ("messages", "event_values")
 #: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
 #: column: each dialect reads it from ``step_errors`` (one row per failed attempt), as JSON text.
 CHECKPOINT_COLUMNS: Final = (
