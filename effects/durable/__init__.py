@@ -42,6 +42,7 @@ from effects.durable._step_context import StepContext, current_step
 from effects.durable._store import StaleTurnError, Store
 from effects.durable._store.sqlite import SqliteStore
 from effects.durable.errors import (
+    ChildWorkflowError,
     DurableError,
     NoHandler,
     NonDeterminismError,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Checkpoint",
+    "ChildWorkflowError",
     "Codec",
     "DurableError",
     "Engine",

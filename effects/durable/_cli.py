@@ -31,13 +31,17 @@ Commands:
 - ``cancel RUN [--compensate]``: ``engine.cancel``: the run is cancelled at once, its pending
   attempts withdrawn; with ``--compensate`` its completed steps' compensations run first (a
   worker of its workflow runs them), then it is cancelled. A plainly cancelled run can be
-  resumed with ``retry``.
+  resumed with ``retry``. Its child workflows still unfinished are cancelled with it.
 - ``recurring [--json]``: the engine's recurring workflows: name, workflow, schedule, next due
   time (ISO-8601 UTC; epoch ms in JSON, ``null`` when none is known), status and catch_up.
   Status: ``scheduled`` (a run is due at the next due time), ``waiting`` (the schedule waits
   longer than ``MAX_DELAY`` and is stepped again then), ``done`` (no more runs), ``unseen``
   (no worker has stepped it yet), ``changed`` (its stored schedule is another: the next worker
   to start restarts it from then).
+- ``send RUN TOPIC JSON [--message-id ID]``: ``engine.send``: the message (one JSON document)
+  for the run's ``ctx.recv(TOPIC)``; with ``--message-id`` a second send of that id stores
+  nothing. A finished run refuses it (exit 3); a message that is not JSON (or that JSON
+  cannot store: NaN, nested too deep) is a usage error (exit 2), and nothing is written.
 
 ``--app module:attribute`` names an ``Engine`` (or a function of no arguments returning one); the
 module is imported from the working directory or ``sys.path``. It may come before or after the
@@ -46,13 +50,13 @@ times as ISO-8601 UTC, and escape every control character of stored text.
 
 Exit codes (each error is one line on stderr, no traceback): 0 done; 2 a usage error, an
 unknown run id, an unusable ``--app``, or an inspection command on a store that does not exist;
-3 the run's status refuses the command (``retry`` of a run that has not failed, ``redispatch``
-or ``cancel`` of a finished run); 5 the store cannot be used (not an engine store, unreachable,
-a newer schema, a damaged file); 128 + N when a second signal N stopped ``work`` without
-draining; 130 when Ctrl-C interrupted another command.
+3 the run's status refuses the command (``retry`` of a run that has not failed, ``redispatch``,
+``cancel`` or ``send`` of a finished run); 5 the store cannot be used (not an engine store,
+unreachable, a newer schema, a damaged file); 128 + N when a second signal N stopped ``work``
+without draining; 130 when Ctrl-C interrupted another command.
 
 A store that does not exist is never created by ``runs``, ``show``, ``retry``, ``redispatch``,
-``cancel``, ``prune`` or ``recurring``:
+``cancel``, ``prune``, ``recurring`` or ``send``:
 on SQLite, no file at the path; on PostgreSQL, no table in the URL's schema (the schema absent,
 as in a fresh database, or empty). They refuse it with exit 2 (a typo, or a command run from
 another folder than the workers, is the usual cause), as the dashboard does; ``work`` creates
@@ -76,6 +80,8 @@ from types import TracebackType
 from typing import Any, Final, NoReturn, TypeAlias, get_args
 
 from effects.durable._app import AppError, load_engine
+from effects.durable._codec import JSON, MAX_DEPTH, dump
+from effects.durable._definitions import check_name
 from effects.durable._engine import PRUNABLE_STATUSES, Engine
 from effects.durable._records import RunStatus
 from effects.durable._recurring import Recurring, schedule_key
@@ -210,6 +216,9 @@ def _json_value(text: str) -> Any:
     except ValueError as error:
         msg = f'expected JSON, such as 3, "text" or {{"order": 7}}, got {text!r}: {error}'
         raise argparse.ArgumentTypeError(msg) from None
+    except RecursionError:
+        msg = f"expected JSON nested at most {MAX_DEPTH} deep, got {len(text)} characters of deeper"
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 def _duration_ms(text: str) -> int:
@@ -234,7 +243,7 @@ def _parser() -> _Parser:
         prog=PROG,
         description=(
             "Run a durable workflow engine's worker; start, list, inspect, retry and cancel its"
-            " runs."
+            " runs, and send them messages."
         ),
         epilog="Exit codes: 0 done; 1 the run start --wait waited for failed; 2 usage error, "
         "unknown run or workflow, unusable --app, no store there; 3 refused by the run's status; "
@@ -374,6 +383,17 @@ def _parser() -> _Parser:
         "--compensate",
         action="store_true",
         help="undo its completed steps first (their compensations run), then cancel it",
+    )
+
+    p = command("send", "send a message to a run: its ctx.recv(TOPIC) receives it")
+    p.add_argument("run_id", type=_text, metavar="RUN")
+    p.add_argument("topic", type=_text, metavar="TOPIC")
+    p.add_argument("message", type=_json_value, metavar="JSON", help="the message: one JSON value")
+    p.add_argument(
+        "--message-id",
+        type=_text,
+        metavar="ID",
+        help="makes the send idempotent: a second send of ID to the run stores nothing",
     )
     return parser
 
@@ -732,6 +752,29 @@ async def _cmd_cancel(spec: str, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _cmd_send(spec: str, args: argparse.Namespace) -> int:
+    run_id: str = args.run_id
+    topic: str = args.topic
+    message_id: str | None = args.message_id
+    try:
+        check_name(topic, "TOPIC")
+        if message_id is not None:
+            check_name(message_id, "--message-id")
+        dump(JSON, args.message, "message")
+    except (TypeError, ValueError) as error:
+        raise CliError(str(error)) from None
+    async with _opened(spec) as engine:
+        try:
+            await engine.send(run_id, topic, args.message, message_id=message_id)
+        except UnknownRunError:
+            raise
+        except ValueError as error:  # finished
+            raise _RefusedError(str(error)) from None
+    how = "" if message_id is None else f" (message id {message_id})"
+    _out(safe(f"run {run_id}: message sent on topic {topic}{how}"))
+    return EXIT_OK
+
+
 async def _cmd_start(spec: str, args: argparse.Namespace) -> int:
     if args.timeout is not None and not args.wait:
         raise CliError("--timeout needs --wait")
@@ -842,4 +885,5 @@ _COMMANDS: Final[Mapping[str, Callable[[str, argparse.Namespace], Coroutine[Any,
     "start": _cmd_start,
     "prune": _cmd_prune,
     "recurring": _cmd_recurring,
+    "send": _cmd_send,
 }

@@ -70,7 +70,7 @@ def deeper_than(text: str, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def dump(codec: Codec, value: Any, what: str) -> str:
+def dump(codec: Codec, value: Any, what: str, *, hint: str = "give the definition a codec=") -> str:
     """
     *value* as stored JSON text; a value that cannot be stored is a ``TypeError`` naming *what*:
     one that is not JSON (NaN and infinities included), or nested deeper than ``MAX_DEPTH``.
@@ -79,11 +79,12 @@ def dump(codec: Codec, value: Any, what: str) -> str:
         codec: The definition's codec.
         value: The value.
         what: What the value is, for the message (``"input of step 'charge'"``).
+        hint: What to do instead, at the end of the message of a value that is not JSON.
     """
     try:
         text = _dumps(value if codec is JSON else codec.encode(value))
     except (TypeError, ValueError, OverflowError, RecursionError) as error:
-        msg = f"the {what} cannot be stored as JSON: {error} (give the definition a codec=)"
+        msg = f"the {what} cannot be stored as JSON: {error} ({hint})"
         raise TypeError(msg) from error
     # Nesting deeper than MAX_DEPTH takes more than 2 * MAX_DEPTH brackets: short text cannot.
     if len(text) > 2 * MAX_DEPTH and deeper_than(text):

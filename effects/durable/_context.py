@@ -37,17 +37,19 @@ from effects import FatalError, is_async_callable
 from effects.durable import _timers as timers
 from effects.durable._bounds import duration_ms
 from effects.durable._codec import JSON, Codec, dump, from_data
-from effects.durable._definitions import StepDef, check_name
-from effects.durable._failures import in_thread, is_failure, thrown
+from effects.durable._definitions import StepDef, WorkflowDef, check_name
+from effects.durable._failures import child_failure, in_thread, is_failure, thrown
 from effects.durable._policy import StepOptions, StepPolicy, policy_from_options
+from effects.durable._primitives import ChildTarget, child_target, written
 from effects.durable._probes import Attempt
-from effects.durable._records import Checkpoint, CheckpointKind
+from effects.durable._records import FINISHED, Checkpoint, CheckpointKind, Run
 from effects.durable._remote import Member, compensation_failed, liveness, settle_members
 from effects.durable._step_context import StepContext, step_context
-from effects.durable._store import CheckpointWrite, NewEvent
+from effects.durable._store import CheckpointWrite, EventWrite, NewEvent, RunAdvance, Take
 from effects.durable._store.rules import COMPENSATION_PREFIX, settled
 from effects.durable._turn import HOLD, Stopped, Suspended, Turn, tell_hooks, wait_ms
 from effects.durable.errors import (
+    ChildWorkflowError,
     NonDeterminismError,
     StepError,
     StepFailedError,
@@ -64,6 +66,8 @@ O = TypeVar("O")  # noqa: E741
 
 _EMPTY_POLICY: Final = StepPolicy({})
 _JSON_SCALARS: Final = frozenset({int, str, float, bool, type(None)})
+#: What to give instead of an event value that is not JSON (events take no codec).
+_JSON_ONLY: Final = "set JSON data: dicts, lists, strings, finite numbers, booleans, None"
 _Suspended = Suspended
 _Stopped = Stopped
 #: The names of the checkpoints of ``sleep``, ``now`` and ``uuid``.
@@ -221,6 +225,11 @@ def _describe(name: str, kind: CheckpointKind) -> str:
 def _iso(seconds: float) -> str:
     """Epoch *seconds* as ISO 8601 text in UTC (what ``ctx.now`` records)."""
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat()
+
+
+def _id_text(run_id: str) -> str:
+    """A child's run id as a ``child`` checkpoint stores it (its input: a JSON string)."""
+    return dump(JSON, run_id, "child run id")
 
 
 def _slept(now: int, seq: int, cp: Checkpoint) -> NewEvent:
@@ -1085,6 +1094,284 @@ class WorkflowContext:
             if recorded is not None
             else dump(codec, value, f"input of step {name!r}"),
         )
+
+    # -- messages, events and child workflows -----------------------------------------------------
+
+    async def _read(self, read: Awaitable[T]) -> T:
+        """A read of the store inside the turn; a failed one breaks the turn, as a write does."""
+        try:
+            return await read
+        except StoreError as error:
+            self._turn.broken = error
+            raise
+
+    async def recv(self, topic: str, *, timeout: DurationLike | None = None) -> Any:
+        """
+        The next message sent to this run on *topic* (``engine.send``) that no ``recv`` of the
+        run has taken: in send order, each delivered once. Messages sent before the workflow
+        gets here are kept for it.
+
+        With none there yet, the run suspends durably (nothing is held in memory) until one is
+        sent, or until *timeout* has passed: then ``None``. The message taken is recorded (a
+        ``recv`` checkpoint named by the topic, its output the message) in the transaction that
+        marks it read, so every replay returns the same message and a crash neither loses nor
+        repeats one. The deadline is read once, when the run first waits here (a timer, as
+        ``sleep``'s): a replay, a crash or a restart never moves it.
+
+        Args:
+            topic: The topic (a non-empty name).
+            timeout: How long to wait for a message (seconds, a ``timedelta`` or a string like
+                ``"1h"``, rounded to whole ms); ``None`` (default): as long as it takes; ``0``:
+                take one only if it is there already.
+
+        Returns:
+            The message (decoded JSON), or ``None`` once *timeout* passed without one.
+
+        Raises:
+            TypeError: If *topic* is not a string, or *timeout* is none of the accepted types.
+            ValueError: If *topic* is empty, has surrounding spaces, U+0000 or a lone
+                surrogate, or *timeout* is negative, NaN or too long (nothing is written).
+            NonDeterminismError: If the run recorded another step at this position.
+        """
+        check_name(topic, "topic")
+        turn = self._turn
+        ms = None if timeout is None else duration_ms(timeout, turn.now(), name="timeout")
+        seq, recorded = self._next(topic, "recv")
+        if recorded is not None and recorded.status == "completed":
+            return recorded.output
+        if self._stops_at(recorded):
+            raise self._stop()
+        found = await self._read(turn.store.next_message(turn.run.run_id, topic))
+        now = turn.now()
+        if found is not None:
+            text = dump(JSON, found.body, f"message on topic {topic!r}")
+            done = written(turn.run, seq, topic, "recv", now=now, recorded=recorded)
+            rev = None if recorded is None else recorded.rev
+            await turn.commit(
+                HOLD,
+                checkpoints=(CheckpointWrite(done, rev, output=text),),
+                taken=(Take(found.n, seq),),
+                now=now,
+            )
+            return found.body
+        if recorded is not None:
+            # A timer of its own: due, it completes with None; else the run waits again.
+            if timers.due(recorded, now):
+                await timers.fire(turn, recorded, now=now, output="null")
+                return None
+            await timers.wait(turn, recorded, now)
+            raise self._suspend()
+        if ms == 0:
+            cp = timers.pending(turn, seq, name=topic, kind="recv", wake_at=now, now=now)
+            await timers.fire(turn, cp, now=now, output="null", recorded=False)
+            return None
+        wake_at = None if ms is None else now + ms
+        await timers.arm(turn, seq, name=topic, kind="recv", wake_at=wake_at, now=now)
+        raise self._suspend()
+
+    async def set_event(self, key: str, value: Any) -> None:
+        """
+        Publish *value* as this run's event *key*: ``engine.get_event(run_id, key)`` returns
+        the latest value set. Written once (an ``event`` checkpoint named by the key, its
+        output the value), in one transaction with the value; a replay does not write it again.
+
+        Args:
+            key: The event's key (a non-empty name).
+            value: JSON.
+
+        Raises:
+            TypeError: If *key* is not a string, or *value* is not JSON (NaN, nested deeper than
+                ``MAX_DEPTH``...): nothing is written.
+            ValueError: If *key* is empty, has surrounding spaces, U+0000 or a lone surrogate.
+            NonDeterminismError: If the run recorded another step at this position.
+        """
+        check_name(key, "event key")
+        seq, recorded = self._next(key, "event")
+        if recorded is not None and recorded.status == "completed":
+            return
+        if self._stops_at(recorded):
+            raise self._stop()
+        text = dump(JSON, value, f"value of event {key!r}", hint=_JSON_ONLY)
+        turn = self._turn
+        now = turn.now()
+        done = written(turn.run, seq, key, "event", now=now, recorded=recorded)
+        rev = None if recorded is None else recorded.rev
+        await turn.commit(
+            HOLD,
+            checkpoints=(CheckpointWrite(done, rev, output=text),),
+            values=(EventWrite(key, text, seq),),
+            now=now,
+        )
+        turn.host.event_set(turn.run.run_id)
+
+    @overload
+    async def child(
+        self, workflow: WorkflowDef[I, O], input: I, /, *, run_id: str | None = None
+    ) -> O: ...
+    @overload
+    async def child(self, workflow: str, input: Any, /, *, run_id: str | None = None) -> Any: ...
+    async def child(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
+        input: Any,  # noqa: A002 - the design's name
+        /,
+        *,
+        run_id: str | None = None,
+    ) -> Any:
+        """
+        Start a run of *workflow* as this run's child, suspend until it finishes, and return
+        its output.
+
+        The child's run id is ``f"{run_id of this run}:{seq}"`` unless *run_id* is given. It is
+        started in the transaction that records the step (a ``child`` checkpoint named by the
+        workflow), so a replay, or a crash right after, never starts it twice. Whatever engine
+        serves *workflow* runs it; its finish wakes this run. ``engine.cancel`` of this run
+        cancels it too.
+
+        Args:
+            workflow: A ``WorkflowDef`` (this engine's or another's), or the name of a workflow
+                this engine has.
+            input: The child's input (JSON, or what its workflow's codec takes).
+            run_id: The child's run id; default ``f"{self.run_id}:{seq}"``.
+
+        Returns:
+            The child's output, decoded by its workflow's codec.
+
+        Raises:
+            ChildWorkflowError: If the child failed, was cancelled or is dead (``.code`` is the
+                child's code, ``"cancelled"`` or ``"run_dead"``); the same on every replay.
+            TypeError: If *input* cannot be stored (nothing is written), or *workflow* is
+                neither a ``WorkflowDef`` nor a name.
+            ValueError: If the name is not one of this engine's workflows, or *run_id* is not a
+                valid id or names a run that is not this run's child of that workflow.
+            NonDeterminismError: If the run recorded another step at this position.
+        """
+        target = child_target(workflow, self._turn.workflows)
+        seq, recorded = self._next(target.name, "child")
+        if recorded is None:
+            if self._stops_at(None):
+                raise self._stop()
+            await self._start_child(seq, target, input, run_id, wait=True)
+            raise self._suspend()
+        child_id = str(recorded.input)
+        if recorded.status == "completed":
+            return from_data(target.codec, recorded.output)
+        if recorded.status == "failed":
+            raise ChildWorkflowError(child_id, recorded.error or StepError("the child failed"))
+        if self._stops_at(recorded):
+            raise self._stop()
+        turn = self._turn
+        found = await self._read(turn.store.get_run(child_id))
+        if found is not None and found.status not in FINISHED:
+            await turn.commit(RunAdvance("suspend"))
+            raise self._suspend()
+        return await self._child_ended(seq, recorded, target, child_id, found)
+
+    async def _child_ended(
+        self,
+        seq: int,
+        recorded: Checkpoint,
+        target: ChildTarget,
+        child_id: str,
+        found: Run | None,
+    ) -> Any:
+        """Record how the child *found* (``None``: its run is gone) ended; its output, or raise."""
+        turn = self._turn
+        now = turn.now()
+        if found is not None and found.status == "completed":
+            text = dump(JSON, found.output, f"output of child run {child_id!r}")
+            done = written(turn.run, seq, target.name, "child", now=now, recorded=recorded)
+            write = CheckpointWrite(done, recorded.rev, text, _id_text(child_id))
+            await turn.commit(HOLD, checkpoints=(write,), now=now)
+            return from_data(target.codec, found.output)
+        error = (
+            StepError(f"child run {child_id!r} no longer exists")
+            if found is None
+            else child_failure(found.status, found.error)
+        )
+        failed = written(
+            turn.run, seq, target.name, "child", now=now, recorded=recorded, status="failed",
+            error=error,
+        )  # fmt: skip
+        write = CheckpointWrite(failed, recorded.rev, input=_id_text(child_id))
+        await turn.commit(HOLD, checkpoints=(write,), now=now)
+        raise ChildWorkflowError(child_id, error)
+
+    @overload
+    async def start_child(
+        self, workflow: WorkflowDef[I, Any], input: I, /, *, run_id: str | None = None
+    ) -> str: ...
+    @overload
+    async def start_child(
+        self, workflow: str, input: Any, /, *, run_id: str | None = None
+    ) -> str: ...
+    async def start_child(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
+        input: Any,  # noqa: A002 - the design's name
+        /,
+        *,
+        run_id: str | None = None,
+    ) -> str:
+        """
+        Start a run of *workflow* as this run's child, without waiting for it; return its id.
+
+        As ``child`` starts it (the same id, once, in the transaction that records the
+        ``child`` checkpoint); this run goes on at once. ``engine.cancel`` of this run cancels
+        the child too, while it is unfinished; its outcome is read with ``engine.get_run`` or
+        ``engine.wait``.
+
+        Raises:
+            TypeError: If *input* cannot be stored (nothing is written), or *workflow* is
+                neither a ``WorkflowDef`` nor a name.
+            ValueError: As ``child``.
+            NonDeterminismError: If the run recorded another step at this position.
+        """
+        target = child_target(workflow, self._turn.workflows)
+        seq, recorded = self._next(target.name, "child")
+        if recorded is not None:
+            return str(recorded.input)
+        if self._stops_at(None):
+            raise self._stop()
+        return await self._start_child(seq, target, input, run_id, wait=False)
+
+    async def _start_child(
+        self, seq: int, target: ChildTarget, value: Any, run_id: str | None, *, wait: bool
+    ) -> str:
+        """
+        Record the ``child`` checkpoint at *seq* and start the child run in one transaction:
+        pending (*wait*: the run suspends) or completed (its output the child's id).
+        """
+        turn = self._turn
+        parent = turn.run.run_id
+        child_id = f"{parent}:{seq}" if run_id is None else check_name(run_id, "run_id")
+        text = dump(target.codec, value, f"input of child workflow {target.name!r}")
+        existing = await self._read(turn.store.get_run(child_id))
+        if existing is not None and (
+            existing.parent_id != parent or existing.workflow != target.name
+        ):
+            msg = (
+                f"run {child_id!r} exists and is not a child of this run of workflow"
+                f" {target.name!r}; give the child another run_id"
+            )
+            raise ValueError(msg)
+        now = turn.now()
+        trace = turn.probes.run_trace(child_id, target.name, now)
+        id_text = _id_text(child_id)
+        cp = written(
+            turn.run, seq, target.name, "child", now=now, recorded=None,
+            status="pending" if wait else "completed", input=child_id,
+        )  # fmt: skip
+        write = CheckpointWrite(cp, None, output=None if wait else id_text, input=id_text)
+        await turn.commit(
+            RunAdvance("suspend") if wait else HOLD,
+            checkpoints=(write,),
+            runs=(target.new_run(child_id, parent, text, now, trace.traceparent),),
+            now=now,
+        )
+        if existing is None:
+            trace.made()
+        return child_id
 
     # -- compensations ----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import attrs
 
 from effects import Clock
 from effects.durable._bounds import MAX_WAKE_MS, checked_count, checked_ms, timeout_ms
-from effects.durable._codec import dump, from_data
+from effects.durable._codec import JSON, dump, from_data
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._finishes import Finishes
 from effects.durable._probes import Probes
@@ -25,7 +25,7 @@ from effects.durable._queue import Queue
 from effects.durable._records import FINISHED, Checkpoint, Event, Run
 from effects.durable._recurrences import Recurrences, Scheduled
 from effects.durable._recurring import Recurring
-from effects.durable._store import ClaimedRun, NewEvent, NewRun, RunQuery, Store
+from effects.durable._store import ClaimedRun, NewEvent, NewMessage, NewRun, RunQuery, Store
 from effects.durable._store.rows import dumps as dump_state
 from effects.durable._time import WallClock, epoch_ms
 from effects.durable._trail import merge_events
@@ -39,6 +39,8 @@ _log: Final = logging.getLogger("effects.durable")
 
 #: What ``prune`` deletes by default: every finished status.
 PRUNABLE_STATUSES: Final = ("completed", "failed", "cancelled", "dead")
+#: What to send instead of a value that is not JSON (messages and events take no codec).
+_JSON_ONLY: Final = "send JSON data: dicts, lists, strings, finite numbers, booleans, None"
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -716,14 +718,126 @@ class Engine:
             run = await self._store.cancel_run(run_id, compensate=compensate, now=self._now())
         except LookupError:
             raise UnknownRunError(run_id) from None
-        await self._loop.cancelled(run_id)
-        if run.status == "cancelled":
-            self._finishes.finished(run)
+        for reached in [run, *await self._below(run_id)]:
+            await self._loop.cancelled(reached.run_id)
+            if reached.status != "cancelled" or reached.updated_at != run.updated_at:
+                continue
+            self._finishes.finished(reached)
             if self._probes.probes:
-                self._probes.run_ended(run_id, run.workflow, "cancelled")
-        else:
-            self._loop.notify()  # pending: a turn of it undoes, then cancels
+                self._probes.run_ended(reached.run_id, reached.workflow, "cancelled")
+        # Pending runs (a turn of each undoes, then cancels) and a parent a cancelled child
+        # woke: work for this engine's loop.
+        self._loop.notify()
         return self._decoded(run)
+
+    async def _below(self, run_id: str) -> list[Run]:
+        """Every run below *run_id*: its children (``ctx.child``, ``ctx.start_child``), theirs..."""
+        found: list[Run] = []
+        level = [run_id]
+        while level:
+            children = [c for parent in level for c in await self._store.child_runs(parent)]
+            found.extend(children)
+            level = [c.run_id for c in children]
+        return found
+
+    async def send(
+        self,
+        run_id: str,
+        topic: str,
+        message: Any,
+        *,
+        message_id: str | None = None,
+    ) -> None:
+        """
+        Send *message* to the run on *topic*: its workflow receives it with
+        ``ctx.recv(topic)``, in send order, once.
+
+        The message is stored with the run (durably, before this returns) and kept until a
+        ``recv`` takes it, however long that is; a run waiting in ``recv`` on the topic is made
+        runnable in the same transaction. With *message_id*, sending is idempotent: a message
+        with an id the run has had already (read or not) stores nothing, for the run's life.
+
+        Args:
+            run_id: The run's id.
+            topic: The topic (a non-empty name).
+            message: JSON (no NaN or infinity, at most ``MAX_DEPTH`` deep).
+            message_id: An id that makes the send idempotent, or ``None`` (default): every send
+                is a new message (a PostgreSQL write retried after a lost connection may then
+                store it twice; give an id where that matters).
+
+        Raises:
+            UnknownRunError: If no run has this id.
+            ValueError: If the run is finished (naming its status); if *topic* or
+                *message_id* is empty, has surrounding spaces, U+0000 or a lone surrogate.
+            TypeError: If *message* is not JSON, or *topic* or *message_id* is not a string;
+                nothing is written.
+        """
+        _storable(run_id)
+        check_name(topic, "topic")
+        if message_id is not None:
+            check_name(message_id, "message_id")
+        body = dump(JSON, message, f"message to run {run_id!r} on topic {topic!r}", hint=_JSON_ONLY)
+        try:
+            woke = await self._store.send(
+                NewMessage(run_id, topic, body, self._now(), message_id=message_id)
+            )
+        except LookupError:
+            raise UnknownRunError(run_id) from None
+        if woke:
+            self._loop.notify(due=False)
+
+    async def get_event(
+        self,
+        run_id: str,
+        key: str,
+        *,
+        timeout: DurationLike | None = None,
+        poll_ms: int = 100,
+    ) -> Any:
+        """
+        The value the run last set for event *key* (``ctx.set_event``), or ``None``.
+
+        Without *timeout* it answers now. With one it waits, in real time (the event loop's
+        clock, whatever the engine's clock), until the run sets the key, and returns ``None``
+        if it has not within *timeout* or the run finished without setting it. An event a
+        turn of this engine sets is seen at once; one set elsewhere at the next read of the
+        store, every *poll_ms*.
+
+        Args:
+            run_id: The run's id.
+            key: The event's key.
+            timeout: The longest wait (seconds, a ``timedelta`` or a string like ``"30s"``);
+                default none (answer now).
+            poll_ms: How often the store is read again while waiting, in ms (> 0).
+
+        Raises:
+            UnknownRunError: If no run has this id.
+            TypeError: If *key* is not a string.
+            ValueError: If *key* is not a valid name, or *timeout* or *poll_ms* is not valid.
+        """
+        _storable(run_id)
+        check_name(key, "event key")
+        poll = checked_ms(poll_ms, "poll_ms") / 1000
+        loop = asyncio.get_running_loop()
+        wait = 0.0 if timeout is None else to_seconds(timeout, name="timeout")
+        deadline = loop.time() + wait
+        while True:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._finishes.watch_events(run_id, waiter)
+            try:
+                # The run before the value: a run finished then can set nothing after.
+                run = await self._store.get_run(run_id)
+                if run is None:
+                    raise UnknownRunError(run_id)
+                found = await self._store.event_value(run_id, key)
+                if found is not None:
+                    return found.value
+                left = deadline - loop.time()
+                if left <= 0 or run.status in FINISHED:
+                    return None
+                await asyncio.wait((waiter,), timeout=min(poll, left))
+            finally:
+                self._finishes.unwatch_events(run_id, waiter)
 
     async def redispatch_pending(self, run_id: str) -> int:
         """

@@ -14,6 +14,7 @@ from effects.durable._names import (
     MAX_RECOVERY,
     NO_HANDLER,
     REDISPATCHED,
+    RUN_DEAD,
     STEP_LOST,
     WORKER_LOST,
     WORKFLOW_TIMEOUT,
@@ -32,6 +33,7 @@ from effects.durable.errors import WorkerLost as _WorkerLost
 __all__ = [
     "cancelled_attempt",
     "cancelled_run",
+    "child_failure",
     "dead_run",
     "in_thread",
     "is_failure",
@@ -192,3 +194,22 @@ def timed_out_attempt() -> StepError:
         type=_type(WorkflowTimeout),
         retryable=False,
     )
+
+
+def child_failure(status: str, error: StepError | None) -> StepError:
+    """
+    The ``step_error`` of the ``ChildWorkflowError`` a child run that ended with *status* and
+    *error* raises into its parent: a failed child's own error; for a cancelled child code
+    ``cancelled`` (its error, if undos failed); for a dead child code ``run_dead``.
+    """
+    if status == "cancelled":
+        return error or StepError(
+            message="cancelled", code=CANCELLED, type=_type(RunCancelled), retryable=False
+        )
+    if status == "dead":
+        message = "the run is dead" if error is None else error.message
+        details = None if error is None else error.details
+        return StepError(
+            message=message, code=RUN_DEAD, details=details, type=_type(RunDead), retryable=False
+        )
+    return error or StepError("the run failed")

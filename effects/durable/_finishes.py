@@ -1,4 +1,7 @@
-"""What ``Engine.wait`` learns in memory: the runs that turns of its engine finish."""
+"""
+What ``Engine.wait`` and ``Engine.get_event`` learn in memory: the runs that turns of its engine
+finish, and the events they set.
+"""
 
 from __future__ import annotations
 
@@ -22,10 +25,12 @@ class Finishes:
     answers ``None`` (read the store).
     """
 
-    __slots__ = ("_in_turn", "waiters", "waiting_here")
+    __slots__ = ("_in_turn", "event_waiters", "waiters", "waiting_here")
 
     def __init__(self) -> None:
         self.waiters: dict[str, list[asyncio.Future[Run | None]]] = {}
+        #: The waiters of ``get_event`` by run id: told when a turn here sets an event of it.
+        self.event_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._in_turn: collections.Counter[str] = collections.Counter()
         self.waiting_here: dict[str, None] = {}
 
@@ -74,3 +79,20 @@ class Finishes:
             self.waiting_here[run_id] = None
             if len(self.waiting_here) > _WAITING_HERE_MAX:
                 del self.waiting_here[next(iter(self.waiting_here))]
+
+    def watch_events(self, run_id: str, waiter: asyncio.Future[None]) -> None:
+        """Answer *waiter* when a turn here sets an event of the run."""
+        self.event_waiters.setdefault(run_id, []).append(waiter)
+
+    def unwatch_events(self, run_id: str, waiter: asyncio.Future[None]) -> None:
+        """Forget *waiter*."""
+        waiters = self.event_waiters[run_id]
+        waiters.remove(waiter)
+        if not waiters:
+            del self.event_waiters[run_id]
+
+    def event_set(self, run_id: str) -> None:
+        """A turn here set an event of the run: its ``get_event`` waiters read it."""
+        for waiter in self.event_waiters.get(run_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)

@@ -18,6 +18,7 @@ __all__ = [
     "NO_HANDLER",
     "NON_DETERMINISM",
     "REDISPATCHED",
+    "RUN_DEAD",
     "STEP_LOST",
     "TIMEOUT",
     "WORKER_LOST",
@@ -36,6 +37,7 @@ FailureCode = Literal[
     "non_determinism",
     "cancelled",
     "workflow_timeout",
+    "run_dead",
 ]
 #: A worker's claim expired before it reported: a retryable failure of that attempt.
 WORKER_LOST: Final[FailureCode] = "worker_lost"
@@ -56,6 +58,9 @@ NON_DETERMINISM: Final[FailureCode] = "non_determinism"
 CANCELLED: Final[FailureCode] = "cancelled"
 #: The run passed its whole-run deadline: the code of its error, and of each attempt withdrawn.
 WORKFLOW_TIMEOUT: Final[FailureCode] = "workflow_timeout"
+#: A child workflow's run ended dead (its lease expired too many times): the code of the
+#: ``ChildWorkflowError`` its parent meets.
+RUN_DEAD: Final[FailureCode] = "run_dead"
 FAILURE_CODES: Final = frozenset(get_args(FailureCode))
 
 EventName = Literal[

@@ -67,6 +67,8 @@ class Run:
             process runs it), or ``None`` for a run of a store from before telemetry.
         deadline: Epoch ms at which the run fails with ``workflow_timeout`` unless it finished
             (``created_at`` plus its whole-run timeout), or ``None`` (no timeout).
+        parent_id: The run that started this one as a child workflow (``ctx.child``,
+            ``ctx.start_child``), or ``None``.
     """
 
     run_id: str
@@ -83,6 +85,7 @@ class Run:
     cancel: str | None = None
     traceparent: str | None = None
     deadline: int | None = None
+    parent_id: str | None = None
 
 
 @attrs.frozen
@@ -95,14 +98,17 @@ class Checkpoint:
         seq: 1-based position of the step in the workflow.
         name: The step's name.
         kind: ``"local"`` (ran in the engine's process), ``"remote"`` (dispatched to a worker),
-            ``"sleep"`` (``ctx.sleep``), ``"patch"`` (``ctx.patched``), or another primitive's
-            (``"recv"``, ``"event"``, ``"child"``).
+            ``"sleep"`` (``ctx.sleep``), ``"patch"`` (``ctx.patched``), or the primitive that
+            wrote it: ``"recv"`` (``ctx.recv``: named by the topic, its output the message),
+            ``"event"`` (``ctx.set_event``: named by the key, its output the value), ``"child"``
+            (``ctx.child`` / ``ctx.start_child``: named by the child's workflow, its input the
+            child's run id).
         step_id: ``"{run_id}:{seq}"``, the idempotency key, the same on every attempt.
         status: ``pending``, ``running``, ``completed`` or ``failed``.
         attempts: Attempts made (a remote step's current attempt number while it is pending).
         wake_at: Epoch ms of the next attempt of a failed remote step waiting out its backoff
-            (with ``remote_redispatch_ms``, the lease of a pending one); of a timer (a sleep),
-            when it is due, kept once it completed; else ``None``.
+            (with ``remote_redispatch_ms``, the lease of a pending one); of a timer (a sleep, a
+            ``recv`` with a timeout), when it is due, kept once it completed; else ``None``.
         output: The output once ``completed`` (decoded JSON), else ``None``.
         error: The last attempt's failure, else ``None``.
         errors: Every failed attempt's error, oldest first (decoded from the store when first

@@ -323,6 +323,7 @@ class Recurrences:
                 scheduled.input,
                 now,
                 traceparent=trace.traceparent,
+                deadline=None if workflow.timeout_ms is None else now + workflow.timeout_ms,
             )
             data = {"workflow": workflow.name, "recurring": name, "due_at": due}
             starts.append((run, NewEvent("run.started", now, None, data)))

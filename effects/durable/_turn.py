@@ -10,15 +10,18 @@ from typing import Any, Final, Literal, Protocol
 import attrs
 
 from effects import Clock, RetryEvent, notify_hooks
-from effects.durable._definitions import StepDef
+from effects.durable._definitions import StepDef, WorkflowDef
 from effects.durable._probes import Probes
 from effects.durable._records import Run
 from effects.durable._store import (
     CheckpointWrite,
+    ChildRun,
+    EventWrite,
     NewEvent,
     NewTask,
     RunAdvance,
     Store,
+    Take,
     TurnCommit,
 )
 from effects.durable._store.rules import parked_until
@@ -124,6 +127,10 @@ class TurnHost(Protocol):
         """A commit of a turn brought a time to come: a timer, or a task available later."""
         ...
 
+    def event_set(self, run_id: str) -> None:
+        """A commit of a turn set an event of the run (``get_event`` waiters here read)."""
+        ...
+
 
 @attrs.define(slots=True)
 class Turn:
@@ -145,6 +152,8 @@ class Turn:
     #: Whether the turn's last commit suspended the run to wait for results alone (no timer,
     #: no task for later): its end then leaves nothing runnable by itself.
     waits_only: bool = False
+    #: Whether a commit of the turn started child runs (work for some engine to claim now).
+    made_runs: bool = False
     #: The step names of this turn by sequence number (for log lines).
     names: dict[int, str] = attrs.field(factory=dict[int, str])
     #: The engine's telemetry probes.
@@ -157,6 +166,10 @@ class Turn:
     unwritten_events: list[NewEvent] = attrs.field(factory=list[NewEvent])
     #: Whether this turn times its run out (its deadline had passed when it was claimed).
     timing_out: bool = False
+    #: The engine's workflows by name (a child workflow named by a string is looked up here).
+    workflows: Mapping[str, WorkflowDef[Any, Any]] = attrs.field(
+        factory=dict[str, WorkflowDef[Any, Any]]
+    )
 
     def now(self) -> int:
         """Epoch ms now."""
@@ -207,6 +220,9 @@ class Turn:
         tasks: Sequence[NewTask] = (),
         events: Sequence[NewEvent] = (),
         now: int | None = None,
+        runs: Sequence[ChildRun] = (),
+        taken: Sequence[Take] = (),
+        values: Sequence[EventWrite] = (),
     ) -> None:
         """
         One transaction of this turn (raises ``StaleTurnError`` if the lease was lost, and
@@ -232,6 +248,9 @@ class Turn:
                     checkpoints,
                     tasks,
                     events,
+                    runs,
+                    taken,
+                    values,
                 )
             )
         except StoreError as error:
@@ -242,6 +261,8 @@ class Turn:
             self.unwritten_events = []
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
+        if runs:
+            self.made_runs = True
         later = (advance.action == "suspend" and advance.wake_at is not None) or any(
             task.available_at > at for task in tasks
         )

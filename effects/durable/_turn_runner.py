@@ -101,6 +101,7 @@ class TurnRunner:
             self._host,
             lease_until=epoch_ms(self._clock) + self._lease_ms,
             probes=self._probes,
+            workflows=self._workflows,
         )
 
     async def release(self, claimed: ClaimedRun) -> None:
@@ -178,9 +179,12 @@ class TurnRunner:
             renewer.cancel()
             if watchdog is not None:
                 watchdog.cancel()
-        if finished:
+        # A child's finish may have woken its parent, and children started are runs to claim:
+        # news for this engine's loop.
+        news = turn.made_runs or (finished and run.parent_id is not None)
+        if finished and not news:
             return "finished"
-        return "waits" if turn.waits_only else "more"
+        return "waits" if turn.waits_only and not news else "more"
 
     async def _give_back_at_deadline(self, turn: Turn) -> None:
         """

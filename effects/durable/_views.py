@@ -135,6 +135,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "updated_at": run.updated_at,
         "wake_at": run.wake_at,
         "cancel": run.cancel,
+        "parent_id": run.parent_id,
     }
 
 
@@ -251,6 +252,8 @@ def run_text(run: Run, *, now_ms: int) -> str:
     if run.cancel is not None:
         how = "with compensation" if run.cancel == "compensate" else "plainly"
         fields.append(("cancel", f"asked for, {how}"))
+    if run.parent_id is not None:
+        fields.append(("parent", f"{safe(run.parent_id)} (this run is its child workflow)"))
     width = max(len(name) for name, _ in fields)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in fields)
 

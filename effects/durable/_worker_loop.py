@@ -167,6 +167,10 @@ class WorkerLoop:
         """A time to come was written (a timer, a task available later): work() reads again."""
         self._due_news = True
 
+    def event_set(self, run_id: str) -> None:
+        """A turn here set an event of the run: ``get_event`` waiters of this engine read it."""
+        self._finishes.event_set(run_id)
+
     def _attempt_ended(self) -> None:
         """
         An attempt finished: with workflows here its result may have woken a run of this

@@ -11,6 +11,8 @@ Errors of ``effects.durable``, in one tree.
     │   │   │                            its attempts are spent (.step_error, .errors)
     │   │   └── RemoteStepTimeout        a dispatched step with timeout_ms went silent
     │   ├── NonDeterminismError          replay met a different step at a sequence number
+    │   ├── ChildWorkflowError           a child workflow (ctx.child) ended failed, cancelled
+    │   │                                or dead (.run_id, .step_error, .code)
     │   ├── RunCancelled                 the run of a running attempt was cancelled (raised by
     │   │                                heartbeat() once the engine knows)
     │   ├── WorkflowTimeout              a run passed its whole-run deadline (its error's type)
@@ -40,6 +42,7 @@ from effects.durable import _names
 from effects.durable._codec import deeper_than
 
 __all__ = [
+    "ChildWorkflowError",
     "DurableError",
     "NoHandler",
     "NonDeterminismError",
@@ -356,6 +359,45 @@ class NonDeterminismError(DurableError):
         self.seq = seq
         self.recorded = recorded
         self.requested = requested
+
+
+class ChildWorkflowError(DurableError):
+    """
+    A child workflow started with ``ctx.child`` ended without completing: it failed, was
+    cancelled, or is dead. Raised into the parent (the same on every replay); uncaught, it fails
+    the parent with the child's code.
+
+    Attributes:
+        run_id: The child's run id.
+        step_error: The child's failure: its run's error when it failed; for a cancelled child
+            one with code ``"cancelled"``; for a dead one with code ``"run_dead"``.
+        code: ``step_error.code`` (the child's code; ``"cancelled"`` or ``"run_dead"`` for a
+            child that ended so), so a parent failed by this error keeps it.
+        details: ``step_error.details``.
+        retryable: ``step_error.retryable``.
+
+    Example:
+        >>> error = ChildWorkflowError("order-7:2", StepError("no courier", code="undeliverable"))
+        >>> error.run_id, error.code
+        ('order-7:2', 'undeliverable')
+        >>> str(error)
+        "child workflow run 'order-7:2' did not complete: no courier"
+    """
+
+    def __init__(self, run_id: str, step_error: StepError) -> None:
+        self.run_id = run_id
+        self.step_error = step_error
+        self.code = step_error.code
+        self.details = step_error.details
+        super().__init__(f"child workflow run {run_id!r} did not complete: {step_error.message}")
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the child's failure was retryable."""
+        return self.step_error.retryable
+
+    def __repr__(self) -> str:
+        return f"ChildWorkflowError({self.run_id!r}, {self.step_error!r})"
 
 
 class RunCancelled(DurableError):  # noqa: N818 - the design's name

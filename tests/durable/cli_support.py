@@ -125,7 +125,13 @@ async def saga(ctx, n):
     return await ctx.step(slow, n)
 
 
-WORKFLOWS = [greet, pay, hold, declined, declined_once, beating, saga]
+@workflow("inbox")
+async def inbox(ctx, n):
+    """Receive n messages on topic `orders`."""
+    return [await ctx.recv("orders") for _ in range(n)]
+
+
+WORKFLOWS = [greet, pay, hold, declined, declined_once, beating, saga, inbox]
 STEPS = [double, slow, beat]
 engine = Engine("sqlite:///durable.db", workflows=WORKFLOWS, steps=STEPS)
 

@@ -224,7 +224,9 @@ def test_an_open_run_page_updates_when_another_process_finishes_the_run(
         worker.wait(timeout=60)
     assert page.evaluate("window.stillTheSamePage === true")  # updated in place, not reloaded
     assert "42" in page.inner_text(".payloads")
-    page.wait_for_function("!document.getElementById('main').classList.contains('streaming')")
+    # A selector, not wait_for_function: its polling evaluates a string, which the page's CSP
+    # (no 'unsafe-eval') refuses whenever the first check is not already true.
+    page.wait_for_selector("main#main:not(.streaming)", state="attached")
 
 
 def test_a_run_of_2000_events_renders_its_first_page_of_100(

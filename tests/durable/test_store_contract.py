@@ -20,7 +20,12 @@ from effects.durable._engine import open_store
 from effects.durable._records import Checkpoint
 from effects.durable._store import (
     CheckpointWrite,
+    ChildRun,
+    EventValue,
+    EventWrite,
+    Message,
     NewEvent,
+    NewMessage,
     NewRun,
     NewTask,
     RecurringRow,
@@ -29,12 +34,21 @@ from effects.durable._store import (
     RunQuery,
     StaleTurnError,
     Store,
+    Take,
     TaskOutcome,
     TurnCommit,
 )
 from effects.durable._store.memory import MemoryStore
 from effects.durable._store.postgres import PostgresStore, parse_postgres_url
-from effects.durable._store.rows import CHECKPOINT_COLUMNS, RUN_COLUMNS, RUN_TABLES, TASK_COLUMNS
+from effects.durable._store.rows import (
+    CHECKPOINT_COLUMNS,
+    EVENT_VALUE_COLUMNS,
+    MESSAGE_COLUMNS,
+    RUN_COLUMNS,
+    RUN_DATA_TABLES,
+    RUN_TABLES,
+    TASK_COLUMNS,
+)
 from effects.durable._store.sqlite import SqliteStore
 from effects.durable.errors import StepError
 from tests.durable.support import START_MS, rows
@@ -919,6 +933,281 @@ async def test_unserved_counts_the_waiting_runs_of_other_versions(store: Store) 
     assert {} == await store.unserved([])
 
 
+# -- messages, event values and child runs ---------------------------------------------------------
+
+
+def recv_cp(seq: int, topic: str, *, status: str = "pending", run_id: str = "r1") -> Checkpoint:
+    """A recv checkpoint of run *run_id*."""
+    return Checkpoint(
+        run_id, seq, topic, "recv", f"{run_id}:{seq}", status, 1, None, None, None, (), False,
+        NOW, NOW,
+    )  # fmt: skip
+
+
+def child_cp(seq: int, child: str, *, status: str = "pending", run_id: str = "r1") -> Checkpoint:
+    """A child checkpoint of run *run_id* that started run *child*."""
+    return Checkpoint(
+        run_id, seq, "kid", "child", f"{run_id}:{seq}", status, 1, None, None, None, (), False,
+        NOW, NOW, input=child,
+    )  # fmt: skip
+
+
+def message(topic: str, body: str, now: int = NOW, message_id: str | None = None) -> NewMessage:
+    """A message to run ``r1``."""
+    return NewMessage("r1", topic, body, now, message_id=message_id)
+
+
+async def test_messages_are_numbered_in_send_order_deduplicated_and_refused_when_finished(
+    store: Store, durable_store_url: str
+) -> None:
+    """send: numbered 1, 2, ...; a known id stores nothing; an unknown run, a finished one: no."""
+    await store.create_run(NewRun("r1", *WF, "null", NOW), [])
+    assert await store.send(message("a", '"x"', message_id="m1"))
+    assert await store.send(message("b", "2"))
+    assert not await store.send(message("a", '"again"', NOW + 1, message_id="m1"))
+    assert await store.send(message("a", "3", NOW + 2))
+    assert [(1, "a", '"x"', "m1", NOW, None), (2, "b", "2", None, NOW, None),
+            (3, "a", "3", None, NOW + 2, None)] == table(
+        durable_store_url,
+        "SELECT n, topic, body, message_id, sent_at, seq FROM messages ORDER BY n",
+    )  # fmt: skip
+    first = await store.next_message("r1", "a")
+    assert Message("r1", 1, "a", "x", "m1", NOW) == first
+    assert None is await store.next_message("r1", "c")
+    with pytest.raises(LookupError):
+        await store.send(NewMessage("nope", "a", "1", NOW))
+    await store.cancel_run("r1", compensate=False, now=NOW + 3)
+    with pytest.raises(ValueError, match="run r1 is cancelled"):
+        await store.send(message("a", "4", NOW + 4))
+    assert [(3,)] == table(durable_store_url, "SELECT COUNT(*) FROM messages")
+
+
+async def test_a_message_wakes_a_running_run_or_one_waiting_in_recv_on_its_topic(
+    store: Store, durable_store_url: str
+) -> None:
+    """Running: woken (its suspension becomes pending); suspended in recv('a'): 'b' no, 'a' yes."""
+    token = await claimed(store)
+    assert await store.send(message("a", "1"))
+    await store.commit_turn(
+        TurnCommit(
+            "r1", token, NOW, RunAdvance("suspend"), [CheckpointWrite(recv_cp(1, "a"), None)]
+        )
+    )
+    assert [("pending", 1)] == table(durable_store_url, "SELECT status, woken FROM runs")
+    (turn,) = await store.claim_runs(
+        workflows=[WF], now=NOW, lease_until=NOW + LEASE, owner="e1", limit=5
+    )
+    await store.commit_turn(TurnCommit("r1", turn.token, NOW + 1, RunAdvance("suspend")))
+    assert [("suspended", 0)] == table(durable_store_url, "SELECT status, woken FROM runs")
+    assert await store.send(message("b", "2", NOW + 2))
+    assert [("suspended", 0)] == table(durable_store_url, "SELECT status, woken FROM runs")
+    assert await store.send(message("a", "3", NOW + 3))
+    assert [("pending", 1, NOW + 3)] == table(
+        durable_store_url, "SELECT status, woken, updated_at FROM runs"
+    )
+
+
+async def test_a_turn_takes_a_message_once_with_its_recv_checkpoint(
+    store: Store, durable_store_url: str
+) -> None:
+    """The commit that completes the recv marks the message read; taking it again: stale."""
+    token = await claimed(store)
+    assert await store.send(message("a", '{"k":1}'))
+    found = await store.next_message("r1", "a")
+    assert found is not None
+    done = recv_cp(1, "a", status="completed")
+    await store.commit_turn(
+        TurnCommit(
+            "r1", token, NOW, RunAdvance("continue"),
+            [CheckpointWrite(done, None, output='{"k":1}')], taken=[Take(found.n, 1)],
+        )
+    )  # fmt: skip
+    assert [(1, 1)] == table(durable_store_url, "SELECT n, seq FROM messages")
+    assert None is await store.next_message("r1", "a")
+    (cp,) = await store.checkpoints("r1")
+    assert ("a", "recv", "completed", {"k": 1}) == (cp.name, cp.kind, cp.status, cp.output)
+    with pytest.raises(StaleTurnError):
+        await store.commit_turn(
+            TurnCommit(
+                "r1", token, NOW + 1, RunAdvance("continue"),
+                [CheckpointWrite(recv_cp(2, "a", status="completed"), None, output="1")],
+                taken=[Take(found.n, 2)],
+            )
+        )  # fmt: skip
+    assert [(1,)] == table(durable_store_url, "SELECT COUNT(*) FROM checkpoints")
+
+
+async def test_event_values_are_set_by_commits_and_the_latest_is_read(store: Store) -> None:
+    """A value per key; a later commit of the key replaces it; another key is apart."""
+    token = await claimed(store)
+    for seq, key, value in ((1, "stage", '"one"'), (2, "other", "2"), (3, "stage", '"two"')):
+        cp = attrs.evolve(recv_cp(seq, key, status="completed"), kind="event")
+        await store.commit_turn(
+            TurnCommit(
+                "r1", token, NOW + seq, RunAdvance("continue"),
+                [CheckpointWrite(cp, None, output=value)], values=[EventWrite(key, value, seq)],
+            )
+        )  # fmt: skip
+    assert EventValue("r1", "stage", "two", 3, NOW + 3) == await store.event_value("r1", "stage")
+    assert EventValue("r1", "other", 2, 2, NOW + 2) == await store.event_value("r1", "other")
+    assert None is await store.event_value("r1", "none")
+    assert None is await store.event_value("nope", "stage")
+
+
+async def test_a_commit_starts_child_runs_and_a_childs_finish_wakes_its_waiting_parent(
+    store: Store, durable_store_url: str
+) -> None:
+    """The child is made pending with its parent and events; its finish makes the parent pending."""
+    token = await claimed(store)
+    child = ChildRun(
+        NewRun("r1:1", "kid", "1", "5", NOW, parent_id="r1"),
+        [NewEvent("run.started", NOW, None, {"workflow": "kid", "parent": "r1"})],
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1", token, NOW, RunAdvance("suspend"),
+            [CheckpointWrite(child_cp(1, "r1:1"), None, input='"r1:1"')], runs=[child],
+        )
+    )  # fmt: skip
+    (made,) = await store.child_runs("r1")
+    assert ("r1:1", "kid", "pending", 5, "r1") == (
+        made.run_id, made.workflow, made.status, made.input, made.parent_id
+    )  # fmt: skip
+    assert [("run.started", None, {"workflow": "kid", "parent": "r1"})] == await trail(
+        store, "r1:1"
+    )
+    (kid_turn,) = await store.claim_runs(
+        workflows=[("kid", "1")], now=NOW + 1, lease_until=NOW + LEASE, owner="e1", limit=5
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1:1", kid_turn.token, NOW + 2, RunAdvance("finish", status="completed", output="10")
+        )
+    )
+    assert [("r1", "pending", 1, NOW + 2), ("r1:1", "completed", 0, NOW + 2)] == table(
+        durable_store_url, "SELECT run_id, status, woken, updated_at FROM runs ORDER BY run_id"
+    )
+
+
+async def test_a_childs_finish_wakes_only_a_parent_that_waits_for_that_child(
+    store: Store, durable_store_url: str
+) -> None:
+    """A child started without waiting finishes while the parent waits for another: no wake."""
+    token = await claimed(store)
+    await store.commit_turn(
+        TurnCommit(
+            "r1", token, NOW, RunAdvance("suspend"),
+            [
+                CheckpointWrite(child_cp(1, "r1:1", status="completed"), None, '"r1:1"', '"r1:1"'),
+                CheckpointWrite(child_cp(2, "r1:2"), None, input='"r1:2"'),
+            ],
+            runs=[
+                ChildRun(NewRun("r1:1", "kid", "1", "5", NOW, parent_id="r1")),
+                ChildRun(NewRun("r1:2", "kid", "1", "6", NOW + 1, parent_id="r1")),
+            ],
+        )
+    )  # fmt: skip
+    for child, at in (("r1:1", NOW + 2), ("r1:2", NOW + 3)):
+        (kid_turn,) = await store.claim_runs(
+            workflows=[("kid", "1")], now=at, lease_until=at + LEASE, owner="e1", limit=1
+        )
+        assert child == kid_turn.run.run_id
+        await store.commit_turn(
+            TurnCommit(child, kid_turn.token, at, RunAdvance("finish", status="failed"))
+        )
+        if child == "r1:1":
+            assert [("r1", "suspended", 0)] == table(
+                durable_store_url, "SELECT run_id, status, woken FROM runs WHERE run_id = 'r1'"
+            )
+    assert [("r1", "pending", 1, NOW + 3)] == table(
+        durable_store_url,
+        "SELECT run_id, status, woken, updated_at FROM runs WHERE run_id = 'r1'",
+    )
+
+
+async def test_a_child_run_id_another_run_has_is_refused_and_the_commit_writes_nothing(
+    store: Store, durable_store_url: str
+) -> None:
+    """An id taken by a run of no parent: StaleTurnError; the same parent's child: kept as is."""
+    token = await claimed(store)
+    await store.create_run(NewRun("taken", "kid", "1", "1", NOW), [])
+    with pytest.raises(StaleTurnError):
+        await store.commit_turn(
+            TurnCommit(
+                "r1", token, NOW, RunAdvance("continue"),
+                [CheckpointWrite(child_cp(1, "taken"), None, input='"taken"')],
+                runs=[ChildRun(NewRun("taken", "kid", "1", "2", NOW, parent_id="r1"))],
+            )
+        )  # fmt: skip
+    assert [] == await store.checkpoints("r1")
+    assert [("taken", None, "1")] == table(
+        durable_store_url, "SELECT run_id, parent_id, input FROM runs WHERE run_id = 'taken'"
+    )
+
+
+async def test_a_cancel_reaches_every_unfinished_run_below_in_one_transaction(
+    store: Store, durable_store_url: str
+) -> None:
+    """Child and grandchild cancelled (an attempt withdrawn), a finished child kept as it is."""
+    await claimed(store)
+    kid = [("kid", "1")]
+    await store.create_run(NewRun("c2", "kid", "1", "1", NOW, parent_id="r1"), [])
+    (done,) = await store.claim_runs(
+        workflows=kid, now=NOW, lease_until=NOW + LEASE, owner="e", limit=1
+    )
+    await store.commit_turn(
+        TurnCommit("c2", done.token, NOW, RunAdvance("finish", status="completed"))
+    )
+    await store.create_run(NewRun("g1", "kid", "1", "1", NOW, parent_id="c1"), [])
+    (g1,) = await store.claim_runs(
+        workflows=kid, now=NOW, lease_until=NOW + LEASE, owner="e", limit=1
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "g1", g1.token, NOW, RunAdvance("suspend"),
+            [CheckpointWrite(attrs.evolve(remote(1), run_id="g1", step_id="g1:1"), None, "1")],
+            [attrs.evolve(task(1), run_id="g1", step_id="g1:1")],
+        )
+    )  # fmt: skip
+    for run_id, parent in (("c1", "r1"), ("other", None)):
+        await store.create_run(NewRun(run_id, "kid", "1", "1", NOW, parent_id=parent), [])
+    run = await store.cancel_run("r1", compensate=False, now=NOW + 5)
+    assert "cancelled" == run.status
+    assert [
+        ("c1", "cancelled", NOW + 5), ("c2", "completed", NOW), ("g1", "cancelled", NOW + 5),
+        ("other", "pending", NOW), ("r1", "cancelled", NOW + 5),
+    ] == table(
+        durable_store_url, "SELECT run_id, status, updated_at FROM runs ORDER BY run_id"
+    )  # fmt: skip
+    assert [] == table(durable_store_url, "SELECT * FROM tasks")
+    assert [("step.withdrawn", 1, {"attempt": 1, "claimed": False})] == [
+        e for e in await trail(store, "g1") if e[0] == "step.withdrawn"
+    ]
+    assert ["c1", "c2"] == sorted(c.run_id for c in await store.child_runs("r1"))
+
+
+async def test_a_child_made_dead_by_recovery_wakes_its_waiting_parent(
+    store: Store, durable_store_url: str
+) -> None:
+    """Recovery past max_recovery_attempts: the child is dead and its parent pending."""
+    token = await claimed(store)
+    await store.commit_turn(
+        TurnCommit(
+            "r1", token, NOW, RunAdvance("suspend"),
+            [CheckpointWrite(child_cp(1, "r1:1"), None, input='"r1:1"')],
+            runs=[ChildRun(NewRun("r1:1", "kid", "1", "5", NOW, parent_id="r1"))],
+        )
+    )  # fmt: skip
+    await store.claim_runs(
+        workflows=[("kid", "1")], now=NOW, lease_until=NOW + 10, owner="ghost", limit=1
+    )
+    report = await store.recover(now=NOW + 11, max_recovery_attempts=0, reconcile_ms=1000)
+    assert ["r1:1"] == list(report.dead_runs)
+    assert [("r1", "pending", 1), ("r1:1", "dead", 0)] == table(
+        durable_store_url, "SELECT run_id, status, woken FROM runs ORDER BY run_id"
+    )
+
+
 async def test_a_memory_store_is_shared_by_name_and_dropped() -> None:
     """Two stores of one name see the same rows; a dropped name starts empty; no name is refused."""
     durable_store_url = "memory://shared-by-name"
@@ -1094,7 +1383,9 @@ async def test_a_cancel_that_meets_a_queue_it_did_not_lock_locks_it_and_tries_ag
             )
         )
         # As if the step were dispatched after the cancel read the queues it must lock.
-        monkeypatch.setattr(pq, "PENDING_QUEUES", "SELECT NULL::text WHERE %s::text IS NULL")
+        monkeypatch.setattr(
+            pq, "PENDING_QUEUES_OF_RUNS", "SELECT NULL::text WHERE %s::text[] IS NULL"
+        )
         tries: list[Any] = []
         cancel = store._cancel  # pyright: ignore[reportPrivateUsage]
 
@@ -1232,6 +1523,8 @@ def expected_columns() -> dict[str, Sequence[str]]:
         "runs": RUN_COLUMNS,
         "checkpoints": [c for c in CHECKPOINT_COLUMNS if c != "errors"],
         "tasks": TASK_COLUMNS,
+        "messages": MESSAGE_COLUMNS,
+        "event_values": EVENT_VALUE_COLUMNS,
     }
 
 
@@ -1262,6 +1555,8 @@ async def test_the_dialects_keep_the_same_columns_as_rows_py(
     # Every table of a run's rows is one prune deletes from (a new one must join RUN_TABLES).
     holding = {name for name, columns in sqlite_tables.items() if "run_id" in columns}
     assert {"runs", *RUN_TABLES} == holding
+    for name in RUN_DATA_TABLES:
+        assert "run_id" in sqlite_tables[name], name
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])

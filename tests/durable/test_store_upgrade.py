@@ -18,7 +18,9 @@ import pytest
 from psycopg import sql
 
 import effects.durable._store.postgres as pg
+import effects.durable._store.postgres_sql as pg_sql
 import effects.durable._store.sqlite as lite
+import effects.durable._store.sqlite_sql as lite_sql
 from effects.durable import Engine, Recurring, StepFailedError, WorkflowContext, step, workflow
 from effects.durable._store.postgres import parse_postgres_url
 from effects.durable.instrumentation import _ids  # pyright: ignore[reportPrivateUsage]
@@ -175,6 +177,16 @@ BEFORE_SAGAS: Final = {"sqlite": 3, "postgresql": 2}
 BEFORE_TELEMETRY: Final = {"sqlite": (4, 5), "postgresql": (3, 4)}
 
 
+def version_before(url: str, marker: str) -> int:
+    """
+    The schema version of a store from before the upgrade step that holds the statement
+    *marker* (a part of its text): steps are sequenced when branches merge, so a test names its
+    step, not its number.
+    """
+    migrations = lite_sql.MIGRATIONS if url.startswith("sqlite:") else pg_sql.MIGRATIONS
+    return next(i for i, step in enumerate(migrations) if any(marker in s for s in step))
+
+
 def _older(url: str, tmp_path: Path, version: int) -> str:
     """A store of schema *version*, its run suspended on a queued step."""
     sqlite = url.startswith("sqlite:")
@@ -322,13 +334,15 @@ async def test_a_store_from_before_the_workflow_primitives_gains_the_deadline_in
     durable_store_url: str, tmp_path: Path
 ) -> None:
     """
-    From two versions before (SCHEMA_VERSION - 2; recurring workflows came after), the upgrade
-    adds runs.deadline (NULL for the old run, which goes on) and the prune index; a new run's
+    From the version before the deadline's step (later steps follow), the upgrade adds
+    runs.deadline (NULL for the old run, which goes on) and the prune index; a new run's
     timeout is kept there.
     """
     sqlite = durable_store_url.startswith("sqlite:")
     current = lite.SCHEMA_VERSION if sqlite else pg.SCHEMA_VERSION
-    url = _older(durable_store_url, tmp_path, current - 2)
+    url = _older(
+        durable_store_url, tmp_path, version_before(durable_store_url, "ADD COLUMN deadline")
+    )
     async with Engine(url, workflows=[mid_flight], steps=[echo]) as engine:
         await engine.run_until_idle()
         run = await engine.get_run("r")
@@ -356,7 +370,9 @@ async def test_a_store_from_before_recurring_workflows_gains_their_table_in_plac
     """
     sqlite = durable_store_url.startswith("sqlite:")
     current = lite.SCHEMA_VERSION if sqlite else pg.SCHEMA_VERSION
-    url = _older(durable_store_url, tmp_path, current - 1)
+    url = _older(
+        durable_store_url, tmp_path, version_before(durable_store_url, "CREATE TABLE recurring")
+    )
     assert [] == [t for (t,) in rows(url, _TABLES if sqlite else _PG_TABLES) if t == "recurring"]
     clock = VirtualClock(1_767_225_600)
     hourly = Recurring("hourly", mid_flight, spaced("1h"), input=7)

@@ -14,12 +14,14 @@ import pytest
 
 from effects.durable import (
     Engine,
+    Recurring,
     WorkflowContext,
     WorkflowTimeout,
     step,
     workflow,
 )
 from effects.durable._pytest_plugin import DurableEngineFactory
+from schedules import spaced
 from tests.durable.support import START_MS, events_named, rows
 
 pytestmark = pytest.mark.anyio
@@ -327,3 +329,37 @@ async def test_a_compensating_cancel_outlives_the_deadline_it_began_before(
     assert ("suspended", None) == (waiting.status, waiting.wake_at)
     assert ("cancelled", None) == (run.status, run.error)
     assert ("compensate:charge", "completed") == names[-1]
+
+
+async def test_a_child_and_a_recurring_run_take_their_workflows_timeout(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """
+    A run a parent starts (ctx.child) or a Recurring starts gets its workflow's timeout as
+    engine.start gives it: deadline = created_at + timeout, and it fails there.
+    """
+
+    @workflow("slow-kid", timeout="5s")
+    async def slow_kid(ctx: WorkflowContext, order: Any) -> str:
+        return str(await ctx.step(charge, order))
+
+    @workflow("parent")
+    async def parent(ctx: WorkflowContext, order: Any) -> str:
+        return await ctx.child(slow_kid, order)
+
+    ticks = Recurring("ticks", slow_kid, spaced("1h"), input=3)
+    async with durable_engine(workflows=[slow_kid, parent], recurring=[ticks]) as engine:
+        run_id = await engine.start(parent, 9)
+        await engine.run_until_idle()
+        (child,) = await engine.list_runs(workflow="slow-kid")
+        await engine.run_for("1h")
+        started = await engine.get_run(f"ticks@{START_MS + 3_600_000}")
+        await engine.run_for("10s")
+        child_after = await engine.get_run(child.run_id)
+        started_after = await engine.get_run(started.run_id)
+        run = await engine.get_run(run_id)
+    assert child.deadline == child.created_at + 5_000
+    assert started.deadline == started.created_at + 5_000
+    assert ("failed", "workflow_timeout") == (child_after.status, _code(child_after))
+    assert ("failed", "workflow_timeout") == (started_after.status, _code(started_after))
+    assert ("failed", "workflow_timeout") == (run.status, _code(run))

@@ -27,7 +27,14 @@ Concurrency rules every implementation keeps:
   the event ``step.result_discarded``. Each withdrawal is a ``step.withdrawn`` event.
 - A cancel (``cancel_run``) takes the run's lease away, so a turn running elsewhere fails at
   its next write, and withdraws the attempts of the steps it stops waiting for in the same
-  transaction (``rules.cancel_action``, ``rules.cancels_attempt``).
+  transaction (``rules.cancel_action``, ``rules.cancels_attempt``); it reaches every unfinished
+  run the run started (``parent_id``), and theirs, in that transaction too.
+- A message (``send``) is stored and wakes its run in one transaction, as
+  ``rules.message_wakes`` says; a turn takes it (``TurnCommit.taken``) in the commit that
+  completes its ``recv`` checkpoint, so it is delivered once. A ``message_id`` is kept for the
+  run's life: the same id again stores nothing.
+- Whatever finishes a run (a turn's commit, a cancel, recovery making it dead) wakes its parent
+  in the same transaction, as ``rules.child_wakes`` says.
 - A recurring workflow's row (``write_recurring``) is a compare-and-set on its revision, in the
   same transaction as the runs its step starts: a step and its runs land together or not at all,
   and of two engines stepping one recurrence only one lands.
@@ -48,8 +55,13 @@ from effects.durable.errors import DurableError, StepError
 __all__ = [
     "ALL_RUNS",
     "CheckpointWrite",
+    "ChildRun",
     "ClaimedRun",
+    "EventValue",
+    "EventWrite",
+    "Message",
     "NewEvent",
+    "NewMessage",
     "NewRun",
     "NewTask",
     "RecoveryReport",
@@ -59,6 +71,7 @@ __all__ = [
     "RunQuery",
     "StaleTurnError",
     "Store",
+    "Take",
     "TaskOutcome",
     "TurnCommit",
     "discarded",
@@ -74,7 +87,8 @@ class NewRun:
     """
     A run to create: ``pending``, or, with *lease_token*, ``running`` and leased (until epoch ms
     *lease_until*) to the engine that starts it and runs its first turn at once; *traceparent*
-    is its W3C trace context; *deadline* the epoch ms of its whole-run timeout, or ``None``.
+    is its W3C trace context; *deadline* the epoch ms of its whole-run timeout, or ``None``;
+    *parent_id* the run that starts it as a child workflow.
     """
 
     run_id: str
@@ -86,6 +100,77 @@ class NewRun:
     lease_until: int | None = None
     traceparent: str | None = None
     deadline: int | None = None
+    parent_id: str | None = None
+
+
+@attrs.frozen
+class ChildRun:
+    """
+    A child workflow's run that a turn's commit creates (pending, its ``parent_id`` the
+    committing run), with its events. If its id is taken by a run of the same parent the
+    commit writes no run; by any other run it is refused (``StaleTurnError``).
+    """
+
+    run: NewRun
+    events: Sequence[NewEvent] = ()
+
+
+@attrs.frozen
+class NewMessage:
+    """
+    A message to run *run_id* on *topic*: *body* is JSON text; *message_id* (``None``: none)
+    makes it idempotent: the same id again, for the run's life, stores nothing.
+    """
+
+    run_id: str
+    topic: str
+    body: str
+    now: int
+    message_id: str | None = None
+
+
+@attrs.frozen
+class Message:
+    """
+    A message as stored: its place *n* in its run's send order (1, 2, ...), its *body* (JSON
+    data), and *seq*, the ``recv`` checkpoint that took it (``None``: not read yet).
+    """
+
+    run_id: str
+    n: int
+    topic: str
+    body: Any
+    message_id: str | None
+    sent_at: int
+    seq: int | None = None
+
+
+@attrs.frozen
+class Take:
+    """A turn's commit takes message *n* of its run for the ``recv`` checkpoint at *seq*."""
+
+    n: int
+    seq: int
+
+
+@attrs.frozen
+class EventWrite:
+    """A turn's commit sets the run's event *key* to *value* (JSON text) at checkpoint *seq*."""
+
+    key: str
+    value: str
+    seq: int
+
+
+@attrs.frozen
+class EventValue:
+    """An event value as stored: the latest *value* (JSON data) of *key*, set at *seq* and *at*."""
+
+    run_id: str
+    key: str
+    value: Any
+    seq: int
+    at: int
 
 
 @attrs.frozen
@@ -208,7 +293,11 @@ class RunAdvance:
 
 @attrs.frozen
 class TurnCommit:
-    """One transaction of a turn: checkpoint rows, tasks, events and the run's advance."""
+    """
+    One transaction of a turn: checkpoint rows, tasks, events and the run's advance; the child
+    runs it starts (*runs*), the messages it takes (*taken*, each still unread, else
+    ``StaleTurnError``) and the event values it sets (*values*).
+    """
 
     run_id: str
     token: str
@@ -217,6 +306,9 @@ class TurnCommit:
     checkpoints: Sequence[CheckpointWrite] = ()
     tasks: Sequence[NewTask] = ()
     events: Sequence[NewEvent] = ()
+    runs: Sequence[ChildRun] = ()
+    taken: Sequence[Take] = ()
+    values: Sequence[EventWrite] = ()
 
 
 @attrs.frozen
@@ -431,7 +523,10 @@ class Store(Protocol):
         ...
 
     async def commit_turn(self, commit: TurnCommit) -> None:
-        """Apply *commit* in one transaction, or raise ``StaleTurnError`` and write nothing."""
+        """
+        Apply *commit* in one transaction, or raise ``StaleTurnError`` and write nothing. A
+        ``finish`` wakes the run's parent (``rules.child_wakes``).
+        """
         ...
 
     async def record_local_step(
@@ -567,14 +662,40 @@ class Store(Protocol):
         """
         ...
 
+    async def send(self, message: NewMessage) -> bool:
+        """
+        Store *message* after the run's others and wake the run as ``rules.message_wakes``
+        says, in one transaction; ``False`` (nothing written) if its ``message_id`` is known
+        for the run already.
+
+        Raises:
+            LookupError: If there is no such run.
+            ValueError: If the run is finished, naming its status (``rules.check_send``).
+        """
+        ...
+
+    async def next_message(self, run_id: str, topic: str) -> Message | None:
+        """The run's first message on *topic* that no ``recv`` has taken, or ``None``."""
+        ...
+
+    async def event_value(self, run_id: str, key: str) -> EventValue | None:
+        """The value the run last set for event *key*, or ``None``."""
+        ...
+
+    async def child_runs(self, run_id: str) -> list[Run]:
+        """The runs whose parent is *run_id*, oldest first (by ``created_at``, then id)."""
+        ...
+
     async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
         """
         Cancel the run as ``rules.cancel_action`` says, in one transaction: ``cancelled`` at once
         (event ``run.cancelled``), or, for a compensating cancel of a run with completed steps,
         pending with ``cancel = "compensate"`` (event ``run.cancel_requested``), or unchanged.
         Either way its lease is gone, and the attempts of the steps ``rules.cancels_attempt``
-        picks are withdrawn and those steps failed (code ``cancelled``, not final). Returns the
-        run as stored after.
+        picks are withdrawn and those steps failed (code ``cancelled``, not final). Every
+        unfinished run it started, and theirs (``parent_id``), is cancelled the same way in the
+        same transaction (one finished or already asked to is left as it is). Returns the run
+        as stored after.
 
         Raises:
             LookupError: If there is no such run.

@@ -25,12 +25,15 @@ from typing import Any, Final, cast
 import attrs
 
 from effects.durable._failures import cancelled_attempt, dead_run, lost_worker
-from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
 from effects.durable._store import (
     ALL_RUNS,
     CheckpointWrite,
     ClaimedRun,
+    EventValue,
+    Message,
     NewEvent,
+    NewMessage,
     NewRun,
     NewTask,
     RecoveryReport,
@@ -45,6 +48,8 @@ from effects.durable._store import (
 from effects.durable._store.rows import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_WRITE_COLUMNS,
+    EVENT_VALUE_COLUMNS,
+    MESSAGE_COLUMNS,
     PRUNE_BATCH,
     RECURRING_COLUMNS,
     RUN_COLUMNS,
@@ -55,8 +60,10 @@ from effects.durable._store.rows import (
     checkpoint_values,
     dumps,
     error_text,
+    event_value_of,
     events_of,
     leased_run,
+    message_of,
     policy_text,
     run_of,
     tapped_events,
@@ -74,10 +81,13 @@ from effects.durable._store.rules import (
     cancel_mode,
     cancels_attempt,
     check_requeue,
+    check_send,
+    child_wakes,
     claim_holds,
     compensated,
     gives_up,
     lease_holds,
+    message_wakes,
     outcome_applies,
     parked_until,
     prunable,
@@ -164,6 +174,7 @@ class _RunRow:
     cancel: str | None = None
     traceparent: str | None = None
     deadline: int | None = None
+    parent_id: str | None = None
 
 
 @attrs.frozen
@@ -229,6 +240,26 @@ class _EventRow:
     data: str
 
 
+@attrs.frozen
+class _MessageRow:
+    run_id: str
+    n: int
+    topic: str
+    body: str
+    message_id: str | None
+    sent_at: int
+    seq: int | None = None
+
+
+@attrs.frozen
+class _EventValueRow:
+    run_id: str
+    key: str
+    value: str
+    seq: int
+    set_at: int
+
+
 #: The columns of each table, as ``MemoryStore.dump`` shows them (SQLite's, in its order).
 _COLUMNS: Final = {
     "runs": tuple(f.name for f in attrs.fields(_RunRow)),
@@ -237,6 +268,8 @@ _COLUMNS: Final = {
     "events": tuple(f.name for f in attrs.fields(_EventRow)),
     "step_errors": ("run_id", "seq", "n", "error"),
     "recurring": RECURRING_COLUMNS,
+    "messages": MESSAGE_COLUMNS,
+    "event_values": EVENT_VALUE_COLUMNS,
 }
 
 _MISSING: Final = object()
@@ -274,6 +307,13 @@ class _Tables:
     events: dict[str, tuple[_EventRow, ...]] = attrs.field(factory=dict[str, tuple[_EventRow, ...]])
     # Recurring workflows by name; a row holds SQLite's columns in their order.
     recurring: dict[str, RecurringRow] = attrs.field(factory=dict[str, RecurringRow])
+    # ``rows.RUN_DATA_TABLES``, by run: its messages in send order, its event values by key.
+    messages: dict[str, tuple[_MessageRow, ...]] = attrs.field(
+        factory=dict[str, tuple[_MessageRow, ...]]
+    )
+    event_values: dict[str, dict[str, _EventValueRow]] = attrs.field(
+        factory=dict[str, dict[str, _EventValueRow]]
+    )
     last_task_id: int = 0
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     hints: list[_Hint] = attrs.field(factory=list[_Hint])
@@ -415,6 +455,16 @@ class MemoryStore:
                     for n, error in enumerate(texts, 1)
                 ],
                 "recurring": [attrs.astuple(tables.recurring[k]) for k in sorted(tables.recurring)],
+                "messages": [
+                    attrs.astuple(m)
+                    for run_id in sorted(tables.messages)
+                    for m in tables.messages[run_id]
+                ],
+                "event_values": [
+                    attrs.astuple(values[key])
+                    for _, values in sorted(tables.event_values.items())
+                    for key in sorted(values)
+                ],
             }
         return {
             table: (_COLUMNS[table], [_sqlite_values(row) for row in rows])
@@ -707,21 +757,19 @@ class MemoryStore:
     async def create_run(self, run: NewRun, events: Sequence[NewEvent]) -> Run | ClaimedRun | None:
         """Insert *run* (pending, or leased); return the existing run if the id is taken."""
         with self._write() as tables:
-            taken = self._insert_run(tables, run, events)
-            if taken is not None:
-                return _run(taken)
+            taken = self._create_run(tables, run, events)
+        if taken is not None:
+            return taken
         if run.lease_token is None:
             self._tell(runs=True)
             return None
         return leased_run(run, run.lease_token)
 
-    def _insert_run(
-        self, tables: _Tables, run: NewRun, events: Sequence[NewEvent]
-    ) -> _RunRow | None:
-        """Insert *run* with its *events*; the run of its id instead, if there is one."""
+    def _create_run(self, tables: _Tables, run: NewRun, events: Sequence[NewEvent]) -> Run | None:
+        """Insert *run*; the run that has its id already, if one does (then nothing is written)."""
         taken = tables.runs.get(run.run_id)
         if taken is not None:
-            return taken
+            return _run(taken)
         leased = run.lease_token is not None
         row = _RunRow(
             run_id=run.run_id,
@@ -737,6 +785,7 @@ class MemoryStore:
             lease_until=run.lease_until if leased else None,
             traceparent=run.traceparent,
             deadline=run.deadline,
+            parent_id=run.parent_id,
         )
         tables.put(tables.runs, run.run_id, row)
         self._insert_events(tables, event_rows(run.run_id, events))
@@ -904,19 +953,35 @@ class MemoryStore:
         updates is at the revision it read; else raise ``StaleTurnError`` and write nothing.
         """
         with self._write() as tables:
-            self._commit_turn(tables, commit)
+            woke = self._commit_turn(tables, commit)
         adv = commit.advance
         self._tell(
-            runs=adv.action == "release" or (adv.action == "suspend" and adv.wake_at is not None),
+            runs=woke
+            or bool(commit.runs)
+            or adv.action == "release"
+            or (adv.action == "suspend" and adv.wake_at is not None),
             tasks=bool(commit.tasks),
             due=adv.wake_at is not None or any(t.available_at > commit.now for t in commit.tasks),
         )
 
-    def _commit_turn(self, tables: _Tables, commit: TurnCommit) -> None:
+    def _commit_turn(self, tables: _Tables, commit: TurnCommit) -> bool:
+        """Apply *commit*; whether it woke the run's parent."""
         run = self._leased(tables, commit.run_id, commit.token)
         if run is None:
             raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
         self._advance(tables, run, commit)
+        woke = commit.advance.action == "finish" and self._wake_parent(tables, run, commit.now)
+        for child in commit.runs:
+            taken = self._create_run(tables, child.run, child.events)
+            if taken is not None and taken.parent_id != commit.run_id:
+                msg = f"run {commit.run_id}: child run id {child.run.run_id!r} was taken meanwhile"
+                raise StaleTurnError(msg)
+        for take in commit.taken:
+            self._take(tables, commit.run_id, take.n, take.seq)
+        for value in commit.values:
+            values = tables.event_values.get(commit.run_id, {})
+            row = _EventValueRow(commit.run_id, value.key, value.value, value.seq, commit.now)
+            tables.put(tables.event_values, commit.run_id, {**values, value.key: row})
         cps = tables.checkpoints_of(commit.run_id)
         for write in commit.checkpoints:
             self._write_checkpoint(tables, cps, commit, write)
@@ -926,6 +991,33 @@ class MemoryStore:
             unclaimed = self._delete_tasks(tables, _unclaimed_of(task.run_id, task.seq))
             self._enqueue(tables, task, commit.now)
             self._release_slots(tables, unclaimed, commit.now)
+        return woke
+
+    @staticmethod
+    def _take(tables: _Tables, run_id: str, n: int, seq: int) -> None:
+        """A turn takes message *n* of the run for its recv at *seq*, if it is still unread."""
+        trail = tables.messages.get(run_id, ())
+        index = next((i for i, m in enumerate(trail) if m.n == n and m.seq is None), None)
+        if index is None:
+            raise StaleTurnError(f"run {run_id}: message {n} was taken meanwhile")
+        taken = attrs.evolve(trail[index], seq=seq)
+        tables.put(tables.messages, run_id, (*trail[:index], taken, *trail[index + 1 :]))
+
+    @staticmethod
+    def _wake_parent(tables: _Tables, run: _RunRow, now: int) -> bool:
+        """The parent of finishing *run* wakes as ``rules.child_wakes`` says; whether it did."""
+        parent = None if run.parent_id is None else tables.runs.get(run.parent_id)
+        if parent is None:
+            return False
+        waited = dumps(run.run_id)  # the input of the child checkpoint that waits for it
+        awaits = any(
+            cp.kind == "child" and cp.status == "pending" and cp.input == waited
+            for cp in tables.checkpoints.get(parent.run_id, {}).values()
+        )
+        if not child_wakes(parent.status, awaits_child=awaits):
+            return False
+        MemoryStore._wake_run(tables, parent.run_id, now)
+        return True
 
     def _write_checkpoint(
         self,
@@ -1285,6 +1377,8 @@ class MemoryStore:
         else:
             after = attrs.evolve(cleared, status="pending", recovery_attempts=count + 1)
         tables.put(tables.runs, run.run_id, after)
+        if verdict == "dead":
+            self._wake_parent(tables, run, now)
         self._append_event(tables, recovery_event(run.run_id, verdict, count, wake_at, now))
         return verdict
 
@@ -1418,7 +1512,8 @@ class MemoryStore:
     async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
         """
         Cancel rule (see ``Store.cancel_run``): ``rules.cancel_action`` decides; the attempts
-        ``rules.cancels_attempt`` picks are withdrawn and their steps failed as cancelled.
+        ``rules.cancels_attempt`` picks are withdrawn and their steps failed as cancelled; every
+        unfinished run below it is cancelled the same way.
 
         Raises:
             LookupError: If there is no such run.
@@ -1429,54 +1524,15 @@ class MemoryStore:
             if run is None:
                 msg = f"no run with id {run_id!r}"
                 raise LookupError(msg)
-            record = _run(run)
-            cps = tables.checkpoints_of(run_id)
-            action = cancel_action(
-                record,
-                compensate=compensate,
-                has_completed=any(cp.status == "completed" for cp in cps.values()),
-            )
-            if action == "keep":
-                return record
-            keep_undos = action == "request"
-            stopped = [
-                seq
-                for seq, cp in sorted(cps.items())
-                if cancels_attempt(_checkpoint(tables, cp), keep_undos=keep_undos)
-            ]
-            self._withdraw(tables, run_id, stopped, now)
-            text = error_text(cancelled_attempt())
-            assert text is not None
-            for seq in stopped:
-                cp = cps[seq]
-                failed = attrs.evolve(
-                    cp,
-                    status="failed",
-                    error=text,
-                    final=False,
-                    wake_at=None,
-                    updated_at=now,
-                    rev=cp.rev + 1,
-                )
-                tables.put(cps, seq, failed)
-                errors = tables.step_errors.get((run_id, seq), ())
-                tables.put(tables.step_errors, (run_id, seq), (*errors, text))
-            cleared = attrs.evolve(
-                run,
-                cancel=cancel_mode(record, compensate=compensate),
-                wake_at=None,
-                lease_token=None,
-                lease_until=None,
-                updated_at=now,
-            )
-            if action == "cancel":
-                after = attrs.evolve(cleared, status="cancelled", error=None, woken=False)
-                self._append_event(tables, cancelled(run_id, compensate=compensate, now=now))
-            else:
-                after = attrs.evolve(cleared, status="pending")
-                self._append_event(tables, cancel_requested(run_id, now))
-            tables.put(tables.runs, run_id, after)
-        self._tell(runs=action == "request")
+            woke = False
+            action = self._cancel(tables, run, compensate=compensate, now=now)
+            if action != "keep":
+                for below in self._descendants(tables, run_id):
+                    if below.status not in FINISHED:
+                        self._cancel(tables, below, compensate=compensate, now=now)
+                woke = True
+            after = tables.runs[run_id]
+        self._tell(runs=woke)
         return _run(after)
 
     # -- recurring workflows ----------------------------------------------------------------------
@@ -1519,10 +1575,130 @@ class MemoryStore:
                     continue
                 tables.put(tables.recurring, row.name, row)
                 for run, started in write.starts:
-                    self._insert_run(tables, run, (started,))
+                    self._create_run(tables, run, (started,))
         if any(landed[i] and w.starts for i, w in enumerate(writes)):
             self._tell(runs=True)
         return landed
+
+    @staticmethod
+    def _descendants(tables: _Tables, run_id: str) -> list[_RunRow]:
+        """Every run below *run_id* (its children, theirs, ...), oldest first."""
+        found: dict[str, _RunRow] = {}
+        frontier = {run_id}
+        while frontier:
+            below = [
+                r for r in tables.runs.values() if r.parent_id in frontier and r.run_id not in found
+            ]
+            found.update((r.run_id, r) for r in below)
+            frontier = {r.run_id for r in below}
+        return sorted(found.values(), key=lambda r: (r.created_at, r.run_id))
+
+    def _cancel(self, tables: _Tables, run: _RunRow, *, compensate: bool, now: int) -> str:
+        """Cancel *run* (unfinished) as ``rules.cancel_action`` says; return the action."""
+        run_id = run.run_id
+        record = _run(run)
+        cps = tables.checkpoints_of(run_id)
+        action = cancel_action(
+            record,
+            compensate=compensate,
+            has_completed=any(cp.status == "completed" for cp in cps.values()),
+        )
+        if action == "keep":
+            return action
+        keep_undos = action == "request"
+        stopped = [
+            seq
+            for seq, cp in sorted(cps.items())
+            if cancels_attempt(_checkpoint(tables, cp), keep_undos=keep_undos)
+        ]
+        self._withdraw(tables, run_id, stopped, now)
+        text = error_text(cancelled_attempt())
+        assert text is not None
+        for seq in stopped:
+            cp = cps[seq]
+            failed = attrs.evolve(
+                cp,
+                status="failed",
+                error=text,
+                final=False,
+                wake_at=None,
+                updated_at=now,
+                rev=cp.rev + 1,
+            )
+            tables.put(cps, seq, failed)
+            errors = tables.step_errors.get((run_id, seq), ())
+            tables.put(tables.step_errors, (run_id, seq), (*errors, text))
+        cleared = attrs.evolve(
+            run,
+            cancel=cancel_mode(record, compensate=compensate),
+            wake_at=None,
+            lease_token=None,
+            lease_until=None,
+            updated_at=now,
+        )
+        if action == "cancel":
+            after = attrs.evolve(cleared, status="cancelled", error=None, woken=False)
+            self._append_event(tables, cancelled(run_id, compensate=compensate, now=now))
+        else:
+            after = attrs.evolve(cleared, status="pending")
+            self._append_event(tables, cancel_requested(run_id, now))
+        tables.put(tables.runs, run_id, after)
+        if action == "cancel":
+            self._wake_parent(tables, after, now)
+        return action
+
+    # -- messages, events and children ------------------------------------------------------------
+
+    async def send(self, message: NewMessage) -> bool:
+        """Store *message* and wake its run (see ``Store.send``)."""
+        run_id = message.run_id
+        with self._write() as tables:
+            run = tables.runs.get(run_id)
+            if run is None:
+                msg = f"no run with id {run_id!r}"
+                raise LookupError(msg)
+            check_send(_run(run))
+            trail = tables.messages.get(run_id, ())
+            if message.message_id is not None and any(
+                m.message_id == message.message_id for m in trail
+            ):
+                return False
+            n = trail[-1].n + 1 if trail else 1
+            row = _MessageRow(
+                run_id, n, message.topic, message.body, message.message_id, message.now
+            )
+            tables.put(tables.messages, run_id, (*trail, row))
+            awaits = any(
+                cp.kind == "recv" and cp.status == "pending" and cp.name == message.topic
+                for cp in tables.checkpoints.get(run_id, {}).values()
+            )
+            woke = message_wakes(run.status, awaits_topic=awaits)
+            if woke:
+                self._wake_run(tables, run_id, message.now)
+        self._tell(runs=woke)
+        return True
+
+    async def next_message(self, run_id: str, topic: str) -> Message | None:
+        """The run's first unread message on *topic*, or ``None``."""
+        with self._read() as tables:
+            found = next(
+                (m for m in tables.messages.get(run_id, ()) if m.topic == topic and m.seq is None),
+                None,
+            )
+            return None if found is None else message_of(attrs.astuple(found))
+
+    async def event_value(self, run_id: str, key: str) -> EventValue | None:
+        """The run's latest value of event *key*, or ``None``."""
+        with self._read() as tables:
+            found = tables.event_values.get(run_id, {}).get(key)
+            return None if found is None else event_value_of(attrs.astuple(found))
+
+    async def child_runs(self, run_id: str) -> list[Run]:
+        """The runs whose parent is *run_id*, oldest first."""
+        with self._read() as tables:
+            below = [r for r in tables.runs.values() if r.parent_id == run_id]
+            below.sort(key=lambda r: (r.created_at, r.run_id))
+            return [_run(r) for r in below]
 
 
 def _delete_rows_of(tables: _Tables, table: dict[Any, Any], run_ids: frozenset[str]) -> None:

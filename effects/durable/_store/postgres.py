@@ -48,12 +48,16 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from effects.durable._failures import cancelled_attempt, dead_run, lost_worker
-from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
 from effects.durable._store import (
     ALL_RUNS,
     CheckpointWrite,
+    ChildRun,
     ClaimedRun,
+    EventValue,
+    Message,
     NewEvent,
+    NewMessage,
     NewRun,
     NewTask,
     RecoveryReport,
@@ -79,8 +83,10 @@ from effects.durable._store.rows import (
     dumps,
     error_text,
     errors_text,
+    event_value_of,
     events_of,
     leased_run,
+    message_of,
     policy_text,
     recurring_of,
     recurring_values,
@@ -97,6 +103,7 @@ from effects.durable._store.rules import (
     cancel_mode,
     cancels_attempt,
     check_requeue,
+    check_send,
     gives_up,
     recovery_verdict,
     redispatch,
@@ -229,6 +236,19 @@ def _later(commit: TurnCommit) -> bool:
     adv = commit.advance
     return (adv.action == "suspend" and adv.wake_at is not None) or any(
         task.available_at > commit.now for task in commit.tasks
+    )
+
+
+def _extras(commit: TurnCommit) -> bool:
+    """
+    Whether *commit* takes the general path for what no one-statement path writes: child runs,
+    taken messages, event values, or a finish (which wakes a parent) with rows of its own.
+    """
+    return bool(
+        commit.runs
+        or commit.taken
+        or commit.values
+        or (commit.advance.action == "finish" and (commit.checkpoints or commit.tasks))
     )
 
 
@@ -871,6 +891,7 @@ class PostgresStore:
             "until": None if leased is None else run.lease_until,
             "traceparent": run.traceparent,
             "deadline": run.deadline,
+            "parent": run.parent_id,
             **self._events_json(events),
             **self._hint_params("r"),
             # A leased run is this engine's to run: no one else needs waking for it.
@@ -1097,6 +1118,7 @@ class PostgresStore:
                         msg = f"run {commit.run_id}: checkpoint {seq} {how} meanwhile"
                         raise StaleTurnError(msg)
                     await self._write_errors(conn, commit.run_id, write)
+                await self._commit_extras(conn, commit)
                 queued = False
                 for task in commit.tasks:
                     queued = await self._enqueue(conn, task, commit.now) or queued
@@ -1117,7 +1139,7 @@ class PostgresStore:
             held(await cursor.fetchone(), cursor.rowcount)
 
         try:
-            if not self._one_statement_paths:
+            if not self._one_statement_paths or _extras(commit):
                 await self._call(general)
             elif not commit.checkpoints and not commit.tasks:
                 statement, params = self._advance(commit, runs=hint, tasks=False)
@@ -1133,6 +1155,33 @@ class PostgresStore:
             raise
         except psycopg.DataError as error:
             raise self._payload_error(error, f"a step of run {commit.run_id!r}") from error
+
+    async def _commit_extras(self, conn: AsyncConnection[Any], commit: TurnCommit) -> None:
+        """A commit's child runs, taken messages and event values (its run's row locked)."""
+        for child in commit.runs:
+            await self._create_child(conn, commit.run_id, child)
+        for take in commit.taken:
+            params = {"seq": take.seq, "run": commit.run_id, "n": take.n}
+            if (await conn.execute(pq.MESSAGE_TAKE, params)).rowcount != 1:
+                msg = f"run {commit.run_id}: message {take.n} was taken meanwhile"
+                raise StaleTurnError(msg)
+        for value in commit.values:
+            await conn.execute(
+                pq.EVENT_VALUE_SET, (commit.run_id, value.key, value.value, value.seq, commit.now)
+            )
+
+    async def _create_child(
+        self, conn: AsyncConnection[Any], parent_id: str, child: ChildRun
+    ) -> None:
+        """Insert a child run of *parent_id*; one of its id must be that parent's already."""
+        params = {**self._run_params(child.run, child.events), "parent": parent_id}
+        row = await (await conn.execute(pq.RUN_CREATE, params)).fetchone()
+        if row is not None and row[0] == 1:
+            return
+        found = await (await conn.execute(pq.RUN, (child.run.run_id,))).fetchone()
+        if found is None or run_of(found).parent_id != parent_id:
+            msg = f"run {parent_id}: child run id {child.run.run_id!r} was taken meanwhile"
+            raise StaleTurnError(msg)
 
     @staticmethod
     async def _withdraw(
@@ -1338,6 +1387,13 @@ class PostgresStore:
             params["wake"] = adv.wake_at
         elif adv.action == "finish":
             params.update(status=adv.status, output=adv.output, error=error_text(adv.error))
+            parent = self._hint_params("r")
+            params.update(
+                child=dumps(commit.run_id),
+                parent_channels=parent["channels"],
+                parent_sender=parent["sender"],
+                parent_listen=parent["listen"],
+            )
         return _held(adv)[0], params
 
     # -- workers ----------------------------------------------------------------------------------
@@ -1676,6 +1732,9 @@ class PostgresStore:
             elif verdict == "dead":
                 error = error_text(dead_run(count, max_recovery_attempts))
                 await conn.execute(pq.RUN_DEAD, (error, now, run_id))
+                await conn.execute(
+                    pq.PARENT_WAKE, {"run": run_id, "now": now, "child": dumps(run_id)}
+                )
             else:
                 await conn.execute(pq.RUN_RECOVER, (now, run_id))
             await self._insert_event(conn, recovery_event(run_id, verdict, count, wake_at, now))
@@ -1813,10 +1872,11 @@ class PostgresStore:
 
     async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
         """
-        Cancel the run as ``rules.cancel_action`` says (see ``Store.cancel_run``). Locks in the
-        store's order: the queues of the steps it stops waiting for (read first; once the run's
-        row is locked no turn can dispatch more, and a queue read too early is locked on a
-        second try), then the run's row, task rows, checkpoint rows.
+        Cancel the run as ``rules.cancel_action`` says (see ``Store.cancel_run``), and every
+        unfinished run below it the same way. Locks in the store's order: the queues of the
+        steps it stops waiting for (read first; once the runs' rows are locked no turn can
+        dispatch more, and a queue read too early is locked on a second try), then the runs'
+        rows (the run's, then those below it in id order), task rows, checkpoint rows.
         """
 
         async def go(conn: AsyncConnection[Any], retry: _Retry) -> Run:
@@ -1842,8 +1902,11 @@ class PostgresStore:
         retry: _Retry,
     ) -> Run:
         async with conn.transaction():
+            below = [
+                row[0] for row in await (await conn.execute(pq.DESCENDANTS, (run_id,))).fetchall()
+            ]
             if locked is None:
-                cursor = await conn.execute(pq.PENDING_QUEUES, (run_id,))
+                cursor = await conn.execute(pq.PENDING_QUEUES_OF_RUNS, ([run_id, *below],))
                 locked = {row[0] for row in await cursor.fetchall() if row[0] is not None}
             await self._queue_locks(conn, sorted(locked))
             row = await (await conn.execute(pq.RUN_FOR_UPDATE, (run_id,))).fetchone()
@@ -1853,42 +1916,20 @@ class PostgresStore:
             run = run_of(row)
             if retry.again and run.status == "cancelled" and run.updated_at == now:
                 return run  # the first try landed before its reply was lost
-            checkpoints = await self._checkpoints(conn, run_id)
-            action = cancel_action(
-                run,
-                compensate=compensate,
-                has_completed=any(cp.status == "completed" for cp in checkpoints),
-            )
-            if action == "keep":
-                return run
-            keep_undos = action == "request"
-            stopped = [cp for cp in checkpoints if cancels_attempt(cp, keep_undos=keep_undos)]
-            missing = {cp.queue for cp in stopped if cp.queue is not None} - locked
-            if missing:
-                raise _Relock(locked | missing)
-            seqs = [cp.seq for cp in stopped]
             freed: list[str | None] = []
-            if seqs:
-                freed = await self._withdraw(conn, run_id, seqs, now)
-                params = {
-                    "run": run_id,
-                    "seqs": seqs,
-                    "now": now,
-                    "error": error_text(cancelled_attempt()),
-                }
-                await conn.execute(pq.CANCEL_ATTEMPTS, params)
-            if action == "cancel":
-                mode = cancel_mode(run, compensate=compensate)
-                params = {"run": run_id, "mode": mode, "now": now}
-                new = await (await conn.execute(pq.RUN_CANCEL, params)).fetchone()
-                await self._insert_event(conn, cancelled(run_id, compensate=compensate, now=now))
-            else:
-                new = await (
-                    await conn.execute(pq.RUN_CANCEL_REQUEST, {"run": run_id, "now": now})
-                ).fetchone()
-                await self._insert_event(conn, cancel_requested(run_id, now))
-                await self._notify(conn, "r")
+            if not await self._cancel_one(conn, run, compensate, now, locked, freed):
+                return run
+            # Read again under the run's lock: no run below it can start another now.
+            below = [
+                row[0] for row in await (await conn.execute(pq.DESCENDANTS, (run_id,))).fetchall()
+            ]
+            if below:
+                cursor = await conn.execute(pq.RUNS_FOR_UPDATE, (below,))
+                for child in [run_of(found) for found in await cursor.fetchall()]:
+                    if child.status not in FINISHED:
+                        await self._cancel_one(conn, child, compensate, now, locked, freed)
             await self._release_slots(conn, freed, now)
+            new = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
         assert new is not None
         return run_of(new)
 
@@ -1948,3 +1989,126 @@ class PostgresStore:
             return landed
 
         return await self._call(go)
+
+    async def _cancel_one(  # noqa: PLR0917 - one caller's state, in order
+        self,
+        conn: AsyncConnection[Any],
+        run: Run,
+        compensate: bool,
+        now: int,
+        locked: set[str],
+        freed: list[str | None],
+    ) -> bool:
+        """
+        Cancel *run* (unfinished, its row locked) as ``rules.cancel_action`` says; ``False``:
+        it was kept. The queues of the attempts it withdraws are added to *freed*.
+
+        Raises:
+            _Relock: If it stops steps of a queue not in *locked*.
+        """
+        run_id = run.run_id
+        checkpoints = await self._checkpoints(conn, run_id)
+        action = cancel_action(
+            run,
+            compensate=compensate,
+            has_completed=any(cp.status == "completed" for cp in checkpoints),
+        )
+        if action == "keep":
+            return False
+        keep_undos = action == "request"
+        stopped = [cp for cp in checkpoints if cancels_attempt(cp, keep_undos=keep_undos)]
+        missing = {cp.queue for cp in stopped if cp.queue is not None} - locked
+        if missing:
+            raise _Relock(locked | missing)
+        seqs = [cp.seq for cp in stopped]
+        if seqs:
+            freed.extend(await self._withdraw(conn, run_id, seqs, now))
+            params = {
+                "run": run_id,
+                "seqs": seqs,
+                "now": now,
+                "error": error_text(cancelled_attempt()),
+            }
+            await conn.execute(pq.CANCEL_ATTEMPTS, params)
+        if action == "cancel":
+            mode = cancel_mode(run, compensate=compensate)
+            await conn.execute(pq.RUN_CANCEL, {"run": run_id, "mode": mode, "now": now})
+            await self._insert_event(conn, cancelled(run_id, compensate=compensate, now=now))
+            if (
+                await conn.execute(
+                    pq.PARENT_WAKE, {"run": run_id, "now": now, "child": dumps(run_id)}
+                )
+            ).rowcount:
+                await self._notify(conn, "r")
+        else:
+            await conn.execute(pq.RUN_CANCEL_REQUEST, {"run": run_id, "now": now})
+            await self._insert_event(conn, cancel_requested(run_id, now))
+            await self._notify(conn, "r")
+        return True
+
+    # -- messages, events and children ------------------------------------------------------------
+
+    async def send(self, message: NewMessage) -> bool:
+        """
+        Store *message* and wake its run (see ``Store.send``): the run's row is locked first,
+        so the wake reads what a turn of the run committed meanwhile (a recv it now waits in).
+        """
+        params = {
+            "run": message.run_id,
+            "topic": message.topic,
+            "body": message.body,
+            "id": message.message_id,
+            "now": message.now,
+        }
+
+        async def go(conn: AsyncConnection[Any], retry: _Retry) -> bool:
+            async with conn.transaction():
+                row = await (await conn.execute(pq.RUN_FOR_UPDATE, (message.run_id,))).fetchone()
+                if row is None:
+                    msg = f"no run with id {message.run_id!r}"
+                    raise LookupError(msg)
+                check_send(run_of(row))
+                if (await conn.execute(pq.MESSAGE_INSERT, params)).rowcount != 1:
+                    # Known: a duplicate, or (a retry after a lost reply) this one.
+                    return retry.again and await self._sent_as(conn, message)
+                if (await conn.execute(pq.MESSAGE_WAKE, params)).rowcount:
+                    await self._notify(conn, "r")
+                return True
+
+        return await self._call(go)
+
+    @staticmethod
+    async def _sent_as(conn: AsyncConnection[Any], message: NewMessage) -> bool:
+        """Whether a retried send's message is there as sent at its time (its first try landed)."""
+        cursor = await conn.execute(pq.MESSAGE_SENT_AT, (message.run_id, message.message_id))
+        row = await cursor.fetchone()
+        return row is not None and row[0] == message.now
+
+    async def next_message(self, run_id: str, topic: str) -> Message | None:
+        """The run's first unread message on *topic*, or ``None``."""
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> Message | None:
+            row = await (await conn.execute(pq.NEXT_MESSAGE, (run_id, topic))).fetchone()
+            return None if row is None else message_of(row)
+
+        return await self._call(go, quiet=True)
+
+    async def event_value(self, run_id: str, key: str) -> EventValue | None:
+        """The run's latest value of event *key*, or ``None``."""
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> EventValue | None:
+            row = await (await conn.execute(pq.EVENT_VALUE, (run_id, key))).fetchone()
+            return None if row is None else event_value_of(row)
+
+        return await self._call(go, quiet=True)
+
+    async def child_runs(self, run_id: str) -> list[Run]:
+        """The runs whose parent is *run_id*, oldest first."""
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> list[Run]:
+            return [
+                run_of(row)
+                for row in await (await conn.execute(pq.CHILD_RUNS, (run_id,))).fetchall()
+            ]
+
+        return await self._call(go, quiet=True)

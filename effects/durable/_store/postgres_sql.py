@@ -14,7 +14,7 @@ from typing import Final, LiteralString
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 DEFAULT_SCHEMA: Final = "effects_durable"
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
@@ -199,6 +199,21 @@ MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         )""",
         "CREATE INDEX recurring_due ON recurring (next_at) WHERE next_at IS NOT NULL",
     ),
+    (
+        # Messages in (engine.send, ctx.recv), events out (ctx.set_event, engine.get_event),
+        # and child workflows (the run that started a run). A run's messages are numbered in
+        # send order; the unread ones of a topic are one range of a partial index; a
+        # message_id is unique within its run (NULL: none given, never a conflict).
+        "CREATE TABLE messages (run_id text NOT NULL, n integer NOT NULL, topic text NOT NULL,"
+        " body text NOT NULL, message_id text, sent_at bigint NOT NULL, seq integer,"
+        " PRIMARY KEY (run_id, n))",
+        "CREATE UNIQUE INDEX messages_by_id ON messages (run_id, message_id)",
+        "CREATE INDEX messages_unread ON messages (run_id, topic, n) WHERE seq IS NULL",
+        "CREATE TABLE event_values (run_id text NOT NULL, key text NOT NULL, value text NOT NULL,"
+        " seq integer NOT NULL, set_at bigint NOT NULL, PRIMARY KEY (run_id, key))",
+        "ALTER TABLE runs ADD COLUMN parent_id text",
+        "CREATE INDEX runs_by_parent ON runs (parent_id) WHERE parent_id IS NOT NULL",
+    ),
 )
 
 # -- the events tap (``Store.tap``), per session ---------------------------------------------------
@@ -323,9 +338,10 @@ ERRORS_INSERT: Final = (
 #: A start in one statement: the run, its events and the notification, or nothing at all.
 RUN_CREATE: Final = (
     "WITH made AS (INSERT INTO runs (run_id, workflow, version, status, input,"
-    " created_at, updated_at, lease_token, lease_until, traceparent, deadline) VALUES (%(id)s,"
-    " %(workflow)s, %(version)s, %(status)s, %(input)s, %(now)s, %(now)s,"
-    " %(token)s, %(until)s, %(traceparent)s, %(deadline)s) ON CONFLICT (run_id) DO NOTHING"
+    " created_at, updated_at, lease_token, lease_until, traceparent, deadline, parent_id)"
+    " VALUES (%(id)s, %(workflow)s, %(version)s, %(status)s, %(input)s, %(now)s, %(now)s,"
+    " %(token)s, %(until)s, %(traceparent)s, %(deadline)s, %(parent)s)"
+    " ON CONFLICT (run_id) DO NOTHING"
     " RETURNING run_id, input),"
     f" trail AS ({_EVENTS_FROM_MADE}),"
     " hint AS (SELECT pg_notify(c, %(sender)s) FROM made,"
@@ -428,7 +444,19 @@ HELD_SUSPEND: Final = (
 HELD_FINISH: Final = (
     "UPDATE runs SET status = %(status)s, output = %(output)s,"
     " error = %(error)s, wake_at = NULL, lease_token = NULL, lease_until = NULL,"
-    f" updated_at = %(now)s WHERE {LEASE_HELD} RETURNING run_id"
+    f" updated_at = %(now)s WHERE {LEASE_HELD} RETURNING run_id, parent_id"
+)
+#: ``rules.child_wakes`` of the parent of the run ``held`` finishes: unfinished, with a
+#: ``child`` checkpoint pending on it (input ``%(child)s``, the run's id as JSON text); then its
+#: notification (``%(parent_listen)s``).
+_PARENT_WAKE_OF_HELD: Final = (
+    " woke AS (UPDATE runs p SET woken = true, wake_at = NULL, updated_at = %(now)s,"
+    " status = CASE WHEN p.status = 'suspended' THEN 'pending' ELSE p.status END FROM held"
+    " WHERE p.run_id = held.parent_id AND p.status IN ('pending', 'running', 'suspended')"
+    " AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = p.run_id AND c.kind = 'child'"
+    " AND c.status = 'pending' AND c.input = %(child)s) RETURNING p.run_id),"
+    " woke_hint AS (SELECT pg_notify(c, %(parent_sender)s) FROM woke,"
+    " unnest(%(parent_channels)s::text[]) AS c WHERE %(parent_listen)s),"
 )
 HELD_RELEASE: Final = (
     "UPDATE runs SET status = 'pending', lease_token = NULL, lease_until = NULL,"
@@ -443,7 +471,10 @@ ADVANCE_TAIL: Final = (
 ADVANCE_READ: Final = f"WITH held AS ({HELD_READ}),{ADVANCE_TAIL}"
 ADVANCE_CONTINUE: Final = f"WITH held AS ({HELD_CONTINUE}),{ADVANCE_TAIL}"
 ADVANCE_SUSPEND: Final = f"WITH held AS ({HELD_SUSPEND}),{ADVANCE_TAIL}"
-ADVANCE_FINISH: Final = f"WITH held AS ({HELD_FINISH}),{ADVANCE_TAIL}"
+ADVANCE_FINISH: Final = (
+    f"WITH held AS ({HELD_FINISH}),{_PARENT_WAKE_OF_HELD}{ADVANCE_TAIL},"
+    " (SELECT COUNT(*) FROM woke_hint)"
+)
 ADVANCE_RELEASE: Final = f"WITH held AS ({HELD_RELEASE}),{ADVANCE_TAIL}"
 
 
@@ -773,6 +804,76 @@ RUN_REQUEUE: Final = (
 #: ``rules.compensated``: whether the run ``%s`` has a compensation's checkpoint.
 COMPENSATION: Final = (
     "SELECT 1 FROM checkpoints WHERE run_id = %s AND substr(name, 1, 11) = 'compensate:' LIMIT 1"
+)
+
+#: The parent of the run ``%(run)s`` wakes (``rules.child_wakes``): the run has just finished
+#: (cancelled, dead) in this transaction, and the parent waits for it (``%(child)s``: the run's
+#: id as JSON text, its child checkpoint's input).
+PARENT_WAKE: Final = (
+    "UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
+    " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
+    " WHERE run_id = (SELECT parent_id FROM runs WHERE run_id = %(run)s)"
+    " AND status IN ('pending', 'running', 'suspended') AND EXISTS (SELECT 1 FROM checkpoints c"
+    " WHERE c.run_id = runs.run_id AND c.kind = 'child' AND c.status = 'pending'"
+    " AND c.input = %(child)s)"
+)
+#: The ids of every run below the run ``%s`` (its children, theirs, ...).
+DESCENDANTS: Final = (
+    "WITH RECURSIVE tree(run_id) AS (SELECT run_id FROM runs WHERE parent_id = %s"
+    " UNION SELECT r.run_id FROM runs r JOIN tree t ON r.parent_id = t.run_id)"
+    " SELECT run_id FROM tree"
+)
+#: The rows of the runs of the ``text[]`` ``%s``, locked in id order, oldest first.
+RUNS_FOR_UPDATE: Final = (
+    f"SELECT {_RUN_COLUMNS} FROM (SELECT * FROM runs WHERE run_id = ANY(%s::text[])"
+    ' ORDER BY run_id COLLATE "C" FOR NO KEY UPDATE) r ORDER BY created_at, run_id COLLATE "C"'
+)
+#: The queues of the pending dispatched steps of the runs of the ``text[]`` ``%s``.
+PENDING_QUEUES_OF_RUNS: Final = (
+    "SELECT DISTINCT queue FROM checkpoints WHERE run_id = ANY(%s::text[]) AND kind = 'remote'"
+    " AND status IN ('pending', 'running')"
+)
+CHILD_RUNS: Final = (
+    f'SELECT {_RUN_COLUMNS} FROM runs WHERE parent_id = %s ORDER BY created_at, run_id COLLATE "C"'
+)
+
+# -- messages and events ---------------------------------------------------------------------------
+
+#: A message to the run ``%(run)s``, numbered after its last (the run's row locked); nothing if
+#: its id is known.
+MESSAGE_INSERT: Final = (
+    "INSERT INTO messages (run_id, n, topic, body, message_id, sent_at) SELECT %(run)s,"
+    " COALESCE(MAX(n), 0) + 1, %(topic)s, %(body)s, %(id)s, %(now)s FROM messages"
+    " WHERE run_id = %(run)s ON CONFLICT (run_id, message_id) DO NOTHING"
+)
+#: ``rules.message_wakes`` of the run ``%(run)s`` for a message on ``%(topic)s``. A statement
+#: after the row lock, so it sees what a turn committed while the lock was awaited.
+MESSAGE_WAKE: Final = (
+    "UPDATE runs SET woken = true, wake_at = NULL, updated_at = %(now)s,"
+    " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
+    " WHERE run_id = %(run)s AND (status = 'running' OR (status IN ('pending', 'suspended')"
+    " AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = %(run)s AND c.kind = 'recv'"
+    " AND c.status = 'pending' AND c.name = %(topic)s)))"
+)
+#: When the message of run ``%s`` with id ``%s`` was sent (a retried send looks for its first try).
+MESSAGE_SENT_AT: Final = "SELECT sent_at FROM messages WHERE run_id = %s AND message_id = %s"
+#: The run's first unread message on the topic ``%s``.
+NEXT_MESSAGE: Final = (
+    f"SELECT {', '.join(rows.MESSAGE_COLUMNS)} FROM messages WHERE run_id = %s AND topic = %s"
+    " AND seq IS NULL ORDER BY n LIMIT 1"
+)
+#: A turn takes message ``%(n)s`` of run ``%(run)s`` for its recv at ``%(seq)s``, if unread.
+MESSAGE_TAKE: Final = (
+    "UPDATE messages SET seq = %(seq)s WHERE run_id = %(run)s AND n = %(n)s AND seq IS NULL"
+)
+#: The run's event set at a checkpoint (the latest wins).
+EVENT_VALUE_SET: Final = (
+    "INSERT INTO event_values (run_id, key, value, seq, set_at) VALUES (%s, %s, %s, %s, %s)"
+    " ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, seq = excluded.seq,"
+    " set_at = excluded.set_at"
+)
+EVENT_VALUE: Final = (
+    f"SELECT {', '.join(rows.EVENT_VALUE_COLUMNS)} FROM event_values WHERE run_id = %s AND key = %s"
 )
 
 # -- cancel ----------------------------------------------------------------------------------------

@@ -14,16 +14,27 @@ from collections.abc import Sequence
 from typing import Any, Final, LiteralString
 
 from effects.durable._records import Checkpoint, Event, Run, Task
-from effects.durable._store import CheckpointWrite, ClaimedRun, NewRun, NewTask, RecurringRow
+from effects.durable._store import (
+    CheckpointWrite,
+    ClaimedRun,
+    EventValue,
+    Message,
+    NewRun,
+    NewTask,
+    RecurringRow,
+)
 from effects.durable.errors import StepError
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_WRITE_COLUMNS",
+    "EVENT_VALUE_COLUMNS",
+    "MESSAGE_COLUMNS",
     "PRUNE_BATCH",
     "RECURRING_COLUMNS",
     "RECURRING_WRITE_COLUMNS",
     "RUN_COLUMNS",
+    "RUN_DATA_TABLES",
     "RUN_TABLES",
     "SLOT_HOLDERS",
     "TASK_COLUMNS",
@@ -34,9 +45,11 @@ __all__ = [
     "error_of",
     "error_text",
     "errors_text",
+    "event_value_of",
     "events_of",
     "leased_run",
     "loads",
+    "message_of",
     "policy_text",
     "recurring_of",
     "recurring_values",
@@ -61,13 +74,31 @@ RUN_COLUMNS: Final = (
     "cancel",
     "traceparent",
     "deadline",
+    "parent_id",
 )
+#: The columns of a message (the ``messages`` table), in the order ``message_of`` reads them:
+#: ``n`` numbers a run's messages in send order; ``seq`` is the ``recv`` checkpoint that took
+#: it (NULL: unread); ``message_id`` is unique per run (NULL: none given).
+MESSAGE_COLUMNS: Final = ("run_id", "n", "topic", "body", "message_id", "sent_at", "seq")
+#: The columns of an event value (the ``event_values`` table, one row per run and key), in the
+#: order ``event_value_of`` reads them.
+EVENT_VALUE_COLUMNS: Final = ("run_id", "key", "value", "seq", "set_at")
+#: The tables of a run's messages and event values, each keyed by ``run_id`` (in the memory
+#: store: ``_Tables`` attributes of these names, keyed by run id): deleting a run deletes its
+#: rows of each (``DELETE FROM <table> WHERE run_id = ...``).
+RUN_DATA_TABLES: Final[tuple[LiteralString, ...]] = ("messages", "event_values")
 #: The tables that hold a run's rows beside ``runs``, each with a ``run_id`` column (the memory
 #: store: an attribute of its tables keyed by the run, by a tuple starting with it, or holding
 #: rows that have a ``run_id``): ``prune`` deletes a finished run's rows from every one. A
 #: feature that keeps rows of a run in a table of its own (messages, event values) adds the
 #: table's name here, and retention covers it on every store.
-RUN_TABLES: Final[tuple[LiteralString, ...]] = ("checkpoints", "step_errors", "tasks", "events")
+RUN_TABLES: Final[tuple[LiteralString, ...]] = (
+    "checkpoints",
+    "step_errors",
+    "tasks",
+    "events",
+    *RUN_DATA_TABLES,
+)
 #: How many runs one transaction of ``prune`` deletes.
 PRUNE_BATCH: Final = 500
 #: The columns of a checkpoint, in the order ``checkpoint_of`` reads them. ``errors`` is not a
@@ -229,7 +260,26 @@ def run_of(row: Sequence[Any]) -> Run:
         cancel=row[11],
         traceparent=row[12],
         deadline=row[13],
+        parent_id=row[14],
     )
+
+
+def message_of(row: Sequence[Any]) -> Message:
+    """A ``Message`` from a row of ``MESSAGE_COLUMNS``."""
+    return Message(
+        run_id=row[0],
+        n=row[1],
+        topic=row[2],
+        body=loads(row[3]),
+        message_id=row[4],
+        sent_at=row[5],
+        seq=row[6],
+    )
+
+
+def event_value_of(row: Sequence[Any]) -> EventValue:
+    """An ``EventValue`` from a row of ``EVENT_VALUE_COLUMNS``."""
+    return EventValue(run_id=row[0], key=row[1], value=loads(row[2]), seq=row[3], at=row[4])
 
 
 def checkpoint_of(row: Sequence[Any]) -> Checkpoint:
@@ -344,7 +394,8 @@ def leased_run(run: NewRun, token: str) -> ClaimedRun:
     """*run* as ``create_run`` stored it leased to *token*: running, no checkpoints yet."""
     created = Run(run.run_id, run.workflow, run.version, "running", loads(run.input),
                   None, None, 0, run.now, run.now, traceparent=run.traceparent,
-                  deadline=run.deadline)  # fmt: skip
+                  deadline=run.deadline,
+                  parent_id=run.parent_id)  # fmt: skip
     return ClaimedRun(created, token, ())
 
 

@@ -32,10 +32,13 @@ __all__ = [
     "cancel_mode",
     "cancels_attempt",
     "check_requeue",
+    "check_send",
+    "child_wakes",
     "claim_holds",
     "compensated",
     "gives_up",
     "lease_holds",
+    "message_wakes",
     "outcome_applies",
     "parked_until",
     "prunable",
@@ -200,6 +203,45 @@ def wakes(status: str) -> bool:
     suspended run becomes pending, a running turn's suspension then makes it pending.
     """
     return status in ("pending", "running", "suspended")
+
+
+def check_send(run: Run) -> None:
+    """
+    Refuse a message to a finished run: nothing would ever read it.
+
+    Raises:
+        ValueError: If the run is finished, naming its status.
+    """
+    if run.status in FINISHED:
+        msg = (
+            f"run {run.run_id} is {run.status}; only a pending, running or suspended run can"
+            " be sent a message"
+        )
+        raise ValueError(msg)
+
+
+def message_wakes(status: str, *, awaits_topic: bool) -> bool:
+    """
+    A message wakes its run (as a result does: ``wakes``) while the run is running (its turn
+    may be about to wait for that topic: its suspension then makes it pending), or while it is
+    pending or suspended with a ``recv`` of the message's topic pending (*awaits_topic*); a run
+    waiting for something else is left alone, and finds the message when it reaches ``recv``.
+
+    SQL: ``MESSAGE_WAKE`` in both statements modules.
+    """
+    return status == "running" or (status in ("pending", "suspended") and awaits_topic)
+
+
+def child_wakes(status: str, *, awaits_child: bool) -> bool:
+    """
+    A child run that finishes wakes its parent (as a result does: ``wakes``) while the parent
+    is unfinished and waits for it in ``ctx.child`` (*awaits_child*: a ``child`` checkpoint
+    pending whose input is this child's run id). A parent that only started it
+    (``ctx.start_child``), or waits for another child, is left alone.
+
+    SQL: ``PARENT_WAKE`` in both statements modules.
+    """
+    return wakes(status) and awaits_child
 
 
 def attempt_current(status: str, attempts: int, attempt: int) -> bool:

@@ -23,11 +23,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import attrs
 
 from effects.durable._failures import cancelled_attempt, dead_run, lost_worker
-from effects.durable._records import Checkpoint, Event, Run, Task
+from effects.durable._records import FINISHED, Checkpoint, Event, Run, Task
 from effects.durable._store import (
     ALL_RUNS,
+    ChildRun,
     ClaimedRun,
+    EventValue,
+    Message,
     NewEvent,
+    NewMessage,
     NewRun,
     NewTask,
     RecoveryReport,
@@ -46,8 +50,10 @@ from effects.durable._store.rows import (
     checkpoint_values,
     dumps,
     error_text,
+    event_value_of,
     events_of,
     leased_run,
+    message_of,
     policy_text,
     recurring_of,
     recurring_values,
@@ -63,6 +69,7 @@ from effects.durable._store.rules import (
     cancel_mode,
     cancels_attempt,
     check_requeue,
+    check_send,
     gives_up,
     outcome_applies,
     recovery_verdict,
@@ -499,6 +506,7 @@ class SqliteStore:
                 None if token is None else run.lease_until,
                 run.traceparent,
                 run.deadline,
+                run.parent_id,
             ),
         ).rowcount
         if inserted != 1:
@@ -607,6 +615,18 @@ class SqliteStore:
     def _commit_turn(self, db: sqlite3.Connection, commit: TurnCommit) -> None:
         if not self._advance(db, commit):
             raise StaleTurnError(f"run {commit.run_id}: the lease was taken over")
+        if commit.advance.action == "finish":
+            db.execute(sq.PARENT_WAKE, (commit.now, commit.run_id, dumps(commit.run_id)))
+        for child in commit.runs:
+            self._create_child(db, commit.run_id, child)
+        for take in commit.taken:
+            if db.execute(sq.MESSAGE_TAKE, (take.seq, commit.run_id, take.n)).rowcount != 1:
+                msg = f"run {commit.run_id}: message {take.n} was taken meanwhile"
+                raise StaleTurnError(msg)
+        for value in commit.values:
+            db.execute(
+                sq.EVENT_VALUE_SET, (commit.run_id, value.key, value.value, value.seq, commit.now)
+            )
         for write in commit.checkpoints:
             cp = write.checkpoint
             values = checkpoint_values(write, commit.now)
@@ -647,6 +667,13 @@ class SqliteStore:
             withdrawn = db.execute(sq.UNCLAIMED_DELETE, (task.run_id, task.seq)).fetchall()
             self._enqueue(db, task, commit.now)
             self._release_slot(db, withdrawn, commit.now)
+
+    def _create_child(self, db: sqlite3.Connection, parent_id: str, child: ChildRun) -> None:
+        """Insert a child run of *parent_id*; one of its id must be that parent's already."""
+        taken = self._create_run(db, child.run, child.events)
+        if isinstance(taken, Run) and taken.parent_id != parent_id:
+            msg = f"run {parent_id}: child run id {child.run.run_id!r} was taken meanwhile"
+            raise StaleTurnError(msg)
 
     @staticmethod
     def _enqueue(db: sqlite3.Connection, task: NewTask, now: int) -> None:
@@ -915,6 +942,7 @@ class SqliteStore:
                     elif verdict == "dead":
                         error = error_text(dead_run(count, max_recovery_attempts))
                         db.execute(sq.RUN_DEAD, (error, now, run_id))
+                        db.execute(sq.PARENT_WAKE, (now, run_id, dumps(run_id)))
                     else:
                         db.execute(sq.RUN_RECOVER, (now, run_id))
                     (dead if verdict == "dead" else recovered).append(run_id)
@@ -1005,7 +1033,10 @@ class SqliteStore:
         return pruned
 
     async def cancel_run(self, run_id: str, *, compensate: bool, now: int) -> Run:
-        """Cancel the run as ``rules.cancel_action`` says (see ``Store.cancel_run``)."""
+        """
+        Cancel the run as ``rules.cancel_action`` says (see ``Store.cancel_run``), and every
+        unfinished run below it the same way.
+        """
 
         def work(db: sqlite3.Connection) -> Run:
             row = db.execute(sq.RUN, (run_id,)).fetchone()
@@ -1013,28 +1044,12 @@ class SqliteStore:
                 msg = f"no run with id {run_id!r}"
                 raise LookupError(msg)
             run = run_of(row)
-            checkpoints = self._checkpoints(db, run_id)
-            action = cancel_action(
-                run,
-                compensate=compensate,
-                has_completed=any(cp.status == "completed" for cp in checkpoints),
-            )
-            if action == "keep":
+            if not self._cancel(db, run, compensate=compensate, now=now):
                 return run
-            keep_undos = action == "request"
-            stopped = [cp.seq for cp in checkpoints if cancels_attempt(cp, keep_undos=keep_undos)]
-            self._withdraw(db, run_id, stopped, now)
-            text = error_text(cancelled_attempt())
-            for seq in stopped:
-                db.execute(sq.FAIL, (text, now, run_id, seq))
-                db.execute(sq.ERROR_APPEND, (run_id, seq, text))
-            if action == "cancel":
-                mode = cancel_mode(run, compensate=compensate)
-                db.execute(sq.RUN_CANCEL, (mode, now, run_id))
-                self._insert_events(db, [cancelled(run_id, compensate=compensate, now=now)])
-            else:
-                db.execute(sq.RUN_CANCEL_REQUEST, (now, run_id))
-                self._insert_events(db, [cancel_requested(run_id, now)])
+            for below in db.execute(sq.DESCENDANTS, (run_id,)).fetchall():
+                child = run_of(below)
+                if child.status not in FINISHED:
+                    self._cancel(db, child, compensate=compensate, now=now)
             return run_of(db.execute(sq.RUN, (run_id,)).fetchone())
 
         return await self._transact(work)
@@ -1077,3 +1092,67 @@ class SqliteStore:
             return landed
 
         return await self._transact(work)
+
+    def _cancel(self, db: sqlite3.Connection, run: Run, *, compensate: bool, now: int) -> bool:
+        """Cancel *run* (unfinished) as ``rules.cancel_action`` says; ``False``: it was kept."""
+        run_id = run.run_id
+        checkpoints = self._checkpoints(db, run_id)
+        action = cancel_action(
+            run,
+            compensate=compensate,
+            has_completed=any(cp.status == "completed" for cp in checkpoints),
+        )
+        if action == "keep":
+            return False
+        keep_undos = action == "request"
+        stopped = [cp.seq for cp in checkpoints if cancels_attempt(cp, keep_undos=keep_undos)]
+        self._withdraw(db, run_id, stopped, now)
+        text = error_text(cancelled_attempt())
+        for seq in stopped:
+            db.execute(sq.FAIL, (text, now, run_id, seq))
+            db.execute(sq.ERROR_APPEND, (run_id, seq, text))
+        if action == "cancel":
+            mode = cancel_mode(run, compensate=compensate)
+            db.execute(sq.RUN_CANCEL, (mode, now, run_id))
+            self._insert_events(db, [cancelled(run_id, compensate=compensate, now=now)])
+            db.execute(sq.PARENT_WAKE, (now, run_id, dumps(run_id)))
+        else:
+            db.execute(sq.RUN_CANCEL_REQUEST, (now, run_id))
+            self._insert_events(db, [cancel_requested(run_id, now)])
+        return True
+
+    # -- messages, events and children ------------------------------------------------------------
+
+    async def send(self, message: NewMessage) -> bool:
+        """Store *message* and wake its run (see ``Store.send``)."""
+
+        def work(db: sqlite3.Connection) -> bool:
+            row = db.execute(sq.RUN, (message.run_id,)).fetchone()
+            if row is None:
+                msg = f"no run with id {message.run_id!r}"
+                raise LookupError(msg)
+            check_send(run_of(row))
+            values = (message.run_id, message.topic, message.body, message.message_id, message.now)
+            if db.execute(sq.MESSAGE_INSERT, values).rowcount != 1:
+                return False
+            db.execute(sq.MESSAGE_WAKE, (message.now, message.run_id, message.topic))
+            return True
+
+        return await self._transact(work)
+
+    async def next_message(self, run_id: str, topic: str) -> Message | None:
+        """The run's first unread message on *topic*, or ``None``."""
+        with self._read_errors():
+            row = self._conn.execute(sq.NEXT_MESSAGE, (run_id, topic)).fetchone()
+            return None if row is None else message_of(row)
+
+    async def event_value(self, run_id: str, key: str) -> EventValue | None:
+        """The run's latest value of event *key*, or ``None``."""
+        with self._read_errors():
+            row = self._conn.execute(sq.EVENT_VALUE, (run_id, key)).fetchone()
+            return None if row is None else event_value_of(row)
+
+    async def child_runs(self, run_id: str) -> list[Run]:
+        """The runs whose parent is *run_id*, oldest first."""
+        with self._read_errors():
+            return [run_of(row) for row in self._conn.execute(sq.CHILD_RUNS, (run_id,))]

@@ -11,7 +11,7 @@ from typing import Final
 
 from effects.durable._store import listing, rows
 
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 
 #: ``rules.settled`` of the checkpoint of alias ``c``.
 SETTLED: Final = "(c.status = 'completed' OR (c.status = 'failed' AND c.final = 1))"
@@ -175,6 +175,34 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ) WITHOUT ROWID""",
         "CREATE INDEX recurring_due ON recurring (next_at) WHERE next_at IS NOT NULL",
     ),
+    (
+        # Messages in (engine.send, ctx.recv), events out (ctx.set_event, engine.get_event),
+        # and child workflows (the run that started a run). A run's messages are numbered in
+        # send order; the unread ones of a topic are one range of a partial index; a
+        # message_id is unique within its run (NULL: none given, never a conflict).
+        """CREATE TABLE messages (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            topic TEXT NOT NULL,
+            body TEXT NOT NULL,
+            message_id TEXT,
+            sent_at INTEGER NOT NULL,
+            seq INTEGER,
+            PRIMARY KEY (run_id, n)
+        ) WITHOUT ROWID""",
+        "CREATE UNIQUE INDEX messages_by_id ON messages (run_id, message_id)",
+        "CREATE INDEX messages_unread ON messages (run_id, topic, n) WHERE seq IS NULL",
+        """CREATE TABLE event_values (
+            run_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            set_at INTEGER NOT NULL,
+            PRIMARY KEY (run_id, key)
+        ) WITHOUT ROWID""",
+        "ALTER TABLE runs ADD COLUMN parent_id TEXT",
+        "CREATE INDEX runs_by_parent ON runs (parent_id) WHERE parent_id IS NOT NULL",
+    ),
 )
 
 # -- schema ----------------------------------------------------------------------------------------
@@ -246,8 +274,8 @@ ERROR_INSERT: Final = "INSERT INTO step_errors (run_id, seq, n, error) VALUES (?
 
 RUN_INSERT: Final = (
     "INSERT INTO runs (run_id, workflow, version, status, input, created_at, updated_at,"
-    " lease_token, lease_until, traceparent, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (run_id) DO NOTHING"
+    " lease_token, lease_until, traceparent, deadline, parent_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
 )
 RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
@@ -508,6 +536,61 @@ RUN_REQUEUE: Final = (
 #: ``rules.compensated``: whether the run ``?`` has a compensation's checkpoint.
 COMPENSATION: Final = (
     "SELECT 1 FROM checkpoints WHERE run_id = ? AND substr(name, 1, 11) = 'compensate:' LIMIT 1"
+)
+
+#: A run's parent wakes when the run ``?2`` finishes (``rules.child_wakes``): unfinished, with
+#: a ``child`` checkpoint pending on it (its input ``?3``: the run's id as JSON text).
+PARENT_WAKE: Final = (
+    "UPDATE runs SET woken = 1, wake_at = NULL, updated_at = ?1,"
+    " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
+    " WHERE run_id = (SELECT parent_id FROM runs WHERE run_id = ?2)"
+    " AND status IN ('pending', 'running', 'suspended') AND EXISTS (SELECT 1 FROM checkpoints c"
+    " WHERE c.run_id = runs.run_id AND c.kind = 'child' AND c.status = 'pending'"
+    " AND c.input = ?3)"
+)
+#: Every run below the run ``?`` (its children, theirs, ...), oldest first.
+DESCENDANTS: Final = (
+    "WITH RECURSIVE tree(run_id) AS (SELECT run_id FROM runs WHERE parent_id = ?1"
+    " UNION SELECT r.run_id FROM runs r JOIN tree t ON r.parent_id = t.run_id)"
+    f" SELECT {_RUN_COLUMNS} FROM runs WHERE run_id IN (SELECT run_id FROM tree)"
+    " ORDER BY created_at, run_id"
+)
+CHILD_RUNS: Final = (
+    f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_id = ? ORDER BY created_at, run_id"
+)
+
+# -- messages and events ---------------------------------------------------------------------------
+
+#: A message to the run ``?1``, numbered after its last; nothing if its id ``?4`` is known.
+MESSAGE_INSERT: Final = (
+    "INSERT INTO messages (run_id, n, topic, body, message_id, sent_at) VALUES"
+    " (?1, (SELECT COALESCE(MAX(n), 0) + 1 FROM messages WHERE run_id = ?1), ?2, ?3, ?4, ?5)"
+    " ON CONFLICT (run_id, message_id) DO NOTHING"
+)
+#: ``rules.message_wakes`` of the run ``?2`` for a message on the topic ``?3``.
+MESSAGE_WAKE: Final = (
+    "UPDATE runs SET woken = 1, wake_at = NULL, updated_at = ?1,"
+    " status = CASE WHEN status = 'suspended' THEN 'pending' ELSE status END"
+    " WHERE run_id = ?2 AND (status = 'running' OR (status IN ('pending', 'suspended')"
+    " AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = ?2 AND c.kind = 'recv'"
+    " AND c.status = 'pending' AND c.name = ?3)))"
+)
+_MESSAGE_COLUMNS: Final = ", ".join(rows.MESSAGE_COLUMNS)
+#: The run's first unread message on the topic ``?``.
+NEXT_MESSAGE: Final = (
+    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE run_id = ? AND topic = ? AND seq IS NULL"
+    " ORDER BY n LIMIT 1"
+)
+#: A turn takes message ``?3`` of run ``?2`` for its recv at ``?1``, if it is still unread.
+MESSAGE_TAKE: Final = "UPDATE messages SET seq = ?1 WHERE run_id = ?2 AND n = ?3 AND seq IS NULL"
+#: The run's event ``?2`` set to ``?3`` at checkpoint ``?4``, time ``?5`` (the latest wins).
+EVENT_VALUE_SET: Final = (
+    "INSERT INTO event_values (run_id, key, value, seq, set_at) VALUES (?1, ?2, ?3, ?4, ?5)"
+    " ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, seq = excluded.seq,"
+    " set_at = excluded.set_at"
+)
+EVENT_VALUE: Final = (
+    f"SELECT {', '.join(rows.EVENT_VALUE_COLUMNS)} FROM event_values WHERE run_id = ? AND key = ?"
 )
 
 # -- cancel ----------------------------------------------------------------------------------------
