@@ -230,7 +230,9 @@ _COMMON: Final = (True, True, True, False, False, False, False, True)
 def _upsert_states(present: tuple[bool, ...]) -> LiteralString:
     """The upsert of a window's states whose fields are not ``None`` where *present* says; its
     parameters: the definition, run id, time, and the JSON array of the states' arrays."""
-    columns: list[LiteralString] = list(compress(_STATE_FIELDS, present))
+    columns: list[LiteralString] = [
+        field for field, wanted in zip(_STATE_FIELDS, present, strict=True) if wanted
+    ]
     values: list[LiteralString] = [
         f"({element})::json" if name in _JSON_FIELDS else element
         for element, name in zip(_ELEMENTS, columns, strict=False)
