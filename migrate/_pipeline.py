@@ -115,12 +115,12 @@ class Scope:
 
     __slots__ = (
         "_attempts",
+        "_journal",
         "_lookup",
         "_prior_journal",
         "_tracked",
         "definition_id",
         "identity",
-        "journal",
         "run_id",
         "tracking",
     )
@@ -138,7 +138,8 @@ class Scope:
         self.run_id = run_id
         self.definition_id = definition_id
         self.identity = identity
-        self.journal = Journal()
+        # Made on first use: most items of a run never write one.
+        self._journal: Journal | None = None
         self.tracking = tracking
         self._lookup = lookup
         self._prior_journal: str | tuple[Mapping[str, Any], ...] | None = (
@@ -154,6 +155,14 @@ class Scope:
             f"Scope(run_id={self.run_id!r}, definition_id={self.definition_id!r}, "
             f"identity={self.identity!r})"
         )
+
+    @property
+    def journal(self) -> Journal:
+        """The item's `Journal` (see the class docstring)."""
+        journal = self._journal
+        if journal is None:
+            journal = self._journal = Journal()
+        return journal
 
     def track(self, record: Mapping[str, Any]) -> None:
         """
@@ -267,6 +276,12 @@ def _entries(entries: Sequence[object]) -> tuple[Mapping[str, Any], ...]:
         for entry in entries
         if isinstance(entry, Mapping)
     )
+
+
+def journal_entries(scope: Scope) -> list[dict[str, Any]]:
+    """The entries of *scope*'s journal so far: ``[]`` (without making a journal) if none."""
+    journal = scope._journal
+    return [] if journal is None else journal.entries
 
 
 _CURRENT: ContextVar[Scope | None] = ContextVar("migrate_scope", default=None)

@@ -94,8 +94,9 @@ SCHEMA_NAME: Final = "migrate"
 #: 1: item states, runs, cursors, contracts, locks. 2: adds the update requests not carried out.
 #: 3: adds the durable run that owns a run or holds a lock. 4: adds each run's kind (a run or a
 #: rollback) and each state's failed rollback attempts. 5: adds the run whose scan last saw each
-#: state (``--rollback-orphans``).
-SCHEMA_VERSION: Final = 5
+#: state (``--rollback-orphans``). 6: the index of states by status keeps the states that are not
+#: ``migrated`` only.
+SCHEMA_VERSION: Final = 6
 
 # Each entry moves the schema from version i to i + 1; a store is upgraded by running the ones it
 # lacks, in one transaction, under the schema's advisory lock.
@@ -174,7 +175,18 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         "ALTER TABLE item_states ADD COLUMN IF NOT EXISTS rollback_attempts json",
     ),
     ("ALTER TABLE item_states ADD COLUMN IF NOT EXISTS seen_by text",),
+    # The runs' lookups by status all ask for states that are not migrated (failed, skipped,
+    # interrupted, needs-update), and most states are: kept out of the index, they cost one
+    # index insert less each.
+    (
+        "DROP INDEX IF EXISTS item_states_by_status",
+        "CREATE INDEX IF NOT EXISTS item_states_waiting ON item_states (definition, status) "
+        "WHERE status <> 'migrated'",
+    ),
 )
+#: The condition of the partial index of states by status: a query by status names it, so that
+#: the planner uses the index whatever it knows of the value compared (a parameter).
+_WAITING: Final = "status <> 'migrated'"
 
 # Whether the store connection whose key is in ``holder`` still lives: its session advisory lock
 # (a single bigint key shows in pg_locks as its high and low halves).
@@ -1064,7 +1076,7 @@ class PostgresStore:
     def identities(self, definition_id: str, status: ItemStatus) -> list[str]:
         """Identities of *definition_id* whose state is *status*, in identity order."""
         rows = self._rows(
-            f"SELECT identity FROM item_states WHERE definition = %s AND status = %s "
+            f"SELECT identity FROM item_states WHERE definition = %s AND {_by_status(status)} "
             f"{_BY_IDENTITY}",
             (definition_id, status),
         )
@@ -1075,7 +1087,7 @@ class PostgresStore:
     ) -> int:
         """How many items of *definition_id* have *status* (last changed by *run_id*, if given)."""
         rows = self._rows(
-            "SELECT count(*) FROM item_states WHERE definition = %s AND status = %s "
+            f"SELECT count(*) FROM item_states WHERE definition = %s AND {_by_status(status)} "
             "AND (%s::text IS NULL OR run_id = %s)",
             (definition_id, status, run_id, run_id),
         )
@@ -1174,6 +1186,11 @@ def _lives(holder_lives: bool, pid: int, host: str, token: str | None) -> bool:
     return here is True and (pid, host) != (me.pid, me.host)
 
 
+def _by_status(status: str) -> LiteralString:
+    """``status = %s`` for *status*, naming the partial index's condition when it holds."""
+    return "status = %s" if status == "migrated" else f"{_WAITING} AND status = %s"
+
+
 def _evidence_type(error: str | None) -> object:
     evidence = loads(error)
     return cast("dict[str, object]", evidence).get("type") if isinstance(evidence, dict) else None
@@ -1204,7 +1221,8 @@ def _clear_positional(conn: Connection, definition_id: str, run_id: str) -> None
     # The evidence type is read here, not by the server: json's operators refuse a value that
     # holds a \u0000 escape anywhere, and evidence may quote one.
     rows = conn.execute(
-        "SELECT identity, error FROM item_states WHERE definition = %s AND status = 'failed' "
+        f"SELECT identity, error FROM item_states WHERE definition = %s AND {_WAITING} "
+        "AND status = 'failed' "
         "AND identity LIKE '<%%>' AND run_id IS DISTINCT FROM %s FOR UPDATE",
         (definition_id, run_id),
     ).fetchall()

@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
+import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -35,6 +36,7 @@ from migrate._pipeline import (
     TrackingLookup,
     attempts_of,
     evidence_for,
+    journal_entries,
 )
 from migrate._planner import Mode
 from migrate._sources import Cursor, Fault, Item
@@ -634,9 +636,11 @@ class WindowLoop:
         discovery: bool,
         update: bool,
     ) -> list[StateWrite]:
-        if not all(storable(item.identity) for item in items):
-            items, faults = self._unstorable(items, faults)
         keys = [item.identity for item in items]
+        # One look at them all: storable text joined is storable (a surrogate stays one).
+        if not storable("".join(keys)):
+            items, faults = self._unstorable(items, faults)
+            keys = [item.identity for item in items]
         if faults:
             keys += [fault.key for fault in faults]
         if self.mark_seen and discovery:
@@ -794,8 +798,10 @@ class WindowLoop:
                     tally.unchanged += 1
                 else:
                     todo.append((item, state))
-        else:
+        elif prior:
             todo = [(item, prior.get(item.identity)) for item in items]
+        else:
+            todo = list(zip(items, itertools.repeat(None)))
         if not todo:
             return []
         writes = WindowWrites()
@@ -891,7 +897,11 @@ class WindowLoop:
     def _process_sync(
         self, item: Item, state: PriorState | None, now: float, tally: _Tally
     ) -> StateWrite:
-        scope = self._scope(item, state)
+        scope = (
+            Scope(self.run_id, self.definition_id, item.identity, None, self.lookup)
+            if state is None
+            else self._scope(item, state)
+        )
         token = _CURRENT.set(scope)
         try:
             result = self.process(item, scope)
@@ -1057,7 +1067,8 @@ class WindowLoop:
             "the run was stopped (Ctrl-C) while this item was processed; it is processed "
             "again by the next normal or --failed run",
         )
-        journal = encode_entries(scope.journal.entries)[0] if scope.journal.entries else None
+        entries = journal_entries(scope)
+        journal = encode_entries(entries)[0] if entries else None
         return StateWrite(
             item.identity,
             "interrupted",
@@ -1080,7 +1091,7 @@ class WindowLoop:
     ) -> StateWrite:
         journal: str | None = None
         problem: BaseException | None = None
-        entries = scope.journal.entries
+        entries = journal_entries(scope)
         if entries:
             journal, unencodable = encode_entries(entries)
             if unencodable is not None:
