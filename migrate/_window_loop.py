@@ -45,7 +45,7 @@ from migrate._state import Counts, ErrorEvidence, ItemStatus
 from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
 from migrate._telemetry import observed_read
 from migrate._text import plural, storable, stored_text, unstorable_part
-from migrate._window_writes import BatchFailure, WindowWrites, current_writes, writing
+from migrate._window_writes import WindowWrites, current_writes, writing
 from migrate._workers import DaemonPool
 
 __all__ = ["FailureNote", "LoopStart", "WindowLoop", "WindowResult"]
@@ -804,7 +804,7 @@ class WindowLoop:
             todo = list(zip(items, itertools.repeat(None)))
         if not todo:
             return []
-        writes = WindowWrites()
+        writes = WindowWrites(one_thread=not self._threaded())
         try:
             with writing(writes):
                 states = self._process_todo(todo, tally)
@@ -819,11 +819,15 @@ class WindowLoop:
     def _after_writes(
         self, writes: WindowWrites, states: list[StateWrite], tally: _Tally
     ) -> list[StateWrite]:
-        """Commit the window's batched destination writes; fail the items of a failed one."""
-        failures = writes.finish()
-        if not failures:
+        """Send and commit the window's batched destination writes; fail the items of a write
+        refused (alone) or of a failed commit (all that wrote there)."""
+        rows, failures = writes.finish()
+        if not rows and not failures:
             return states
-        failed: dict[str, tuple[BatchFailure, DestinationError]] = {}
+        # identity -> (error, whether the journal is replaced, the journal replacing it)
+        failed: dict[str, tuple[BaseException, bool, list[dict[str, Any]] | None]] = {}
+        for row in rows:
+            failed.setdefault(row.identity, (row.error, True, row.journal))
         for failure in failures:
             error = DestinationError(
                 f"{failure.name}: committing the window's writes failed: "
@@ -832,15 +836,24 @@ class WindowLoop:
                 failure.error,
             )
             for identity in failure.identities:
-                failed.setdefault(identity, (failure, error))
+                failed.setdefault(identity, (error, False, None))
         result: list[StateWrite] = []
         for state in states:
             hit = failed.get(state.identity)
-            if hit is None or state.status == "failed":
+            if hit is None:
                 result.append(state)
                 continue
+            cause, replaced, journal = hit
+            if replaced:
+                # A refused write is not in the item's journal: it changed nothing.
+                state = state._replace(  # noqa: PLW2901 - the state as it is now
+                    journal=encode_entries(journal)[0] if journal else None
+                )
+            if state.status == "failed":
+                result.append(state)  # failed already: its own error is the one to show
+                continue
             tally.uncount(state.status)
-            evidence = evidence_for(hit[1], None)
+            evidence = evidence_for(cause, None)
             tally.failed += 1
             tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
             result.append(
@@ -851,7 +864,7 @@ class WindowLoop:
     def _process_todo(
         self, todo: list[tuple[Item, PriorState | None]], tally: _Tally
     ) -> list[StateWrite]:
-        if self.is_async or self.concurrency > 1 or self.timeout is not None:
+        if self._threaded():
             states: list[StateWrite] = self.run_async(self._process_async(todo, tally))
             return states
         now = time.time()
@@ -874,6 +887,10 @@ class WindowLoop:
         except KeyboardInterrupt:
             raise _Interrupted(states) from None
         return states
+
+    def _threaded(self) -> bool:
+        """Whether items run as tasks or in worker threads (else one by one in this thread)."""
+        return self.is_async or self.concurrency > 1 or self.timeout is not None
 
     def _tick(self, tally: _Tally) -> None:
         if self.on_item is not None:

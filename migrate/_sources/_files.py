@@ -519,10 +519,11 @@ def _decoded(
         chunk = list(itertools.islice(lines, size))
         if not chunk:
             return
+        texts: list[str]
         try:
             texts = list(map(bytes.decode, chunk, itertools.repeat(codec)))
         except UnicodeDecodeError:
-            texts: list[str] = []
+            texts = []
             at = offset
             for number, raw in enumerate(chunk, line + 1):
                 try:
