@@ -423,21 +423,29 @@ def _owner(code: CodeType) -> int:
     return owner
 
 
-def call_site() -> TracebackType | None:
+#: Where a call was made: the frame, its last instruction and its line then.
+CallSite = tuple[FrameType, int, int]
+
+
+def call_site() -> CallSite | None:
     """
     The line of the caller's caller that `_where` would name for an error raised here: the
     innermost frame outside this distribution that called into it (a user's before a
-    library's), as a one-frame traceback; ``None`` if every frame is ours.
+    library's); ``None`` if every frame is ours.
 
     For an error found later than the call that caused it (a destination write the window
-    sends at its end): given as the error's ``__traceback__``, its evidence names the
-    process's line, as it would have had the call raised at once. Costs a walk over the
-    frames between here and the user's code (about a microsecond).
+    sends at its end): `site_traceback` of it, given as the error's ``__traceback__``, makes
+    its evidence name the process's line, as it would have had the call raised at once.
+    Costs a walk over the frames between here and the user's code (about a microsecond).
     """
     frame: FrameType | None = sys._getframe(1)  # pyright: ignore[reportPrivateUsage]
     chosen: FrameType | None = None
+    owners = _OWNERS
     while frame is not None:
-        owner = _owner(frame.f_code)
+        code = frame.f_code
+        owner = owners.get(code)
+        if owner is None:
+            owner = _owner(code)
         if owner == 2:
             chosen = frame
             break
@@ -448,7 +456,12 @@ def call_site() -> TracebackType | None:
         frame = frame.f_back
     if chosen is None:
         return None
-    return TracebackType(None, chosen, chosen.f_lasti, chosen.f_lineno)
+    return chosen, chosen.f_lasti, chosen.f_lineno
+
+
+def site_traceback(site: CallSite | None) -> TracebackType | None:
+    """A one-frame traceback of *site* (see `call_site`)."""
+    return None if site is None else TracebackType(None, *site)
 
 
 def _attribute(value: object, name: str) -> object:

@@ -168,8 +168,10 @@ _ADDED_COLUMNS: Final = (
 #: A StateWrite's fields as item_states columns, in the tuple's order.
 _STATE_FIELDS: Final = StateWrite._fields
 _NONES: Final = (None,) * len(_STATE_FIELDS)
-#: The fields present in the most common state: identity, status, version and position.
+#: The fields present in the most common state: identity, status, version and position; and
+#: in that of an item that wrote to a destination: a journal too.
 _COMMON: Final = (True, True, True, False, False, False, False, True)
+_JOURNALED: Final = (True, True, True, False, False, True, False, True)
 
 
 def _literal(text: str) -> str:
@@ -226,6 +228,19 @@ def _state_writes(
     if len(common) == len(states):
         db.executemany(_insert_states(_COMMON, definition, run), common)
         return
+    if not common:
+        # The states of items that wrote to a destination: a journal as well.
+        journaled = [
+            (*head, state[0], state[1], state[2], state[5], state[7])
+            for state in states
+            if state[3] is state[4] is state[6] is None
+            and state[2] is not None
+            and state[5] is not None
+            and state[7] is not None
+        ]
+        if len(journaled) == len(states):
+            db.executemany(_insert_states(_JOURNALED, definition, run), journaled)
+            return
     groups: dict[tuple[bool, ...], list[tuple[Any, ...]]] = {}
     for state in {state[0]: state for state in states}.values():
         present = tuple(map(is_not, state, _NONES))

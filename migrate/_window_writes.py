@@ -78,10 +78,12 @@ class WindowWrites:
         self._batches: dict[Hashable, tuple[str, Batch, dict[str, None]]] = {}
         self._closed = False
 
-    def batch(self, key: Hashable, name: str, make: Callable[[], Batch]) -> Batch | None:
+    def batch(
+        self, key: Hashable, name: str, make: Callable[[WindowWrites], Batch]
+    ) -> Batch | None:
         """
-        The window's batch for *key* (made with *make* on first use), or ``None`` once the
-        window is over (a call still running in an abandoned thread writes on its own then).
+        The window's batch for *key* (made with ``make(self)`` on first use), or ``None`` once
+        the window is over (a call still running in an abandoned thread writes on its own then).
         """
         with self._lock:
             if self._closed:
@@ -89,16 +91,16 @@ class WindowWrites:
             found = self._batches.get(key)
             if found is None:
                 writers: dict[str, None] = {}
-                found = (name, make(), writers)
+                found = (name, make(self), writers)
                 self._batches[key] = found
             return found[1]
 
     def wrote(self, key: Hashable, identity: str) -> None:
         """Note that the item *identity* wrote through the batch of *key*."""
-        with self._lock:
-            found = self._batches.get(key)
-            if found is not None:
-                found[2][identity] = None
+        # No lock: a batch, once made, stays; its writers dict takes one key at a time.
+        found = self._batches.get(key)
+        if found is not None:
+            found[2][identity] = None
 
     def names(self) -> list[str]:
         """The destinations with a batch open in this window, in the order they opened."""

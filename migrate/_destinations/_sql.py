@@ -14,7 +14,7 @@ from migrate._compensate import describe_entry, pending_changes
 from migrate._destinations._sql_batch import SqlBatch, Statement, Step, run_steps
 from migrate._errors import DestinationError
 from migrate._json import safe_text
-from migrate._pipeline import Scope, call_site, current_scope
+from migrate._pipeline import Scope, call_site, current_scope, journal_entries
 from migrate._rollback_item import RollbackItem
 from migrate._sources._sql import (
     DbApiConnection,
@@ -131,10 +131,11 @@ class SqlDestination:
         writes = current_writes() if self.batch else None
         if writes is None:
             return None
-        connect, name = self.connect, self.name
-        inline = writes.one_thread
-        batch = writes.batch(connect, name, lambda: SqlBatch(connect, name, inline=inline))
+        batch = writes.batch(self.connect, self.name, self._new_batch)
         return (writes, batch) if isinstance(batch, SqlBatch) else None
+
+    def _new_batch(self, writes: WindowWrites) -> SqlBatch:
+        return SqlBatch(self.connect, self.name, inline=writes.one_thread)
 
     def _execute(
         self,
@@ -337,7 +338,7 @@ class SqlDestination:
         """What the item's earliest upsert entry of *key* (an earlier run's, else this run's)
         says of ``created``; ``None`` if it has none."""
         name = self.name
-        for entries in (scope.prior_journal, scope.journal.entries):
+        for entries in (scope.prior_journal, journal_entries(scope)):
             for entry in entries:
                 if (
                     entry.get("destination") == name

@@ -18,10 +18,10 @@ import sqlite3
 import threading
 import unicodedata
 from collections.abc import Callable, Hashable, Sequence
-from types import TracebackType
 from typing import Any, TypeAlias, TypeVar
 
 from migrate._errors import DestinationError
+from migrate._pipeline import CallSite, site_traceback
 from migrate._sources._sql import DbApiConnection
 from migrate._window_writes import RowFailure
 from migrate._workers import DaemonPool
@@ -38,7 +38,7 @@ Step: TypeAlias = tuple[str, Any, bool]
 #: entries and the upsert's entry among them, and the process's call (a plain tuple: one is
 #: made per row).
 _Queued: TypeAlias = tuple[
-    str, Any, str, Any, str, "list[dict[str, Any]]", "dict[str, Any]", "TracebackType | None"
+    str, Any, str, Any, str, "list[dict[str, Any]]", "dict[str, Any]", "CallSite | None"
 ]
 _BY_STATEMENT = operator.itemgetter(0)
 #: A key of unknown type: it may equal any other one (see `_loose`).
@@ -111,7 +111,7 @@ class SqlBatch:
         identity: str,
         journal: list[dict[str, Any]],
         entry: dict[str, Any],
-        site: TracebackType | None,
+        site: CallSite | None,
     ) -> bool:
         """
         Queue the upsert *statement* of *key* in *table* for item *identity*, whose *journal*
@@ -121,6 +121,8 @@ class SqlBatch:
         Raises:
             DestinationError: If connecting or the probe failed (nothing was queued).
         """
+        if self._thread is None and threading.get_ident() == self._owner:
+            return self._upsert(statement, table, key, probe, identity, journal, entry, site)
         return self._call(
             self._upsert, statement, table, key, probe, identity, journal, entry, site
         )
@@ -224,7 +226,7 @@ class SqlBatch:
         identity: str,
         journal: list[dict[str, Any]],
         entry: dict[str, Any],
-        site: TracebackType | None,
+        site: CallSite | None,
     ) -> bool:
         cursor = self._cursor_of()
         loose = (table, _loose(key))
@@ -310,7 +312,7 @@ class SqlBatch:
             failure = DestinationError(f"{self._name}: {what} failed: {error}", error)
             # The evidence names the process's line that made the write, as if it had failed
             # there (the driver's error stays the cause).
-            failure.__traceback__ = site
+            failure.__traceback__ = site_traceback(site)
             kept = [e for e in journal if e is not entry]
             return RowFailure(self._name, identity, failure, kept or None)
         self._release(cursor, "migrate_write", what)
