@@ -18,7 +18,7 @@ import inspect
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -779,7 +779,7 @@ class WindowLoop:
             return []
         if prior is None:
             prior = self.store.prior_states(self.definition_id, [i.identity for i in items])
-        todo: list[tuple[Item, PriorState | None]]
+        todo: Iterable[tuple[Item, PriorState | None]]
         if discovery and prior:
             # Unchanged: met again at the version last processed. In an --update run the
             # migrated states were all marked needs-update, so only skipped ones qualify.
@@ -798,12 +798,13 @@ class WindowLoop:
                     tally.unchanged += 1
                 else:
                     todo.append((item, state))
+            if not todo:
+                return []
         elif prior:
             todo = [(item, prior.get(item.identity)) for item in items]
         else:
-            todo = list(zip(items, itertools.repeat(None)))
-        if not todo:
-            return []
+            # Lazily: zip() hands the loop one pair it reuses, not a tuple kept per item.
+            todo = zip(items, itertools.repeat(None))
         writes = WindowWrites(one_thread=not self._threaded())
         try:
             with writing(writes):
@@ -862,10 +863,10 @@ class WindowLoop:
         return result
 
     def _process_todo(
-        self, todo: list[tuple[Item, PriorState | None]], tally: _Tally
+        self, todo: Iterable[tuple[Item, PriorState | None]], tally: _Tally
     ) -> list[StateWrite]:
         if self._threaded():
-            states: list[StateWrite] = self.run_async(self._process_async(todo, tally))
+            states: list[StateWrite] = self.run_async(self._process_async(list(todo), tally))
             return states
         now = time.time()
         states = []
