@@ -50,12 +50,19 @@ class SqlDestination:
     During a run, the writes of one window share one connection and one transaction, committed
     once the window's items are processed and before their states are stored (so a state never
     says ``migrated`` for a row that was not committed): a load goes at the database's speed,
-    not at one commit per row. Each write runs inside a savepoint, so a failing one is undone
-    alone and fails only its item. Should the window's commit fail, every item that wrote in
-    it fails with a ``destination`` error saying so, and the next run writes them again.
-    Destinations built on the same *connect* function share that connection (and so can write
-    to one SQLite file without waiting on each other's lock). Outside a run, each call opens a
-    connection, runs in one transaction, commits and closes.
+    not at one commit per row. An upsert is queued, and the window's upserts are sent together
+    (consecutive ones of the same columns in one ``executemany``) when the window ends, or
+    before the next statement that must see them (a ``delete``, `execute`, or the ``created``
+    query of a key a queued row may hold). Should the database refuse them, they are sent again
+    one by one, each in a savepoint: a refused row is undone alone and fails only its item, with
+    a ``destination`` error naming the key, the database's reason and the process's line that
+    made the call, and its entry is left out of the item's journal. Should the window's commit
+    fail, every item that wrote in it fails with a ``destination`` error saying so, and the next
+    run writes them again. Destinations built on the same *connect* function share that
+    connection (and so can write to one SQLite file without waiting on each other's lock); with
+    ``concurrency=1`` it is used in the thread processing the window, so a call from a thread the
+    process starts fails (use ``concurrency`` > 1, or ``batch=False``). Outside a run, each call
+    opens a connection, runs in one transaction, commits and closes.
 
     The process's own writes to the same database belong in that transaction too: `execute`
     runs any statement there (an audit row beside each upsert), so they commit or vanish with
@@ -242,15 +249,19 @@ class SqlDestination:
         """
         An effect inserting *record*, or updating the row with its key.
 
-        In a run, its journal entry says whether the row is the migration's (``"created":
-        true``) or existed before the definition first migrated the item (``false``): the
-        item's earlier journal entries for this key decide, first the ones stored with its
-        state by an earlier run (`Scope.prior_journal`), then this run's; without any, a
-        ``SELECT`` of the key just before the upsert, in the same savepoint, finds whether
-        the row exists. So a row the migration created stays ``created`` through later runs
-        that update it, and a row that was there first stays not created. Forgetting an
-        item's state (``migrate forget``, or a rollback) forgets that evidence too: the next
-        run finds the row (if one is left) as if it had been there first.
+        In a run (batched), the effect queues the row (see the class docstring): it fails at
+        once only for what can be known then (connecting, the query below), which a piped
+        retry retries; a row the database refuses when the window sends it fails the item
+        then, unretried. Its journal entry says whether the row is the migration's
+        (``"created": true``) or existed before the definition first migrated the item
+        (``false``): the item's earlier journal entries for this key decide, first the ones
+        stored with its state by an earlier run (`Scope.prior_journal`), then this run's;
+        without any, a ``SELECT`` of the key at the call, in the window's transaction (after
+        the queued upserts that may hold the key), finds whether the row exists. So a row the
+        migration created stays ``created`` through later runs that update it, and a row that
+        was there first stays not created. Forgetting an item's state (``migrate forget``, or
+        a rollback) forgets that evidence too: the next run finds the row (if one is left) as
+        if it had been there first.
 
         Args:
             record: Column name to value; must hold the key column.
