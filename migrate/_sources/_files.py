@@ -202,8 +202,9 @@ class _FileSource(Source):
             with self.path.open("rb") as handle:
                 items, faults, position = self._window(handle, start, self.window_size)
                 if position is None:
-                    # Nothing was read: the window started at the first record; note where.
-                    position = self._first_record(handle)
+                    # Nothing was read: the window stays where it started (the first record
+                    # when it started from none; note where that is).
+                    position = start if start is not None else self._first_record(handle)
         except OSError as error:
             raise self._unreadable(error) from error
         done = len(items) + len(faults) < self.window_size

@@ -101,3 +101,14 @@ def test_a_record_over_several_lines_and_a_window_boundary_reads_alike(tmp_path:
     for size in (1, 2, 3):
         fast = migrate.CsvSource(path, window_size=size)
         assert _windows(_General(path, window_size=size)) == _windows(fast)
+
+
+def test_a_read_from_the_end_stays_at_the_end(tmp_path: Path) -> None:
+    """Reading on from the cursor after the last record finds nothing and keeps that cursor,
+    so the next run reads nothing again (not the file from its start)."""
+    path = tmp_path / "rows.csv"
+    path.write_bytes(b"id,name\n1,a\n2,b\n")
+    source = migrate.CsvSource(path, window_size=2)
+    first = source.read_window(None)
+    after = source.read_window(first.next_cursor)
+    assert ([], True, first.next_cursor) == (list(after.items), after.done, after.next_cursor)
