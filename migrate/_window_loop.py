@@ -938,6 +938,22 @@ class WindowLoop:
             return self._state(item, scope, state, "failed", None, error, tally)
         finally:
             _CURRENT.reset(token)
+        if scope._journal is None and not scope._tracked:  # pyright: ignore[reportPrivateUsage]
+            # What _state makes of an item migrated without a journal or tracking of its own.
+            tally.migrated += 1
+            return tuple.__new__(  # pyright: ignore[reportUnknownMemberType]
+                StateWrite,
+                (
+                    item.identity,
+                    "migrated",
+                    item.version,
+                    None,
+                    None,
+                    None,
+                    None if state is None else state.tracking,
+                    item.position,
+                ),
+            )
         return self._state(item, scope, state, "migrated", None, None, tally)
 
     async def _process_async(
