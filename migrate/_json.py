@@ -19,6 +19,10 @@ __all__ = ["encode", "encode_entries", "plain", "safe_text"]
 _LIMIT = 2000  # characters of one object's text kept in evidence
 
 
+#: ``json.dumps(value, allow_nan=False)`` without making an encoder for every call.
+_STRICT = json.JSONEncoder(allow_nan=False)
+
+
 def encode(value: Any) -> str:
     """
     *value* as strict JSON text.
@@ -28,7 +32,7 @@ def encode(value: Any) -> str:
             bool or None.
         ValueError: A NaN or infinite float, or a circular reference.
     """
-    return json.dumps(value, allow_nan=False)
+    return _STRICT.encode(value)
 
 
 def safe_text(value: object, limit: int = _LIMIT) -> str:

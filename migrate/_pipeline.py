@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import sysconfig
 import threading
 import traceback
@@ -12,7 +13,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from types import MappingProxyType
+from types import CodeType, FrameType, MappingProxyType, TracebackType
 from typing import Any, cast
 
 import effects
@@ -115,12 +116,12 @@ class Scope:
 
     __slots__ = (
         "_attempts",
+        "_journal",
         "_lookup",
         "_prior_journal",
         "_tracked",
         "definition_id",
         "identity",
-        "journal",
         "run_id",
         "tracking",
     )
@@ -138,7 +139,8 @@ class Scope:
         self.run_id = run_id
         self.definition_id = definition_id
         self.identity = identity
-        self.journal = Journal()
+        # Made on first use: most items of a run never write one.
+        self._journal: Journal | None = None
         self.tracking = tracking
         self._lookup = lookup
         self._prior_journal: str | tuple[Mapping[str, Any], ...] | None = (
@@ -154,6 +156,14 @@ class Scope:
             f"Scope(run_id={self.run_id!r}, definition_id={self.definition_id!r}, "
             f"identity={self.identity!r})"
         )
+
+    @property
+    def journal(self) -> Journal:
+        """The item's `Journal` (see the class docstring)."""
+        journal = self._journal
+        if journal is None:
+            journal = self._journal = Journal()
+        return journal
 
     def track(self, record: Mapping[str, Any]) -> None:
         """
@@ -267,6 +277,12 @@ def _entries(entries: Sequence[object]) -> tuple[Mapping[str, Any], ...]:
         for entry in entries
         if isinstance(entry, Mapping)
     )
+
+
+def journal_entries(scope: Scope) -> list[dict[str, Any]]:
+    """The entries of *scope*'s journal so far: ``[]`` (without making a journal) if none."""
+    journal = scope._journal  # pyright: ignore[reportPrivateUsage]
+    return [] if journal is None else journal.entries
 
 
 _CURRENT: ContextVar[Scope | None] = ContextVar("migrate_scope", default=None)
@@ -392,6 +408,60 @@ def _where(error: BaseException) -> str | None:
     users = [frame for frame in theirs if not frame.filename.startswith(_LIBRARIES)]
     chosen = (users or theirs or frames)[-1]
     return f"{chosen.filename}:{chosen.lineno} in {chosen.name}"
+
+
+#: Per code object: 0 for ours, 1 for a library's, 2 for the user's (see `call_site`).
+_OWNERS: dict[CodeType, int] = {}
+
+
+def _owner(code: CodeType) -> int:
+    owner = _OWNERS.get(code)
+    if owner is None:
+        name = code.co_filename
+        owner = 0 if name.startswith(_OURS) else 1 if name.startswith(_LIBRARIES) else 2
+        _OWNERS[code] = owner
+    return owner
+
+
+#: Where a call was made: the frame, its last instruction and its line then.
+CallSite = tuple[FrameType, int, int]
+
+
+def call_site() -> CallSite | None:
+    """
+    The line of the caller's caller that `_where` would name for an error raised here: the
+    innermost frame outside this distribution that called into it (a user's before a
+    library's); ``None`` if every frame is ours.
+
+    For an error found later than the call that caused it (a destination write the window
+    sends at its end): `site_traceback` of it, given as the error's ``__traceback__``, makes
+    its evidence name the process's line, as it would have had the call raised at once.
+    Costs a walk over the frames between here and the user's code (about a microsecond).
+    """
+    frame: FrameType | None = sys._getframe(1)  # pyright: ignore[reportPrivateUsage]
+    chosen: FrameType | None = None
+    owners = _OWNERS
+    while frame is not None:
+        code = frame.f_code
+        owner = owners.get(code)
+        if owner is None:
+            owner = _owner(code)
+        if owner == 2:
+            chosen = frame
+            break
+        if owner == 1:
+            chosen = chosen or frame
+        elif chosen is not None:
+            break  # ours again, after a library's: the caller's own frames end here
+        frame = frame.f_back
+    if chosen is None:
+        return None
+    return chosen, chosen.f_lasti, chosen.f_lineno
+
+
+def site_traceback(site: CallSite | None) -> TracebackType | None:
+    """A one-frame traceback of *site* (see `call_site`)."""
+    return None if site is None else TracebackType(None, *site)
 
 
 def _attribute(value: object, name: str) -> object:

@@ -15,9 +15,10 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
+import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -35,6 +36,7 @@ from migrate._pipeline import (
     TrackingLookup,
     attempts_of,
     evidence_for,
+    journal_entries,
 )
 from migrate._planner import Mode
 from migrate._sources import Cursor, Fault, Item
@@ -43,7 +45,7 @@ from migrate._state import Counts, ErrorEvidence, ItemStatus
 from migrate._store import POSITIONAL_TYPES, PriorState, StateWrite, Store
 from migrate._telemetry import observed_read
 from migrate._text import plural, storable, stored_text, unstorable_part
-from migrate._window_writes import BatchFailure, WindowWrites, current_writes, writing
+from migrate._window_writes import WindowWrites, current_writes, writing
 from migrate._workers import DaemonPool
 
 __all__ = ["FailureNote", "LoopStart", "WindowLoop", "WindowResult"]
@@ -634,9 +636,11 @@ class WindowLoop:
         discovery: bool,
         update: bool,
     ) -> list[StateWrite]:
-        if not all(storable(item.identity) for item in items):
-            items, faults = self._unstorable(items, faults)
         keys = [item.identity for item in items]
+        # One look at them all: storable text joined is storable (a surrogate stays one).
+        if not storable("".join(keys)):
+            items, faults = self._unstorable(items, faults)
+            keys = [item.identity for item in items]
         if faults:
             keys += [fault.key for fault in faults]
         if self.mark_seen and discovery:
@@ -775,7 +779,7 @@ class WindowLoop:
             return []
         if prior is None:
             prior = self.store.prior_states(self.definition_id, [i.identity for i in items])
-        todo: list[tuple[Item, PriorState | None]]
+        todo: Iterable[tuple[Item, PriorState | None]]
         if discovery and prior:
             # Unchanged: met again at the version last processed. In an --update run the
             # migrated states were all marked needs-update, so only skipped ones qualify.
@@ -794,11 +798,14 @@ class WindowLoop:
                     tally.unchanged += 1
                 else:
                     todo.append((item, state))
-        else:
+            if not todo:
+                return []
+        elif prior:
             todo = [(item, prior.get(item.identity)) for item in items]
-        if not todo:
-            return []
-        writes = WindowWrites()
+        else:
+            # Lazily: zip() hands the loop one pair it reuses, not a tuple kept per item.
+            todo = zip(items, itertools.repeat(None))
+        writes = WindowWrites(one_thread=not self._threaded())
         try:
             with writing(writes):
                 states = self._process_todo(todo, tally)
@@ -813,11 +820,15 @@ class WindowLoop:
     def _after_writes(
         self, writes: WindowWrites, states: list[StateWrite], tally: _Tally
     ) -> list[StateWrite]:
-        """Commit the window's batched destination writes; fail the items of a failed one."""
-        failures = writes.finish()
-        if not failures:
+        """Send and commit the window's batched destination writes; fail the items of a write
+        refused (alone) or of a failed commit (all that wrote there)."""
+        rows, failures = writes.finish()
+        if not rows and not failures:
             return states
-        failed: dict[str, tuple[BatchFailure, DestinationError]] = {}
+        # identity -> (error, whether the journal is replaced, the journal replacing it)
+        failed: dict[str, tuple[BaseException, bool, list[dict[str, Any]] | None]] = {}
+        for row in rows:
+            failed.setdefault(row.identity, (row.error, True, row.journal))
         for failure in failures:
             error = DestinationError(
                 f"{failure.name}: committing the window's writes failed: "
@@ -826,15 +837,24 @@ class WindowLoop:
                 failure.error,
             )
             for identity in failure.identities:
-                failed.setdefault(identity, (failure, error))
+                failed.setdefault(identity, (error, False, None))
         result: list[StateWrite] = []
         for state in states:
             hit = failed.get(state.identity)
-            if hit is None or state.status == "failed":
+            if hit is None:
                 result.append(state)
                 continue
+            cause, replaced, journal = hit
+            if replaced:
+                # A refused write is not in the item's journal: it changed nothing.
+                state = state._replace(  # noqa: PLW2901 - the state as it is now
+                    journal=encode_entries(journal)[0] if journal else None
+                )
+            if state.status == "failed":
+                result.append(state)  # failed already: its own error is the one to show
+                continue
             tally.uncount(state.status)
-            evidence = evidence_for(hit[1], None)
+            evidence = evidence_for(cause, None)
             tally.failed += 1
             tally.failures.append(FailureNote(evidence.kind, evidence.type, evidence.message))
             result.append(
@@ -843,10 +863,10 @@ class WindowLoop:
         return result
 
     def _process_todo(
-        self, todo: list[tuple[Item, PriorState | None]], tally: _Tally
+        self, todo: Iterable[tuple[Item, PriorState | None]], tally: _Tally
     ) -> list[StateWrite]:
-        if self.is_async or self.concurrency > 1 or self.timeout is not None:
-            states: list[StateWrite] = self.run_async(self._process_async(todo, tally))
+        if self._threaded():
+            states: list[StateWrite] = self.run_async(self._process_async(list(todo), tally))
             return states
         now = time.time()
         states = []
@@ -868,6 +888,10 @@ class WindowLoop:
         except KeyboardInterrupt:
             raise _Interrupted(states) from None
         return states
+
+    def _threaded(self) -> bool:
+        """Whether items run as tasks or in worker threads (else one by one in this thread)."""
+        return self.is_async or self.concurrency > 1 or self.timeout is not None
 
     def _tick(self, tally: _Tally) -> None:
         if self.on_item is not None:
@@ -891,7 +915,11 @@ class WindowLoop:
     def _process_sync(
         self, item: Item, state: PriorState | None, now: float, tally: _Tally
     ) -> StateWrite:
-        scope = self._scope(item, state)
+        scope = (
+            Scope(self.run_id, self.definition_id, item.identity, None, self.lookup)
+            if state is None
+            else self._scope(item, state)
+        )
         token = _CURRENT.set(scope)
         try:
             result = self.process(item, scope)
@@ -910,6 +938,22 @@ class WindowLoop:
             return self._state(item, scope, state, "failed", None, error, tally)
         finally:
             _CURRENT.reset(token)
+        if scope._journal is None and not scope._tracked:  # pyright: ignore[reportPrivateUsage]
+            # What _state makes of an item migrated without a journal or tracking of its own.
+            tally.migrated += 1
+            return tuple.__new__(  # pyright: ignore[reportUnknownMemberType]
+                StateWrite,
+                (
+                    item.identity,
+                    "migrated",
+                    item.version,
+                    None,
+                    None,
+                    None,
+                    None if state is None else state.tracking,
+                    item.position,
+                ),
+            )
         return self._state(item, scope, state, "migrated", None, None, tally)
 
     async def _process_async(
@@ -1057,7 +1101,8 @@ class WindowLoop:
             "the run was stopped (Ctrl-C) while this item was processed; it is processed "
             "again by the next normal or --failed run",
         )
-        journal = encode_entries(scope.journal.entries)[0] if scope.journal.entries else None
+        entries = journal_entries(scope)
+        journal = encode_entries(entries)[0] if entries else None
         return StateWrite(
             item.identity,
             "interrupted",
@@ -1080,7 +1125,7 @@ class WindowLoop:
     ) -> StateWrite:
         journal: str | None = None
         problem: BaseException | None = None
-        entries = scope.journal.entries
+        entries = journal_entries(scope)
         if entries:
             journal, unencodable = encode_entries(entries)
             if unencodable is not None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeAlias, cast
+from typing import Any, Final, cast
+
+from returns.result import Failure, Result, Success
 
 from effects import Effect
 from migrate._compensate import describe_entry, pending_changes
+from migrate._destinations._sql_batch import SqlBatch, Statement, Step, run_steps
 from migrate._errors import DestinationError
 from migrate._json import safe_text
-from migrate._pipeline import Scope, current_scope
+from migrate._pipeline import Scope, call_site, current_scope, journal_entries
 from migrate._rollback_item import RollbackItem
 from migrate._sources._sql import (
     DbApiConnection,
@@ -20,8 +23,7 @@ from migrate._sources._sql import (
     placeholder,
     quote_identifier,
 )
-from migrate._window_writes import current_writes
-from migrate._workers import DaemonPool
+from migrate._window_writes import WindowWrites, current_writes
 
 __all__ = ["SqlDestination"]
 
@@ -33,6 +35,13 @@ _TRANSACTION_CONTROL = re.compile(
 )
 
 
+#: How many upsert statements (one per set of record columns) a destination keeps.
+_KEPT_STATEMENTS: Final = 256
+#: The name of an upsert's effect in retry events (its function's, before it was inlined).
+_UPSERT: Final = "SqlDestination.upsert.<locals>.write"
+_DONE: Final[Result[None, DestinationError]] = Success(None)
+
+
 class SqlDestination:
     """
     Rows of a SQL table written by key: `upsert` and `delete` are idempotent, so a retried call
@@ -41,12 +50,19 @@ class SqlDestination:
     During a run, the writes of one window share one connection and one transaction, committed
     once the window's items are processed and before their states are stored (so a state never
     says ``migrated`` for a row that was not committed): a load goes at the database's speed,
-    not at one commit per row. Each write runs inside a savepoint, so a failing one is undone
-    alone and fails only its item. Should the window's commit fail, every item that wrote in
-    it fails with a ``destination`` error saying so, and the next run writes them again.
-    Destinations built on the same *connect* function share that connection (and so can write
-    to one SQLite file without waiting on each other's lock). Outside a run, each call opens a
-    connection, runs in one transaction, commits and closes.
+    not at one commit per row. An upsert is queued, and the window's upserts are sent together
+    (consecutive ones of the same columns in one ``executemany``) when the window ends, or
+    before the next statement that must see them (a ``delete``, `execute`, or the ``created``
+    query of a key a queued row may hold). Should the database refuse them, they are sent again
+    one by one, each in a savepoint: a refused row is undone alone and fails only its item, with
+    a ``destination`` error naming the key, the database's reason and the process's line that
+    made the call, and its entry is left out of the item's journal. Should the window's commit
+    fail, every item that wrote in it fails with a ``destination`` error saying so, and the next
+    run writes them again. Destinations built on the same *connect* function share that
+    connection (and so can write to one SQLite file without waiting on each other's lock); with
+    ``concurrency=1`` it is used in the thread processing the window, so a call from a thread the
+    process starts fails (use ``concurrency`` > 1, or ``batch=False``). Outside a run, each call
+    opens a connection, runs in one transaction, commits and closes.
 
     The process's own writes to the same database belong in that transaction too: `execute`
     runs any statement there (an audit row beside each upsert), so they commit or vanish with
@@ -110,10 +126,23 @@ class SqlDestination:
         self.paramstyle: ParamStyle = paramstyle
         self.batch = batch
         self.name = f"sql:{table}"
+        #: The upsert statements made so far, by the record's columns.
+        self._upserts: dict[tuple[str, ...], str] = {}
 
     def __repr__(self) -> str:
         more = "" if self.batch else ", batch=False"
         return f"SqlDestination(<connect>, {self.table!r}, {self.key!r}{more})"
+
+    def _window_batch(self) -> tuple[WindowWrites, SqlBatch] | None:
+        """The window's writes and this destination's batch in them, if the call is batched."""
+        writes = current_writes() if self.batch else None
+        if writes is None:
+            return None
+        batch = writes.batch(self.connect, self.name, self._new_batch)
+        return (writes, batch) if isinstance(batch, SqlBatch) else None
+
+    def _new_batch(self, writes: WindowWrites) -> SqlBatch:
+        return SqlBatch(self.connect, self.name, inline=writes.one_thread)
 
     def _execute(
         self,
@@ -122,30 +151,28 @@ class SqlDestination:
         what: str,
         *,
         fetch: bool = False,
-        probe: _Statement | None = None,
+        probe: Statement | None = None,
     ) -> list[tuple[Any, ...]]:
         """
-        Run *sql* in the window's transaction (a savepoint of it), or alone; return its rows
-        (*fetch*), else, with a *probe*, the rows the probe's query returned just before *sql*
-        in the same savepoint or transaction, else ``[]``.
+        Run *sql* in the window's transaction (a savepoint of it, after the upserts queued
+        before it), or alone; return its rows (*fetch*), else, with a *probe*, the rows the
+        probe's query returned just before *sql* in the same savepoint or transaction, else
+        ``[]``.
         """
-        statements: list[_Step] = (
+        statements: list[Step] = (
             [(sql, params, fetch)] if probe is None else [(*probe, True), (sql, params, False)]
         )
-        writes = current_writes() if self.batch else None
-        if writes is not None:
-            batch = writes.batch(
-                self.connect, self.name, lambda: _SqlBatch(self.connect, self.name)
-            )
-            if isinstance(batch, _SqlBatch):
-                rows = batch.execute(statements, what)
-                scope = current_scope()
-                if scope is not None:
-                    writes.wrote(self.connect, scope.identity)
-                return rows
+        found = self._window_batch()
+        if found is not None:
+            writes, batch = found
+            rows = batch.execute(statements, what)
+            scope = current_scope()
+            if scope is not None:
+                writes.wrote(self.connect, scope.identity)
+            return rows
         return self._alone(statements, what)
 
-    def _alone(self, statements: Sequence[_Step], what: str) -> list[tuple[Any, ...]]:
+    def _alone(self, statements: Sequence[Step], what: str) -> list[tuple[Any, ...]]:
         """Run *statements* on a connection of their own in one transaction, and commit; the
         rows of the first one fetched."""
         try:
@@ -154,7 +181,7 @@ class SqlDestination:
             raise DestinationError(f"{self.name}: cannot connect: {error}", error) from error
         try:
             cursor = connection.cursor()
-            rows = _run(cursor, statements)
+            rows = run_steps(cursor, statements)
             connection.commit()
         except Exception as error:
             # The first error is the one to report; a failing rollback adds nothing.
@@ -222,15 +249,19 @@ class SqlDestination:
         """
         An effect inserting *record*, or updating the row with its key.
 
-        In a run, its journal entry says whether the row is the migration's (``"created":
-        true``) or existed before the definition first migrated the item (``false``): the
-        item's earlier journal entries for this key decide, first the ones stored with its
-        state by an earlier run (`Scope.prior_journal`), then this run's; without any, a
-        ``SELECT`` of the key just before the upsert, in the same savepoint, finds whether
-        the row exists. So a row the migration created stays ``created`` through later runs
-        that update it, and a row that was there first stays not created. Forgetting an
-        item's state (``migrate forget``, or a rollback) forgets that evidence too: the next
-        run finds the row (if one is left) as if it had been there first.
+        In a run (batched), the effect queues the row (see the class docstring): it fails at
+        once only for what can be known then (connecting, the query below), which a piped
+        retry retries; a row the database refuses when the window sends it fails the item
+        then, unretried. Its journal entry says whether the row is the migration's
+        (``"created": true``) or existed before the definition first migrated the item
+        (``false``): the item's earlier journal entries for this key decide, first the ones
+        stored with its state by an earlier run (`Scope.prior_journal`), then this run's;
+        without any, a ``SELECT`` of the key at the call, in the window's transaction (after
+        the queued upserts that may hold the key), finds whether the row exists. So a row the
+        migration created stays ``created`` through later runs that update it, and a row that
+        was there first stays not created. Forgetting an item's state (``migrate forget``, or
+        a rollback) forgets that evidence too: the next run finds the row (if one is left) as
+        if it had been there first.
 
         Args:
             record: Column name to value; must hold the key column.
@@ -241,7 +272,57 @@ class SqlDestination:
         """
         if self.key not in record:
             raise ValueError(f"record must have the key column {self.key!r}: {dict(record)!r}")
-        columns = list(record)
+        columns = tuple(record)
+        sql = self._upserts.get(columns) or self._upsert_sql(columns)
+        if self.paramstyle in ("named", "pyformat"):
+            params: Any = {f"p{i}": record[c] for i, c in enumerate(columns)}
+        else:
+            params = tuple(map(record.__getitem__, columns))
+        key = record[self.key]
+
+        def write() -> None:
+            scope = current_scope()
+            if scope is None:
+                self._execute(sql, params, f"upsert of key {key!r}")
+                return
+            created = self._created_before(scope, key)
+            found = self._window_batch()
+            if found is None:
+                what = f"upsert of key {key!r}"
+                if created is None:
+                    created = not self._execute(sql, params, what, probe=self._probe(key))
+                else:
+                    self._execute(sql, params, what)
+                scope.journal.change(self.name, "upsert", key=key, created=created)
+                return
+            # In a window: queued, sent with the window's others (see the class docstring).
+            writes, batch = found
+            entry: dict[str, Any] = {"kind": "change", "destination": self.name}
+            entry["operation"] = "upsert"
+            if key is not None:
+                entry["key"] = key
+            journal = scope.journal.entries
+            probe = None if created is not None else self._probe(key)
+            existed = batch.upsert(
+                (sql, params), self._table, key, probe, scope.identity, journal, entry, call_site()
+            )
+            entry["created"] = created if created is not None else not existed
+            journal.append(entry)
+            writes.wrote(self.connect, scope.identity)
+
+        def run() -> Result[None, DestinationError]:
+            # Effect.attempt(write, catch=DestinationError), without its checks of `write`
+            # on every call: one upsert per item adds up.
+            try:
+                write()
+            except DestinationError as error:
+                return Failure(error)
+            return _DONE
+
+        return Effect(run, _UPSERT)
+
+    def _upsert_sql(self, columns: tuple[str, ...]) -> str:
+        """The upsert of a record with *columns* (kept for the next one with the same)."""
         quoted = [quote_identifier(c, argument="record column") for c in columns]
         style = self.paramstyle
         markers = [placeholder(style, i + 1, f"p{i}") for i in range(len(columns))]
@@ -253,33 +334,22 @@ class SqlDestination:
             f"INSERT INTO {self._table} ({', '.join(quoted)}) VALUES ({', '.join(markers)}) "
             f"ON CONFLICT ({self._key}) {conflict}"
         )
-        params = parameters(style, [(f"p{i}", record[c]) for i, c in enumerate(columns)])
-        key = record[self.key]
+        if len(self._upserts) >= _KEPT_STATEMENTS:
+            self._upserts.clear()
+        self._upserts[columns] = sql
+        return sql
 
-        def write() -> None:
-            what = f"upsert of key {key!r}"
-            scope = current_scope()
-            if scope is None:
-                self._execute(sql, params, what)
-                return
-            created = self._created_before(scope, key)
-            if created is None:
-                created = not self._execute(sql, params, what, probe=self._probe(key))
-            else:
-                self._execute(sql, params, what)
-            scope.journal.change(self.name, "upsert", key=key, created=created)
-
-        return Effect.attempt(write, catch=DestinationError)
-
-    def _probe(self, key: Any) -> _Statement:
+    def _probe(self, key: Any) -> Statement:
         """The query finding the row with *key*: a row if it exists, none if not."""
-        return self._find_sql, parameters(self.paramstyle, [("key", key)])
+        if self.paramstyle in ("named", "pyformat"):
+            return self._find_sql, {"key": key}
+        return self._find_sql, (key,)
 
     def _created_before(self, scope: Scope, key: Any) -> bool | None:
         """What the item's earliest upsert entry of *key* (an earlier run's, else this run's)
         says of ``created``; ``None`` if it has none."""
         name = self.name
-        for entries in (scope.prior_journal, scope.journal.entries):
+        for entries in (scope.prior_journal, journal_entries(scope)):
             for entry in entries:
                 if (
                     entry.get("destination") == name
@@ -304,7 +374,7 @@ class SqlDestination:
 
         return Effect.attempt(remove, catch=DestinationError)
 
-    def _deletion(self, key: Any) -> _Statement:
+    def _deletion(self, key: Any) -> Statement:
         return self._delete_sql, parameters(self.paramstyle, [("key", key)])
 
     def undo(self, entry: Mapping[str, Any], scope: Scope | None = None) -> None:
@@ -396,7 +466,7 @@ class SqlDestination:
                 f"rollback of item {item.identity!r}",
             )
 
-    def _undoing(self, entry: Mapping[str, Any]) -> _Statement | None:
+    def _undoing(self, entry: Mapping[str, Any]) -> Statement | None:
         """The delete undoing *entry*, ``None`` if it leaves the row as it is; checks it."""
         candidate = cast(object, entry)
         if not isinstance(candidate, Mapping):
@@ -427,137 +497,9 @@ class SqlDestination:
         return self._deletion(key)
 
 
-class _SqlBatch:
-    """
-    One database's transaction for one window, used from a thread of its own: a DB-API
-    connection (sqlite3's among them) may only be used by the thread that opened it, and the
-    window's items may run in several.
-    """
-
-    def __init__(self, connect: Callable[[], DbApiConnection], name: str) -> None:
-        self._connect = connect
-        self._name = name
-        self._thread = DaemonPool(1, f"migrate-{name}")
-        self._connection: DbApiConnection | None = None
-        #: Why the window's transaction cannot be trusted any more (a statement ended it).
-        self._broken: str | None = None
-
-    def execute(self, statements: Sequence[_Step], what: str) -> list[tuple[Any, ...]]:
-        """Run *statements* inside one savepoint of the window's transaction; return the rows
-        of the first one to be fetched (``[]`` if none is).
-
-        Raises:
-            DestinationError: If connecting or a statement failed (they are undone alone).
-        """
-        return self._thread.submit(self._execute, statements, what).result()
-
-    def _execute(self, statements: Sequence[_Step], what: str) -> list[tuple[Any, ...]]:
-        if self._broken is not None:
-            raise DestinationError(f"{self._name}: {what} was not run: {self._broken}")
-        connection = self._connection
-        if connection is None:
-            try:
-                connection = self._connect()
-            except Exception as error:
-                raise DestinationError(f"{self._name}: cannot connect: {error}", error) from error
-            try:
-                # sqlite3 opens a transaction only before INSERT, UPDATE and DELETE; a
-                # SAVEPOINT first would start one of its own that each RELEASE commits.
-                if getattr(connection, "in_transaction", None) is False:
-                    connection.cursor().execute("BEGIN")
-            except Exception as error:
-                with contextlib.suppress(Exception):
-                    connection.close()
-                raise DestinationError(
-                    f"{self._name}: cannot begin a transaction: {error}", error
-                ) from error
-            self._connection = connection
-        cursor = connection.cursor()
-        try:
-            cursor.execute("SAVEPOINT migrate_write")
-            rows = _run(cursor, statements)
-        except Exception as error:
-            with contextlib.suppress(Exception):
-                cursor.execute("ROLLBACK TO SAVEPOINT migrate_write")
-                cursor.execute("RELEASE SAVEPOINT migrate_write")
-            raise DestinationError(f"{self._name}: {what} failed: {error}", error) from error
-        try:
-            cursor.execute("RELEASE SAVEPOINT migrate_write")
-        except Exception as error:
-            # The statement ended the window's transaction (a COMMIT or ROLLBACK the driver
-            # let through): what the window wrote before may be committed or gone, so none of
-            # its items may be stored as migrated; the window's commit fails them all.
-            self._broken = (
-                f"{what} ended the window's transaction (a COMMIT or ROLLBACK in it?); every "
-                "item that wrote in this window fails and is written again by the next run"
-            )
-            with contextlib.suppress(Exception):
-                connection.rollback()
-            raise DestinationError(f"{self._name}: {self._broken}: {error}", error) from error
-        return rows
-
-    def commit(self) -> None:
-        """Commit the window's writes; raises the driver's error if that failed."""
-        try:
-            self._thread.submit(self._end, True).result()
-        finally:
-            self._thread.shutdown(wait=False)
-
-    def rollback(self) -> None:
-        """Undo the window's writes (nothing if they were committed already)."""
-        try:
-            self._thread.submit(self._end, False).result()
-        except Exception:  # noqa: BLE001, S110 - rolling back is the best that can be done
-            pass
-        finally:
-            self._thread.shutdown(wait=False)
-
-    def _end(self, commit: bool) -> None:
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        try:
-            if commit and self._broken is not None:
-                raise DestinationError(self._broken)
-            if commit:
-                connection.commit()
-            else:
-                connection.rollback()
-        except Exception:
-            with contextlib.suppress(Exception):
-                connection.rollback()
-            raise
-        finally:
-            with contextlib.suppress(Exception):
-                connection.close()
-
-
-#: A statement and its parameters.
-_Statement: TypeAlias = tuple[str, Any]
-#: A statement, its parameters, and whether its rows are wanted.
-_Step: TypeAlias = tuple[str, Any, bool]
-
-
-def _run(cursor: Any, statements: Sequence[_Step]) -> list[tuple[Any, ...]]:
-    """Execute *statements* in order on *cursor*; the rows of the first one fetched."""
-    rows: list[tuple[Any, ...]] | None = None
-    for sql, params, fetch in statements:
-        cursor.execute(sql, params)
-        if fetch and rows is None:
-            rows = _fetched(cursor)
-    return [] if rows is None else rows
-
-
 def _same_key(stored: object, key: object) -> bool:
     """Whether a journal entry's key (JSON) is *key*; never raises."""
     try:
         return bool(stored == key)
     except Exception:  # noqa: BLE001 - a key whose comparison fails is another key
         return False
-
-
-def _fetched(cursor: Any) -> list[tuple[Any, ...]]:
-    """The rows a statement returned (``[]`` when it returns none), as tuples."""
-    if cursor.description is None:
-        return []
-    return [tuple(row) for row in cursor.fetchall()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import csv
 import hashlib
+import itertools
 import os
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
@@ -28,7 +29,7 @@ from migrate._sources._base import (
 from migrate._sources._identity import IdentityProblem, identity_text
 from migrate._sources._lines import Encoding, encoding
 from migrate._sources._long_ints import record_from_json
-from migrate._text import plural
+from migrate._text import plural, stored_text
 
 __all__ = ["CsvSource", "JsonlSource"]
 
@@ -197,34 +198,42 @@ class _FileSource(Source):
         start: tuple[int, int] | None = None
         if cursor is not None and cursor.get("fingerprint") == fingerprint:
             start = (int(cursor["offset"]), int(cursor.get("line", 0)))
-        items: list[Item] = []
-        faults: list[Fault] = []
-        position = start
-        done = True
-        read = 0
-        size = self.window_size
         try:
             with self.path.open("rb") as handle:
-                for line, offset_after, record, raw, problem in self._records(handle, start):
-                    found = self._item_or_fault(line, record, raw, problem)
-                    if isinstance(found, Item):
-                        items.append(found)
-                    else:
-                        faults.append(found)
-                    position = (offset_after, line)
-                    read += 1
-                    if read >= size:
-                        done = False
-                        break
+                items, faults, position = self._window(handle, start, self.window_size)
                 if position is None:
-                    # Nothing was read: the window started at the first record; note where.
-                    position = self._first_record(handle)
+                    # Nothing was read: the window stays where it started (the first record
+                    # when it started from none; note where that is).
+                    position = start if start is not None else self._first_record(handle)
         except OSError as error:
             raise self._unreadable(error) from error
+        done = len(items) + len(faults) < self.window_size
         if start is None:
             self._check_identity_field(items, faults)
         cursor_out = {"fingerprint": fingerprint, "offset": position[0], "line": position[1]}
         return Window(tuple(items), cursor_out, done, tuple(faults), from_start=start is None)
+
+    def _window(
+        self, handle: IO[bytes], start: tuple[int, int] | None, size: int
+    ) -> tuple[list[Item], list[Fault], tuple[int, int] | None]:
+        """
+        The next *size* records from *start* (see `_records`) as items and faults, and the
+        position after the last one: ``(offset after it, its first line)``, ``None`` if there
+        was none.
+        """
+        items: list[Item] = []
+        faults: list[Fault] = []
+        position: tuple[int, int] | None = None
+        for line, offset_after, record, raw, problem in self._records(handle, start):
+            found = self._item_or_fault(line, record, raw, problem)
+            if isinstance(found, Item):
+                items.append(found)
+            else:
+                faults.append(found)
+            position = (offset_after, line)
+            if len(items) + len(faults) >= size:
+                break
+        return items, faults, position
 
     def _check_identity_field(self, items: list[Item], faults: list[Fault]) -> None:
         """
@@ -367,13 +376,26 @@ class CsvSource(_FileSource):
         _header, _opened, offset, line = self._header(handle)
         return (offset, line)
 
+    def _check_header(self, header: list[str]) -> None:
+        for role, field in (("identity", self.identity), ("version", self.version)):
+            if field is not None and field not in header:
+                raise missing_field(f"{self._describe} header", role, field, header)
+
+    def _malformed(self, first: int, fields: int, width: int) -> Fault:
+        where = f"line {first}"
+        return Fault(
+            where,
+            "MalformedRecord",
+            f"{self._describe} {where} has {plural(fields, 'field')}, the header has "
+            f"{width}; the record was not migrated: fix the row in the file",
+            details={"source": self._describe, "fields": fields, "header": width},
+        )
+
     def _records(self, handle: IO[bytes], start: tuple[int, int] | None) -> Iterator[_Record]:
         header, opened, header_end, header_lines = self._header(handle)
         if not header:
             return
-        for role, field in (("identity", self.identity), ("version", self.version)):
-            if field is not None and field not in header:
-                raise missing_field(f"{self._describe} header", role, field, header)
+        self._check_header(header)
         offset, base_line = (header_end, header_lines) if start is None else start
         handle.seek(offset)
         position = [offset, base_line]
@@ -391,20 +413,143 @@ class CsvSource(_FileSource):
                     continue
                 problem = None if bad.error is None else bad.take()
                 if len(row) != width:
-                    where = f"line {first}"
-                    fault = Fault(
-                        where,
-                        "MalformedRecord",
-                        f"{describe} {where} has {plural(len(row), 'field')}, the header has "
-                        f"{width}; the record was not migrated: fix the row in the file",
-                        details={"source": describe, "fields": len(row), "header": width},
-                    )
-                    yield first, position[0], None, "", fault
+                    yield first, position[0], None, "", self._malformed(first, len(row), width)
                     continue
-                record = dict(zip(header, row, strict=True))
+                record = dict(zip(header, row))  # noqa: B905 - the width is checked above
                 yield first, position[0], record, "\x1f".join(row), problem
         except csv.Error as error:
             raise SourceError(f"{describe} line {position[1]}: {error}", error) from error
+
+    def _window(
+        self, handle: IO[bytes], start: tuple[int, int] | None, size: int
+    ) -> tuple[list[Item], list[Fault], tuple[int, int] | None]:
+        # The hot path of a run reading a CSV file: what `_records` and `_item_or_fault` do,
+        # with each window's lines decoded in bulk and no generator or call of ours per record
+        # (a record that is not a plain item goes the general way).
+        header, opened, header_end, header_lines = self._header(handle)
+        if opened.unit != 1 or not header:
+            return super()._window(handle, start, size)
+        self._check_header(header)
+        offset, base = (header_end, header_lines) if start is None else start
+        handle.seek(offset)
+        lengths: list[int] = []
+        bad: dict[int, tuple[UnicodeDecodeError, int, int]] = {}
+        lines = _decoded(iter(handle), opened.codec, size, (offset, base), lengths=lengths, bad=bad)
+        reader = csv.reader(itertools.chain.from_iterable(lines))
+        width = len(header)
+        # dict(zip(header, row)) keeps a repeated column's last cell: so do these.
+        key = width - 1 - header[::-1].index(self.identity)
+        version_field = self.version
+        at = None if version_field is None else width - 1 - header[::-1].index(version_field)
+        items: list[Item] = []
+        faults: list[Fault] = []
+        keep, note = items.append, faults.append
+        hash_ = hashlib.blake2b
+        read = consumed = first = 0
+        # The lines read up to the end of the last record, and where that record began.
+        ended = began = 0
+        try:
+            for row in reader:
+                first = base + consumed + 1
+                consumed = reader.line_num
+                if not row:
+                    continue
+                read += 1
+                ended, began = consumed, first
+                problem = _first_bad(bad, first, base + consumed) if bad else None
+                if len(row) != width:
+                    note(self._malformed(first, len(row), width))
+                else:
+                    # zip() without strict=: the width is checked above, and a keyword
+                    # argument costs a slower call per record.
+                    identity = row[key]
+                    raw = "\x1f".join(row)
+                    if problem is not None or not identity or not identity.isascii():
+                        record = dict(zip(header, row))  # noqa: B905
+                        found = self._item_or_fault(first, record, raw, problem)
+                        if isinstance(found, Item):
+                            keep(found)
+                        else:
+                            note(found)
+                    else:
+                        version = None if at is None else row[at]
+                        if not version:
+                            # content_version(raw), inlined: the same bytes are hashed.
+                            data = raw.encode() if raw.isascii() else _utf8(raw)
+                            version = hash_(data, digest_size=8).hexdigest()
+                        else:
+                            version = stored_text(version)
+                        record = dict(zip(header, row))  # noqa: B905
+                        keep(Item(identity, record, version, f"line {first}"))
+                if read >= size:
+                    break
+        except csv.Error as error:
+            line = base + reader.line_num
+            raise SourceError(f"{self._describe} line {line}: {error}", error) from error
+        if not read:
+            return items, faults, None
+        return items, faults, (offset + sum(lengths[:ended]), began)
+
+
+#: Lines decoded per chunk once a window's first chunk (as many lines as records wanted) is used.
+_MORE_LINES = 64
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _decoded(
+    lines: Iterator[bytes],
+    codec: str,
+    wanted: int,
+    start: tuple[int, int],
+    *,
+    lengths: list[int],
+    bad: dict[int, tuple[UnicodeDecodeError, int, int]],
+) -> Iterator[list[str]]:
+    """
+    The lines from *start* (``(offset, line number before it)``) decoded with *codec*, in
+    chunks; their byte lengths are appended to *lengths*, and a line with bytes invalid in
+    *codec* is decoded with replacement characters and noted in *bad* by its line number:
+    ``(error, line number, offset of the line)``, as `_BadBytes` notes it.
+    """
+    offset, line = start
+    size = wanted
+    while True:
+        chunk = list(itertools.islice(lines, size))
+        if not chunk:
+            return
+        texts: list[str]
+        try:
+            texts = list(map(bytes.decode, chunk, itertools.repeat(codec)))
+        except UnicodeDecodeError:
+            texts = []
+            at = offset
+            for number, raw in enumerate(chunk, line + 1):
+                try:
+                    texts.append(raw.decode(codec))
+                except UnicodeDecodeError as error:
+                    bad[number] = (error, number, at)
+                    texts.append(raw.decode(codec, "replace"))
+                at += len(raw)
+        sizes = list(map(len, chunk))
+        lengths += sizes
+        offset += sum(sizes)
+        line += len(chunk)
+        yield texts
+        size = _MORE_LINES
+
+
+def _first_bad(
+    bad: dict[int, tuple[UnicodeDecodeError, int, int]], first: int, last: int
+) -> tuple[UnicodeDecodeError, int, int] | None:
+    """The first bad line noted from line *first* to *last*, if any."""
+    for number in range(first, last + 1):
+        found = bad.get(number)
+        if found is not None:
+            return found
+    return None
 
 
 class JsonlSource(_FileSource):

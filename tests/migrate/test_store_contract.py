@@ -103,6 +103,61 @@ def test_one_state_per_definition_and_identity(store: migrate.Store) -> None:
     assert [("1", "migrated")] == [(s.identity, s.status) for s in store.items("d")]
 
 
+_SHAPES = [
+    StateWrite("plain", "migrated", "v1", position="line 2"),
+    StateWrite("no-version", "migrated", None, position="line 3"),
+    StateWrite("no-position", "migrated", "v1"),
+    StateWrite("bare", "migrated", None),
+    StateWrite("journaled", "migrated", "v1", journal='[{"kind": "change"}]', position="x"),
+    StateWrite("tracked", "migrated", "v1", tracking='{"n": 1}', journal="[]"),
+    StateWrite("skipped", "skipped", "v1", reason="why", position="line 9"),
+    StateWrite(
+        "failed",
+        "failed",
+        "v1",
+        error='{"kind": "process", "type": "E", "message": "m", "details": {}, "attempts": 1}',
+        journal='[{"kind": "diagnostic", "message": "m"}]',
+        tracking='{"id": 7}',
+        position="line 4",
+    ),
+]
+
+
+@pytest.mark.parametrize("shapes", [_SHAPES[:1], _SHAPES[4:5], _SHAPES])
+def test_a_window_of_states_of_any_shape_reads_back_as_written(
+    store: migrate.Store, shapes: list[StateWrite]
+) -> None:
+    """States with any of their optional fields absent, alone or mixed in one window, read back
+    with exactly the fields they were written with (absent ones None)."""
+    store.create_run("r", "normal", {})
+    store.commit_window(WindowCommit("d", "r", shapes, {}))
+    prior = store.prior_states("d", [s.identity for s in shapes])
+    assert {s.identity: (s.status, s.version, s.tracking, "r", s.journal) for s in shapes} == {
+        k: tuple(v) for k, v in prior.items()
+    }
+    items = {state.identity: state for state in store.items("d")}
+    assert {s.identity: (s.reason, s.position) for s in shapes} == {
+        k: (v.reason, v.position) for k, v in items.items()
+    }
+    assert {s.identity for s in shapes if s.error} == {
+        k for k, v in items.items() if v.error is not None
+    }
+
+
+def test_two_states_of_one_identity_in_a_window_keep_the_last(store: migrate.Store) -> None:
+    """A window holding an identity twice stores one state: the last (as SQLite's replace)."""
+    store.create_run("r", "normal", {})
+    window = [
+        StateWrite("1", "migrated", "v1", position="line 2"),
+        StateWrite("2", "migrated", "v1", position="line 3"),
+        StateWrite("1", "failed", "v2", error='{"type": "E"}'),
+    ]
+    store.commit_window(WindowCommit("d", "r", window, {}))
+    assert [("1", "failed", "v2", None), ("2", "migrated", "v1", "line 3")] == [
+        (s.identity, s.status, s.version, s.position) for s in store.items("d")
+    ]
+
+
 def test_forget_removes_states_and_returns_them(store: migrate.Store) -> None:
     """forget removes the named states (unknown ones are ignored) and returns what it removed."""
     store.create_run("r", "normal", {})
