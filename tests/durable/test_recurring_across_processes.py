@@ -117,7 +117,7 @@ async def test_two_worker_processes_start_each_recurrence_once(
     """
     Two processes work a recurring of 150 ms for about 6 s, one killed -9 and restarted on the
     way, then stopped by a file: the runs' due times are one grid 150 ms apart with no gap,
-    each run started once and completed, each step of the schedule written once.
+    each run started once and completed, the schedule's row written at most once per due time.
     """
     every = 150
     url = durable_store_url
@@ -141,7 +141,10 @@ async def test_two_worker_processes_start_each_recurrence_once(
     print(f"{len(dues)} recurrences; runs by process: {dict(by_process)}")
     assert list(range(dues[0], dues[-1] + every, every)) == dues
     assert len(dues) >= 20
-    assert (1 + len(dues), dues[-1] + every) == (row.rev, row.next_at)
+    # One write per due time, or fewer: a process held off the CPU for over a period passes two
+    # due times in one write (catch_up "all" starts both), never more writes than due times.
+    assert dues[-1] + every == row.next_at
+    assert 1 < row.rev <= 1 + len(dues)
     assert {"completed"} == {r.status for r in runs}
     assert [1] * len(runs) == await started_events(url, runs)
 
