@@ -365,6 +365,8 @@ class PostgresStore:
         self._in_flight = 0
         self._group: list[_Queued] = []
         self._grouper: asyncio.Task[None] | None = None
+        # Whether a leased run's insert is in flight beside the groups (see ``create_run``).
+        self._starting = False
         self._listener: asyncio.Task[None] | None = None
         self._wake: Callable[[], None] | None = None
         self._wake_due: Callable[[], None] | None = None
@@ -871,7 +873,19 @@ class PostgresStore:
             return await taken(conn)
 
         try:
-            result = await self._grouped(run.run_id, pq.RUN_CREATE, params, made, go)
+            if leased is not None and not self._starting:
+                # A run a working engine takes as it makes it: its caller (a loop of starts,
+                # say) waits for this insert before it can start the next, and the turns it
+                # begins fill the group queue; queued behind them, each start would wait a
+                # commit or two more. So one such insert at a time goes at once, beside the
+                # group commits; starts made together still share a group.
+                self._starting = True
+                try:
+                    result = await self._call(go)
+                finally:
+                    self._starting = False
+            else:
+                result = await self._grouped(run.run_id, pq.RUN_CREATE, params, made, go)
         except psycopg.DataError as error:
             raise self._payload_error(error, f"input of run {run.run_id!r}") from error
         # The id was taken (in a group commit, the look at who took it comes after).
