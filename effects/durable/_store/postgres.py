@@ -367,6 +367,11 @@ class PostgresStore:
         self._grouper: asyncio.Task[None] | None = None
         # Whether a leased run's insert is in flight beside the groups (see ``create_run``).
         self._starting = False
+        # Shared run reads: whether one is in flight, and the reads queued for the next one (by
+        # run id), which the reader task sends (see ``get_run``).
+        self._reading = False
+        self._run_reads: dict[str, list[asyncio.Future[Run | None]]] = {}
+        self._reader: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._wake: Callable[[], None] | None = None
         self._wake_due: Callable[[], None] | None = None
@@ -521,6 +526,17 @@ class PostgresStore:
         queued, self._group = self._group, []
         for write in queued:
             self._closed_under(write, "was not sent")
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        reads, self._run_reads = self._run_reads, {}
+        for run_id, futures in reads.items():
+            for future in futures:
+                if not future.done():
+                    msg = f"store {self.url} was closed while a read of run {run_id!r} waited"
+                    future.set_exception(StoreError(msg))
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
@@ -872,6 +888,7 @@ class PostgresStore:
         async def look(conn: AsyncConnection[Any], _: _Retry) -> Run | ClaimedRun | None:
             return await taken(conn)
 
+        result: Run | ClaimedRun | _Taken | None
         try:
             if leased is not None and not self._starting:
                 # A run a working engine takes as it makes it: its caller (a loop of starts,
@@ -913,13 +930,75 @@ class PostgresStore:
         }
 
     async def get_run(self, run_id: str) -> Run | None:
-        """The run, or ``None``."""
+        """
+        The run, or ``None``. While one such read is in flight, the reads that come meanwhile
+        wait and share the next one (one statement for them all: many ``Engine.wait`` polling
+        at once cost one round trip). Each is still sent after it was asked for, so it sees
+        every commit that came before it.
+        """
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
             row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
             return None if row is None else run_of(row)
 
-        return await self._call(go, quiet=True)
+        if not self._reading and not self._run_reads:
+            self._reading = True
+            try:
+                return await self._call(go, quiet=True)
+            finally:
+                self._reading = False
+                self._read_queued()
+        future: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
+        self._run_reads.setdefault(run_id, []).append(future)
+        self._read_queued()
+        return await future
+
+    @staticmethod
+    async def _runs_by_id(array: str, conn: AsyncConnection[Any], _: _Retry) -> dict[str, Run]:
+        """The runs of the ``text[]`` literal *array* that exist, by id."""
+        cursor = await conn.execute(pq.RUNS_BY_ID, (array,))
+        return {run.run_id: run for run in map(run_of, await cursor.fetchall())}
+
+    def _read_queued(self) -> None:
+        """Start the reader of the queued ``get_run`` calls, unless a read is in flight."""
+        if self._run_reads and not self._reading and self._pool is not None:
+            self._reading = True
+            self._reader = asyncio.get_running_loop().create_task(self._read_runs())
+
+    async def _read_runs(self) -> None:
+        """Read the queued runs, batch after batch, one statement each, until none is left."""
+        batch: dict[str, list[asyncio.Future[Run | None]]] = {}
+        try:
+            while self._run_reads:
+                batch, self._run_reads = self._run_reads, {}
+                ids = [i for i, futures in batch.items() if not all(f.done() for f in futures)]
+                if not ids:
+                    continue
+                read = partial(self._runs_by_id, _text_array(ids))
+                try:
+                    found = await self._call(read, quiet=True)
+                except Exception as error:  # noqa: BLE001 - handed to every caller waiting
+                    for futures in batch.values():
+                        for future in futures:
+                            if not future.done():
+                                future.set_exception(error)
+                    continue
+                for run_id, futures in batch.items():
+                    for future in futures:
+                        if not future.done():
+                            future.set_result(found.get(run_id))
+        except asyncio.CancelledError:
+            # The store is closing under its callers (``close`` fails the reads still queued).
+            for run_id, futures in batch.items():
+                for future in futures:
+                    if not future.done():
+                        msg = f"store {self.url} was closed while run {run_id!r} was read"
+                        future.set_exception(StoreError(msg))
+            raise
+        finally:
+            self._reading = False
+            if self._reader is asyncio.current_task():
+                self._reader = None
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> list[Run]:
         """The runs *query* selects, newest first."""
