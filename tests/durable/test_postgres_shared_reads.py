@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from effects.durable import StoreError
+from effects.durable import Run, StoreError
 from effects.durable._store import NewRun
 from effects.durable._store.postgres import PostgresStore, parse_postgres_url
 from tests.durable.support import START_MS
@@ -44,9 +44,10 @@ class HeldReads(PostgresStore):
         self.shared: list[str] = []
 
     async def _call(self, fn: Any, **options: Any) -> Any:
-        if "get_run" in getattr(fn, "__qualname__", ""):
+        name = getattr(getattr(fn, "func", None), "__name__", "")
+        if name == "_run_by_id" and not self.gate.is_set():
             await self.gate.wait()
-        elif getattr(getattr(fn, "func", None), "__name__", "") == "_runs_by_id":
+        elif name == "_runs_by_id":
             self.shared.append(fn.args[0])
         return await super()._call(fn, **options)
 
@@ -130,6 +131,25 @@ async def test_a_read_cancelled_while_it_waits_is_not_sent(postgres_url: str) ->
         found = await asyncio.wait_for(asyncio.gather(first, kept), PATIENCE)
     assert ["r0", "r2"] == [None if r is None else r.run_id for r in found]
     assert ['{"r2"}'] == store.shared
+
+
+async def test_a_shared_read_the_server_refuses_fails_only_the_read_that_made_it(
+    postgres_url: str,
+) -> None:
+    """An id with a U+0000 among queued reads: the shared read fails; each is read again alone."""
+    async with three_runs(postgres_url) as store:
+        first = asyncio.create_task(store.get_run("r0"))
+        await asyncio.sleep(0.05)
+        later = [asyncio.create_task(store.get_run(i)) for i in ("r1", "a\x00b", "r2")]
+        await until_queued(store, 3)
+        store.gate.set()
+        found = await asyncio.wait_for(
+            asyncio.gather(first, *later, return_exceptions=True), PATIENCE
+        )
+    r0, r1, refused, r2 = found
+    assert ["r0", "r1", "r2"] == [r.run_id for r in (r0, r1, r2) if isinstance(r, Run)]
+    assert isinstance(refused, psycopg.DataError)
+    assert ['{"r1","a\x00b","r2"}'] == store.shared
 
 
 async def test_closing_the_store_fails_the_reads_that_wait(postgres_url: str) -> None:

@@ -937,14 +937,10 @@ class PostgresStore:
         every commit that came before it.
         """
 
-        async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
-            row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
-            return None if row is None else run_of(row)
-
         if not self._reading and not self._run_reads:
             self._reading = True
             try:
-                return await self._call(go, quiet=True)
+                return await self._call(partial(self._run_by_id, run_id), quiet=True)
             finally:
                 self._reading = False
                 self._read_queued()
@@ -958,6 +954,24 @@ class PostgresStore:
         """The runs of the ``text[]`` literal *array* that exist, by id."""
         cursor = await conn.execute(pq.RUNS_BY_ID, (array,))
         return {run.run_id: run for run in map(run_of, await cursor.fetchall())}
+
+    async def _read_alone(self, run_id: str, futures: list[asyncio.Future[Run | None]]) -> None:
+        """Read one run for the *futures* that wait for it, after their shared read failed."""
+        try:
+            run = await self._call(partial(self._run_by_id, run_id), quiet=True)
+        except Exception as error:  # noqa: BLE001 - it is the callers' to handle
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for future in futures:
+            if not future.done():
+                future.set_result(run)
+
+    @staticmethod
+    async def _run_by_id(run_id: str, conn: AsyncConnection[Any], _: _Retry) -> Run | None:
+        row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
+        return None if row is None else run_of(row)
 
     def _read_queued(self) -> None:
         """Start the reader of the queued ``get_run`` calls, unless a read is in flight."""
@@ -977,11 +991,9 @@ class PostgresStore:
                 read = partial(self._runs_by_id, _text_array(ids))
                 try:
                     found = await self._call(read, quiet=True)
-                except Exception as error:  # noqa: BLE001 - handed to every caller waiting
-                    for futures in batch.values():
-                        for future in futures:
-                            if not future.done():
-                                future.set_exception(error)
+                except Exception:  # noqa: BLE001 - each read then fails (or not) alone
+                    for run_id in ids:
+                        await self._read_alone(run_id, batch[run_id])
                     continue
                 for run_id, futures in batch.items():
                     for future in futures:
