@@ -531,12 +531,7 @@ class PostgresStore:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
-        reads, self._run_reads = self._run_reads, {}
-        for run_id, futures in reads.items():
-            for future in futures:
-                if not future.done():
-                    msg = f"store {self.url} was closed while a read of run {run_id!r} waited"
-                    future.set_exception(StoreError(msg))
+        self._fail_reads("was closed while a read of run {!r} waited")
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
@@ -975,9 +970,22 @@ class PostgresStore:
 
     def _read_queued(self) -> None:
         """Start the reader of the queued ``get_run`` calls, unless a read is in flight."""
-        if self._run_reads and not self._reading and self._pool is not None:
-            self._reading = True
-            self._reader = asyncio.get_running_loop().create_task(self._read_runs())
+        if not self._run_reads or self._reading:
+            return
+        if self._pool is None:
+            # The store was closed while the read ahead of these was in flight.
+            self._fail_reads("was closed while a read of run {!r} waited")
+            return
+        self._reading = True
+        self._reader = asyncio.get_running_loop().create_task(self._read_runs())
+
+    def _fail_reads(self, how: str) -> None:
+        """Fail every queued run read with a ``StoreError`` (*how*: formatted with its run id)."""
+        reads, self._run_reads = self._run_reads, {}
+        for run_id, futures in reads.items():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(StoreError(f"store {self.url} " + how.format(run_id)))
 
     async def _read_runs(self) -> None:
         """Read the queued runs, batch after batch, one statement each, until none is left."""
