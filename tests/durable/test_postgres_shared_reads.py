@@ -44,11 +44,12 @@ class HeldReads(PostgresStore):
         self.shared: list[str] = []
 
     async def _call(self, fn: Any, **options: Any) -> Any:
-        name = getattr(getattr(fn, "func", None), "__name__", "")
-        if name == "_run_by_id" and not self.gate.is_set():
+        name = getattr(fn, "__qualname__", "")
+        if name.startswith("PostgresStore.get_run.") and not self.gate.is_set():
             await self.gate.wait()
-        elif name == "_runs_by_id":
-            self.shared.append(fn.args[0])
+        elif name.startswith("PostgresStore._read_shared."):
+            shared = fn.__closure__[0].cell_contents
+            self.shared.append(shared)
         return await super()._call(fn, **options)
 
 

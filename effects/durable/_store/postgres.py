@@ -308,6 +308,8 @@ _TAKEN: Final = _Taken()
 _IN_FLIGHT: Final = 2
 #: The most writes one group commit takes; the rest wait for the next.
 _GROUP_MAX: Final = 200
+#: The most connections a store keeps out of its pool for its calls (see ``_on_held``).
+_HELD_MAX: Final = 4
 
 
 @attrs.define(slots=True, eq=False)
@@ -355,11 +357,14 @@ class PostgresStore:
         # hears what its own process writes.
         self._sender = secrets.token_hex(8)
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
-        # One connection kept out of the pool for calls that come one after another (a turn's
-        # steps): checking one out and back in costs more Python than a statement does. A call
-        # that finds it in use takes one from the pool.
-        self._held: AsyncConnection[Any] | None = None
-        self._held_busy = False
+        # A few connections kept out of the pool for the calls (a turn's steps, a start, a
+        # wait's read): checking one out and back in costs more Python than a statement does.
+        # Idle ones wait in _spare (the last used is used first); a call that finds none idle
+        # takes another from the pool and keeps it, up to _held_max (half the pool, at most
+        # _HELD_MAX, at least one); beyond that it borrows one from the pool for the call.
+        self._spare: list[AsyncConnection[Any]] = []
+        self._held_count = 0
+        self._held_max = max(1, min(_HELD_MAX, self._options.pool_size // 2))
         # Group commit: while _IN_FLIGHT one-statement writes are in flight, the writes that
         # come meanwhile queue here, and the next transaction commits them all (``_grouped``).
         self._in_flight = 0
@@ -538,11 +543,12 @@ class PostgresStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
         pool, self._pool = self._pool, None
-        held, self._held = self._held, None
+        spare, self._spare = self._spare, []
+        self._held_count = 0
         if pool is not None:
-            if held is not None and not self._held_busy:
-                # (One a call still uses is closed by that call: see _on_held.)
-                await pool.putconn(held)
+            # (One a call still uses is closed by that call: see _on_held.)
+            for conn in spare:
+                await pool.putconn(conn)
             await pool.close()
 
     async def _listen(self) -> None:
@@ -614,7 +620,7 @@ class PostgresStore:
         backoff = _FIRST_BACKOFF
         while True:
             try:
-                if not self._held_busy:
+                if self._spare or self._held_count < self._held_max:
                     return await self._on_held(pool, fn, retry, deadline)
                 async with pool.connection(timeout=max(0.1, deadline - time.monotonic())) as conn:
                     return await fn(conn, retry)
@@ -749,27 +755,30 @@ class PostgresStore:
         retry: _Retry,
         deadline: float,
     ) -> T:
-        """*fn* on the held connection (taken from the pool when there is none yet)."""
-        self._held_busy = True
-        try:
-            conn = self._held
-            if conn is None:
-                conn = await pool.getconn(timeout=max(0.1, deadline - time.monotonic()))
-                self._held = conn
+        """*fn* on an idle held connection, or on one taken from the pool and then held."""
+        if self._spare:
+            conn = self._spare.pop()
+        else:
+            self._held_count += 1
             try:
-                return await fn(conn, retry)
-            finally:
-                if self._pool is not pool:
-                    # The store was closed while this call ran (its pool is gone): the
-                    # connection is this call's alone to close.
-                    await conn.close()
-                elif conn.info.transaction_status != TransactionStatus.IDLE:
-                    # Broken, or cut off inside a statement or a transaction: the pool checks
-                    # it (resets or discards it) and the next call takes another.
-                    self._held = None
-                    await pool.putconn(conn)
+                conn = await pool.getconn(timeout=max(0.1, deadline - time.monotonic()))
+            except BaseException:
+                self._held_count -= 1
+                raise
+        try:
+            return await fn(conn, retry)
         finally:
-            self._held_busy = False
+            if self._pool is not pool:
+                # The store was closed while this call ran (its pool is gone): the
+                # connection is this call's alone to close.
+                await conn.close()
+            elif conn.info.transaction_status != TransactionStatus.IDLE:
+                # Broken, or cut off inside a statement or a transaction: the pool checks it
+                # (resets or discards it) and a later call takes another.
+                self._held_count -= 1
+                await pool.putconn(conn)
+            else:
+                self._spare.append(conn)
 
     def tap(self, observer: Observer) -> Callable[[], None]:
         """Hear the events each transaction of this store object writes (see ``Store.tap``)."""
@@ -932,10 +941,13 @@ class PostgresStore:
         every commit that came before it.
         """
 
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
+            return await self._run_by_id(conn, run_id)
+
         if not self._reading and not self._run_reads:
             self._reading = True
             try:
-                return await self._call(partial(self._run_by_id, run_id), quiet=True)
+                return await self._call(go, quiet=True)
             finally:
                 self._reading = False
                 self._read_queued()
@@ -945,15 +957,31 @@ class PostgresStore:
         return await future
 
     @staticmethod
-    async def _runs_by_id(array: str, conn: AsyncConnection[Any], _: _Retry) -> dict[str, Run]:
-        """The runs of the ``text[]`` literal *array* that exist, by id."""
-        cursor = await conn.execute(pq.RUNS_BY_ID, (array,))
-        return {run.run_id: run for run in map(run_of, await cursor.fetchall())}
+    async def _run_by_id(conn: AsyncConnection[Any], run_id: str) -> Run | None:
+        row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
+        return None if row is None else run_of(row)
+
+    @staticmethod
+    def _read_shared(
+        ids: Sequence[str],
+    ) -> Callable[[AsyncConnection[Any], _Retry], Awaitable[dict[str, Run]]]:
+        """The shared read of the runs *ids* (a call for ``_call``): those that exist, by id."""
+        array = _text_array(ids)
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> dict[str, Run]:
+            cursor = await conn.execute(pq.RUNS_BY_ID, (array,))
+            return {run.run_id: run for run in map(run_of, await cursor.fetchall())}
+
+        return go
 
     async def _read_alone(self, run_id: str, futures: list[asyncio.Future[Run | None]]) -> None:
         """Read one run for the *futures* that wait for it, after their shared read failed."""
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
+            return await self._run_by_id(conn, run_id)
+
         try:
-            run = await self._call(partial(self._run_by_id, run_id), quiet=True)
+            run = await self._call(go, quiet=True)
         except Exception as error:  # noqa: BLE001 - it is the callers' to handle
             for future in futures:
                 if not future.done():
@@ -962,11 +990,6 @@ class PostgresStore:
         for future in futures:
             if not future.done():
                 future.set_result(run)
-
-    @staticmethod
-    async def _run_by_id(run_id: str, conn: AsyncConnection[Any], _: _Retry) -> Run | None:
-        row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
-        return None if row is None else run_of(row)
 
     def _read_queued(self) -> None:
         """Start the reader of the queued ``get_run`` calls, unless a read is in flight."""
@@ -996,9 +1019,8 @@ class PostgresStore:
                 ids = [i for i, futures in batch.items() if not all(f.done() for f in futures)]
                 if not ids:
                     continue
-                read = partial(self._runs_by_id, _text_array(ids))
                 try:
-                    found = await self._call(read, quiet=True)
+                    found = await self._call(self._read_shared(ids), quiet=True)
                 except Exception:  # noqa: BLE001 - each read then fails (or not) alone
                     for run_id in ids:
                         await self._read_alone(run_id, batch[run_id])
