@@ -308,6 +308,8 @@ _TAKEN: Final = _Taken()
 _IN_FLIGHT: Final = 2
 #: The most writes one group commit takes; the rest wait for the next.
 _GROUP_MAX: Final = 200
+#: The most connections a store keeps out of its pool for its calls (see ``_on_held``).
+_HELD_MAX: Final = 4
 
 
 @attrs.define(slots=True, eq=False)
@@ -355,16 +357,26 @@ class PostgresStore:
         # hears what its own process writes.
         self._sender = secrets.token_hex(8)
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
-        # One connection kept out of the pool for calls that come one after another (a turn's
-        # steps): checking one out and back in costs more Python than a statement does. A call
-        # that finds it in use takes one from the pool.
-        self._held: AsyncConnection[Any] | None = None
-        self._held_busy = False
+        # A few connections kept out of the pool for the calls (a turn's steps, a start, a
+        # wait's read): checking one out and back in costs more Python than a statement does.
+        # Idle ones wait in _spare (the last used is used first); a call that finds none idle
+        # takes another from the pool and keeps it, up to _held_max (half the pool, at most
+        # _HELD_MAX, at least one); beyond that it borrows one from the pool for the call.
+        self._spare: list[AsyncConnection[Any]] = []
+        self._held_count = 0
+        self._held_max = max(1, min(_HELD_MAX, self._options.pool_size // 2))
         # Group commit: while _IN_FLIGHT one-statement writes are in flight, the writes that
         # come meanwhile queue here, and the next transaction commits them all (``_grouped``).
         self._in_flight = 0
         self._group: list[_Queued] = []
         self._grouper: asyncio.Task[None] | None = None
+        # Whether a leased run's insert is in flight beside the groups (see ``create_run``).
+        self._starting = False
+        # Shared run reads: whether one is in flight, and the reads queued for the next one (by
+        # run id), which the reader task sends (see ``get_run``).
+        self._reading = False
+        self._run_reads: dict[str, list[asyncio.Future[Run | None]]] = {}
+        self._reader: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._wake: Callable[[], None] | None = None
         self._wake_due: Callable[[], None] | None = None
@@ -519,17 +531,24 @@ class PostgresStore:
         queued, self._group = self._group, []
         for write in queued:
             self._closed_under(write, "was not sent")
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        self._fail_reads("was closed while a read of run {!r} waited")
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
         pool, self._pool = self._pool, None
-        held, self._held = self._held, None
+        spare, self._spare = self._spare, []
+        self._held_count = 0
         if pool is not None:
-            if held is not None and not self._held_busy:
-                # (One a call still uses is closed by that call: see _on_held.)
-                await pool.putconn(held)
+            # (One a call still uses is closed by that call: see _on_held.)
+            for conn in spare:
+                await pool.putconn(conn)
             await pool.close()
 
     async def _listen(self) -> None:
@@ -601,7 +620,7 @@ class PostgresStore:
         backoff = _FIRST_BACKOFF
         while True:
             try:
-                if not self._held_busy:
+                if self._spare or self._held_count < self._held_max:
                     return await self._on_held(pool, fn, retry, deadline)
                 async with pool.connection(timeout=max(0.1, deadline - time.monotonic())) as conn:
                     return await fn(conn, retry)
@@ -736,27 +755,30 @@ class PostgresStore:
         retry: _Retry,
         deadline: float,
     ) -> T:
-        """*fn* on the held connection (taken from the pool when there is none yet)."""
-        self._held_busy = True
-        try:
-            conn = self._held
-            if conn is None:
-                conn = await pool.getconn(timeout=max(0.1, deadline - time.monotonic()))
-                self._held = conn
+        """*fn* on an idle held connection, or on one taken from the pool and then held."""
+        if self._spare:
+            conn = self._spare.pop()
+        else:
+            self._held_count += 1
             try:
-                return await fn(conn, retry)
-            finally:
-                if self._pool is not pool:
-                    # The store was closed while this call ran (its pool is gone): the
-                    # connection is this call's alone to close.
-                    await conn.close()
-                elif conn.info.transaction_status != TransactionStatus.IDLE:
-                    # Broken, or cut off inside a statement or a transaction: the pool checks
-                    # it (resets or discards it) and the next call takes another.
-                    self._held = None
-                    await pool.putconn(conn)
+                conn = await pool.getconn(timeout=max(0.1, deadline - time.monotonic()))
+            except BaseException:
+                self._held_count -= 1
+                raise
+        try:
+            return await fn(conn, retry)
         finally:
-            self._held_busy = False
+            if self._pool is not pool:
+                # The store was closed while this call ran (its pool is gone): the
+                # connection is this call's alone to close.
+                await conn.close()
+            elif conn.info.transaction_status != TransactionStatus.IDLE:
+                # Broken, or cut off inside a statement or a transaction: the pool checks it
+                # (resets or discards it) and a later call takes another.
+                self._held_count -= 1
+                await pool.putconn(conn)
+            else:
+                self._spare.append(conn)
 
     def tap(self, observer: Observer) -> Callable[[], None]:
         """Hear the events each transaction of this store object writes (see ``Store.tap``)."""
@@ -870,8 +892,21 @@ class PostgresStore:
         async def look(conn: AsyncConnection[Any], _: _Retry) -> Run | ClaimedRun | None:
             return await taken(conn)
 
+        result: Run | ClaimedRun | _Taken | None
         try:
-            result = await self._grouped(run.run_id, pq.RUN_CREATE, params, made, go)
+            if leased is not None and not self._starting:
+                # A run a working engine takes as it makes it: its caller (a loop of starts,
+                # say) waits for this insert before it can start the next, and the turns it
+                # begins fill the group queue; queued behind them, each start would wait a
+                # commit or two more. So one such insert at a time goes at once, beside the
+                # group commits; starts made together still share a group.
+                self._starting = True
+                try:
+                    result = await self._call(go)
+                finally:
+                    self._starting = False
+            else:
+                result = await self._grouped(run.run_id, pq.RUN_CREATE, params, made, go)
         except psycopg.DataError as error:
             raise self._payload_error(error, f"input of run {run.run_id!r}") from error
         # The id was taken (in a group commit, the look at who took it comes after).
@@ -899,13 +934,113 @@ class PostgresStore:
         }
 
     async def get_run(self, run_id: str) -> Run | None:
-        """The run, or ``None``."""
+        """
+        The run, or ``None``. While one such read is in flight, the reads that come meanwhile
+        wait and share the next one (one statement for them all: many ``Engine.wait`` polling
+        at once cost one round trip). Each is still sent after it was asked for, so it sees
+        every commit that came before it.
+        """
 
         async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
-            row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
-            return None if row is None else run_of(row)
+            return await self._run_by_id(conn, run_id)
 
-        return await self._call(go, quiet=True)
+        if not self._reading and not self._run_reads:
+            self._reading = True
+            try:
+                return await self._call(go, quiet=True)
+            finally:
+                self._reading = False
+                self._read_queued()
+        future: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
+        self._run_reads.setdefault(run_id, []).append(future)
+        self._read_queued()
+        return await future
+
+    @staticmethod
+    async def _run_by_id(conn: AsyncConnection[Any], run_id: str) -> Run | None:
+        row = await (await conn.execute(pq.RUN, (run_id,))).fetchone()
+        return None if row is None else run_of(row)
+
+    @staticmethod
+    def _read_shared(
+        ids: Sequence[str],
+    ) -> Callable[[AsyncConnection[Any], _Retry], Awaitable[dict[str, Run]]]:
+        """The shared read of the runs *ids* (a call for ``_call``): those that exist, by id."""
+        array = _text_array(ids)
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> dict[str, Run]:
+            cursor = await conn.execute(pq.RUNS_BY_ID, (array,))
+            return {run.run_id: run for run in map(run_of, await cursor.fetchall())}
+
+        return go
+
+    async def _read_alone(self, run_id: str, futures: list[asyncio.Future[Run | None]]) -> None:
+        """Read one run for the *futures* that wait for it, after their shared read failed."""
+
+        async def go(conn: AsyncConnection[Any], _: _Retry) -> Run | None:
+            return await self._run_by_id(conn, run_id)
+
+        try:
+            run = await self._call(go, quiet=True)
+        except Exception as error:  # noqa: BLE001 - it is the callers' to handle
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for future in futures:
+            if not future.done():
+                future.set_result(run)
+
+    def _read_queued(self) -> None:
+        """Start the reader of the queued ``get_run`` calls, unless a read is in flight."""
+        if not self._run_reads or self._reading:
+            return
+        if self._pool is None:
+            # The store was closed while the read ahead of these was in flight.
+            self._fail_reads("was closed while a read of run {!r} waited")
+            return
+        self._reading = True
+        self._reader = asyncio.get_running_loop().create_task(self._read_runs())
+
+    def _fail_reads(self, how: str) -> None:
+        """Fail every queued run read with a ``StoreError`` (*how*: formatted with its run id)."""
+        reads, self._run_reads = self._run_reads, {}
+        for run_id, futures in reads.items():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(StoreError(f"store {self.url} " + how.format(run_id)))
+
+    async def _read_runs(self) -> None:
+        """Read the queued runs, batch after batch, one statement each, until none is left."""
+        batch: dict[str, list[asyncio.Future[Run | None]]] = {}
+        try:
+            while self._run_reads:
+                batch, self._run_reads = self._run_reads, {}
+                ids = [i for i, futures in batch.items() if not all(f.done() for f in futures)]
+                if not ids:
+                    continue
+                try:
+                    found = await self._call(self._read_shared(ids), quiet=True)
+                except Exception:  # noqa: BLE001 - each read then fails (or not) alone
+                    for run_id in ids:
+                        await self._read_alone(run_id, batch[run_id])
+                    continue
+                for run_id, futures in batch.items():
+                    for future in futures:
+                        if not future.done():
+                            future.set_result(found.get(run_id))
+        except asyncio.CancelledError:
+            # The store is closing under its callers (``close`` fails the reads still queued).
+            for run_id, futures in batch.items():
+                for future in futures:
+                    if not future.done():
+                        msg = f"store {self.url} was closed while run {run_id!r} was read"
+                        future.set_exception(StoreError(msg))
+            raise
+        finally:
+            self._reading = False
+            if self._reader is asyncio.current_task():
+                self._reader = None
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> list[Run]:
         """The runs *query* selects, newest first."""

@@ -350,6 +350,8 @@ RUN_CREATE: Final = (
     " (SELECT input FROM made)"
 )
 RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s"
+#: ``get_run`` of several runs at once (reads that share one statement): the ``text[]`` ``%s``.
+RUNS_BY_ID: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ANY(%s::text[])"
 RUN_AND_LEASE: Final = f"SELECT {_RUN_COLUMNS}, lease_token FROM runs WHERE run_id = %s"
 #: ``list_runs``: this, its filters joined by AND after WHERE, then ``RUNS_ORDER``.
 RUNS: Final = f"SELECT {_RUN_COLUMNS} FROM runs"
