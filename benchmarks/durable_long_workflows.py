@@ -86,8 +86,7 @@ async def _steps_case(folder: Path, steps: int, engines: int, cached: int) -> fl
     """Seconds per step of RUNS runs of *steps* dispatched steps, in *engines* engines."""
     url = f"sqlite:///{folder / f'long-{steps}-{engines}-{cached}.db'}"
     made = [
-        Engine(url, workflows=[long_steps], steps=[bump], **_cached(cached))
-        for _ in range(engines)
+        Engine(url, workflows=[long_steps], steps=[bump], **_cached(cached)) for _ in range(engines)
     ]
     for engine in made:
         await engine.open()
@@ -152,7 +151,7 @@ async def _main(args: argparse.Namespace) -> int:
                         key = (engines, cached, steps)
                         took = await _steps_case(folder, steps, engines, cached)
                         figures.setdefault(key, []).append(took)
-        print(f"{RUNS} runs of n sequential dispatched steps, SQLite (NORMAL), work(poll_ms={POLL_MS})")
+        print(f"{RUNS} runs of n sequential dispatched steps, SQLite, work(poll_ms={POLL_MS})")
         print(f"median of {args.rounds} rounds; per step in microseconds")
         print(f"  {'engines':<9}{'cached_runs':<13}{'n=50':>10}{'n=400':>10}{'400/50':>9}")
         for engines in (1, 2):

@@ -177,24 +177,24 @@ class Fiber:
         turn.timing_out = False
         return turn
 
-    async def run_turn(self, checkpoints: Sequence[Checkpoint] | None = None) -> Ending | None:
+    async def run_turn(self, checkpoints: Sequence[Checkpoint]) -> Ending | None:
         """
         Run the workflow until it ends (its ``Ending``) or parks (``None``): from its start
-        the first time, else from its parked call with *checkpoints* (those after ``base``).
+        the first time (*checkpoints*: all the turn read), else from its parked call with
+        *checkpoints* (those after ``base``).
         The workflow's exceptions come out as ``play``'s do; cancelling the caller cancels it.
         """
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Ending | None] = loop.create_future()
         self._done = done
+        self._snapshot = {cp.seq: cp.rev for cp in checkpoints}
         if self._task is None:
             self._task = loop.create_task(play(self.definition, self.ctx, self.turn))
             self._task.add_done_callback(self._ended)
         else:
             resume = self._resume
             assert resume is not None
-            assert checkpoints is not None
             self._resume = None
-            self._snapshot = {cp.seq: cp.rev for cp in checkpoints}
             reopen(self.ctx, checkpoints)
             resume.set_result(None)
         try:

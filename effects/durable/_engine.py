@@ -17,7 +17,7 @@ import attrs
 
 from effects import Clock
 from effects.durable._bounds import MAX_WAKE_MS, checked_count, checked_ms, timeout_ms
-from effects.durable._cached_runs import checked_cache_size
+from effects.durable._cached_runs import CachedRuns, checked_cache_size
 from effects.durable._codec import JSON, dump, from_data
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._finishes import Finishes
@@ -34,7 +34,7 @@ from effects.durable._worker_loop import WorkerLoop
 from effects.durable.errors import StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
-__all__ = ["PRUNABLE_STATUSES", "Engine", "open_store"]
+__all__ = ["PRUNABLE_STATUSES", "Engine", "cached_runs_of", "open_store"]
 
 _log: Final = logging.getLogger("effects.durable")
 
@@ -1035,3 +1035,8 @@ def _storable(run_id: object) -> None:
 def probes_of(engine: Engine) -> Probes:
     """The telemetry probes of *engine* (for ``effects.durable.instrumentation``)."""
     return engine._probes  # pyright: ignore[reportPrivateUsage]
+
+
+def cached_runs_of(engine: Engine) -> CachedRuns | None:
+    """The cache of suspended runs of *engine* (``None``: ``cached_runs=0``), for tests."""
+    return engine._loop.cache  # pyright: ignore[reportPrivateUsage]

@@ -254,7 +254,7 @@ class TurnRunner:
             assert self._cache is not None
             self._cache.resumed += 1
             return await fiber.run_turn(checkpoints)
-        return await fiber.run_turn()
+        return await fiber.run_turn(checkpoints)
 
     async def _end(self, turn: Turn, ending: Ending | None) -> bool:
         """Commit how the run ended; whether the turn finished it (completed, failed, cancelled)."""
