@@ -27,7 +27,15 @@ import functools
 import inspect
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Concatenate, Final, ParamSpec, Protocol, TypeVar, overload
 
 import attrs
@@ -1093,7 +1101,6 @@ class WorkflowContext:
         compensate: StepDef[Any, Any] | str | None = None,
         **overrides: Unpack[StepOptions],
     ) -> list[Any]: ...
-    @_resumable
     async def all(
         self,
         step: StepDef[Any, Any] | str,
@@ -1120,6 +1127,21 @@ class WorkflowContext:
             TypeError: If an input cannot be stored (nothing is written), or *compensate* is
                 neither a ``StepDef`` nor a name.
         """
+        # A waiting fan that parks takes its step again on resume: with the same inputs.
+        given = list(inputs) if isinstance(inputs, Iterator) else inputs
+        return await self._fan(step, given, compensate=compensate, **overrides)
+
+    @_resumable
+    async def _fan(
+        self,
+        step: StepDef[Any, Any] | str,
+        inputs: Iterable[Any],
+        /,
+        *,
+        compensate: StepDef[Any, Any] | str | None = None,
+        **overrides: Unpack[StepOptions],
+    ) -> list[Any]:
+        """``all``, its inputs iterable again."""
         name, definition = self._resolve(step, "ctx.all")
         undo = self._undo_of(compensate, name)
         values = list(inputs)

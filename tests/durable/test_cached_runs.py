@@ -212,3 +212,20 @@ async def test_a_changed_record_the_workflow_passed_makes_the_run_replay(
         run = await engine.get_run(run_id)
         resumed = _resumed(engine)
     assert ("completed", 2, 0, 2) == (run.status, run.output, resumed, len(entered))
+
+
+async def test_a_parked_fan_over_a_generator_resumes_with_its_inputs(
+    durable_engine: DurableEngineFactory,
+) -> None:
+    """ctx.all over a one-shot iterator parks and resumes with the same inputs."""
+
+    @workflow("cache:fan")
+    async def fan(ctx: WorkflowContext, n: int) -> list[int]:
+        return await ctx.all(bump, (i * n for i in range(3)))
+
+    async with durable_engine(workflows=[fan], steps=[bump]) as engine:
+        run_id = await engine.start(fan, 10)
+        await engine.run_until_idle()
+        run = await engine.get_run(run_id)
+        resumed = _resumed(engine)
+    assert ("completed", [1, 11, 21], 1) == (run.status, run.output, resumed)
