@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -119,18 +119,18 @@ async def generated(ctx: WorkflowContext, program: list[list[Any]]) -> list[Any]
     return out
 
 
-def _alike(value: Any, run_id: str, engine_id: str) -> Any:
+def _alike(value: object, run_id: str, engine_id: str) -> object:
     """*value* with *run_id* and *engine_id* put back as ``RUN`` and ``ENGINE`` everywhere."""
     if isinstance(value, str):
         return value.replace(run_id, "RUN").replace(engine_id, "ENGINE")
     if isinstance(value, dict):
-        return {
-            _alike(k, run_id, engine_id): _alike(v, run_id, engine_id) for k, v in value.items()
-        }  # pyright: ignore[reportUnknownVariableType]
+        items = cast("dict[object, object]", value).items()
+        return {_alike(k, run_id, engine_id): _alike(v, run_id, engine_id) for k, v in items}
     if isinstance(value, list | tuple):
-        return [_alike(v, run_id, engine_id) for v in value]  # pyright: ignore[reportUnknownVariableType]
-    if attrs.has(type(value)):
-        return _alike(attrs.asdict(value, recurse=True), run_id, engine_id)
+        return [_alike(v, run_id, engine_id) for v in cast("list[object]", value)]
+    kind: type[object] = type(value)
+    if attrs.has(kind):
+        return _alike(attrs.asdict(cast("Any", value), recurse=True), run_id, engine_id)
     return value
 
 
