@@ -111,7 +111,7 @@ async def _steps_case(folder: Path, steps: int, engines: int, cached: int) -> fl
 async def _memory_case(folder: Path, runs: int, cached: int) -> float:
     """Traced MB the engine holds for *runs* suspended runs (cache of *cached* runs)."""
     url = f"sqlite:///{folder / f'memory-{cached}.db'}"
-    engine = Engine(url, workflows=[parked], steps=[never], **_cached(cached))
+    engine = Engine(url, workflows=[parked], **_cached(cached))
     await engine.open()
     try:
         for i in range(runs):
