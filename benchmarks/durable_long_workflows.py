@@ -82,8 +82,10 @@ def _cached(value: int) -> dict[str, Any]:
     return {}
 
 
-async def _steps_case(folder: Path, steps: int, engines: int, cached: int) -> float:
-    """Seconds per step of RUNS runs of *steps* dispatched steps, in *engines* engines."""
+async def _steps_case(
+    folder: Path, steps: int, engines: int, cached: int, runs: int = RUNS
+) -> float:
+    """Seconds per step of *runs* runs of *steps* dispatched steps, in *engines* engines."""
     url = f"sqlite:///{folder / f'long-{steps}-{engines}-{cached}.db'}"
     made = [
         Engine(url, workflows=[long_steps], steps=[bump], **_cached(cached)) for _ in range(engines)
@@ -93,7 +95,7 @@ async def _steps_case(folder: Path, steps: int, engines: int, cached: int) -> fl
     try:
         workers = [asyncio.create_task(e.work(poll_ms=POLL_MS)) for e in made]
         began = time.perf_counter()
-        ids = [await made[i % engines].start(long_steps, steps) for i in range(RUNS)]
+        ids = [await made[i % engines].start(long_steps, steps) for i in range(runs)]
         for run_id in ids:
             run = await made[0].wait(run_id, poll_ms=POLL_MS)
             assert run.status == "completed", run
@@ -105,7 +107,7 @@ async def _steps_case(folder: Path, steps: int, engines: int, cached: int) -> fl
     finally:
         for engine in made:
             await engine.close()
-    return took / (RUNS * steps)
+    return took / (runs * steps)
 
 
 async def _memory_case(folder: Path, runs: int, cached: int) -> float:
@@ -135,6 +137,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every case (3)")
     parser.add_argument("--memory-runs", type=int, default=10_000, help="runs suspended (10000)")
     parser.add_argument("--skip-memory", action="store_true", help="skip the memory case")
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs at once ({RUNS})")
+    parser.add_argument("--short", type=int, default=SHORT, help=f"the short length ({SHORT})")
+    parser.add_argument("--long", type=int, default=LONG, help=f"the long length ({LONG})")
     return parser.parse_args(argv)
 
 
@@ -147,17 +152,19 @@ async def _main(args: argparse.Namespace) -> int:
             # Interleaved, so a change of the machine's load touches every case alike.
             for engines in (1, 2):
                 for cached in caches:
-                    for steps in (SHORT, LONG):
+                    for steps in (args.short, args.long):
                         key = (engines, cached, steps)
-                        took = await _steps_case(folder, steps, engines, cached)
+                        took = await _steps_case(folder, steps, engines, cached, args.runs)
                         figures.setdefault(key, []).append(took)
-        print(f"{RUNS} runs of n sequential dispatched steps, SQLite, work(poll_ms={POLL_MS})")
+        print(f"{args.runs} runs of n sequential dispatched steps, SQLite, work(poll_ms={POLL_MS})")
         print(f"median of {args.rounds} rounds; per step in microseconds")
-        print(f"  {'engines':<9}{'cached_runs':<13}{'n=50':>10}{'n=400':>10}{'400/50':>9}")
+        short_n, long_n = f"n={args.short}", f"n={args.long}"
+        ratio = f"{args.long}/{args.short}"
+        print(f"  {'engines':<9}{'cached_runs':<13}{short_n:>10}{long_n:>10}{ratio:>9}")
         for engines in (1, 2):
             for cached in caches:
-                short = statistics.median(figures[engines, cached, SHORT]) * 1e6
-                long = statistics.median(figures[engines, cached, LONG]) * 1e6
+                short = statistics.median(figures[engines, cached, args.short]) * 1e6
+                long = statistics.median(figures[engines, cached, args.long]) * 1e6
                 print(f"  {engines:<9}{cached:<13}{short:>10.0f}{long:>10.0f}{long / short:>8.2f}x")
         if not args.skip_memory:
             print(f"memory: {args.memory_runs:,} runs suspended on a dispatched step (tracemalloc)")
