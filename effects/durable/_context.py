@@ -797,8 +797,9 @@ class WorkflowContext:
     @_resumable
     async def sleep(self, duration: DurationLike) -> None:
         """
-        Wait *duration* durably: the run suspends (nothing is held in memory) and is woken once
-        the time has come, by whichever engine serves it.
+        Wait *duration* durably: the run suspends (its state is in the store; an engine with
+        ``cached_runs`` keeps the workflow waiting here too) and is woken once the time has
+        come, by whichever engine serves it.
 
         The first turn that reaches the sleep reads the clock once and records a checkpoint of
         kind ``"sleep"``, ``pending`` with ``wake_at = now + duration``; a replay, a crash, a
@@ -1023,7 +1024,8 @@ class WorkflowContext:
         Dispatch a step to a worker and suspend the run until its result lands.
 
         The first call writes a ``pending`` checkpoint and a task in one transaction and suspends
-        (nothing is held in memory). On replay: a completed step returns its output; a failed
+        (its state is in the store; an engine with ``cached_runs`` keeps the workflow waiting
+        here, and resumes it here). On replay: a completed step returns its output; a failed
         attempt is retried durably per the effective policy (the definition's, with every given
         override winning): ``wake_at = now + delay(attempt)`` is stamped once, the run suspends,
         and once due the same ``step_id`` is dispatched again with ``attempt + 1``.
@@ -1235,8 +1237,9 @@ class WorkflowContext:
         run has taken: in send order, each delivered once. Messages sent before the workflow
         gets here are kept for it.
 
-        With none there yet, the run suspends durably (nothing is held in memory) until one is
-        sent, or until *timeout* has passed: then ``None``. The message taken is recorded (a
+        With none there yet, the run suspends durably (its state is in the store; an engine with
+        ``cached_runs`` keeps the workflow waiting here too) until one is sent, or until
+        *timeout* has passed: then ``None``. The message taken is recorded (a
         ``recv`` checkpoint named by the topic, its output the message) in the transaction that
         marks it read, so every replay returns the same message and a crash neither loses nor
         repeats one. The deadline is read once, when the run first waits here (a timer, as

@@ -347,7 +347,10 @@ class Engine:
         self._opened += 1
 
     async def close(self) -> None:
-        """Stop work in flight (releasing leases and claims) and close the store."""
+        """
+        Stop work in flight (releasing leases and claims), drop the cached runs' workflows,
+        and close the store.
+        """
         if self._opened == 0:
             return
         self._opened -= 1
