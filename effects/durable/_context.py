@@ -27,8 +27,16 @@ import functools
 import inspect
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, TypeVar, overload
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Concatenate, Final, ParamSpec, Protocol, TypeVar, overload
 
 import attrs
 from typing_extensions import Unpack
@@ -58,9 +66,19 @@ from effects.durable.errors import (
 )
 from schedules import DurationLike
 
-__all__ = ["WorkflowContext", "stopped", "suspended", "unwind"]
+__all__ = [
+    "Parking",
+    "WorkflowContext",
+    "attach",
+    "forget",
+    "reopen",
+    "stopped",
+    "suspended",
+    "unwind",
+]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
 
@@ -89,6 +107,73 @@ def suspended() -> type[BaseException]:
 def stopped() -> type[BaseException]:
     """The exception class a cancel mode's stop raises (for the engine only)."""
     return Stopped
+
+
+class Parking(Protocol):
+    """Where a context's waiting calls park (``effects.durable._cached_runs.Fiber``)."""
+
+    def here(self) -> bool:
+        """Whether the running task may park (it is the workflow's own)."""
+        ...
+
+    async def park(self, start: int) -> None:
+        """Wait for the next turn of the run (the call began after sequence number *start*)."""
+        ...
+
+
+def attach(ctx: WorkflowContext, parking: Parking) -> None:
+    """Have *ctx*'s waiting calls park at *parking* instead of unwinding (for the engine only)."""
+    ctx._parking = parking  # pyright: ignore[reportPrivateUsage]
+
+
+def forget(ctx: WorkflowContext) -> None:
+    """Let go of the checkpoints a parked *ctx* read (a resume brings them again)."""
+    ctx._checkpoints = {}  # pyright: ignore[reportPrivateUsage]
+
+
+def reopen(ctx: WorkflowContext, checkpoints: Sequence[Checkpoint]) -> None:
+    """Open a parked *ctx* for a new turn that read *checkpoints* (for the engine only)."""
+    ctx._checkpoints = {cp.seq: cp for cp in checkpoints}  # pyright: ignore[reportPrivateUsage]
+    ctx._closed = ctx._suspended = False  # pyright: ignore[reportPrivateUsage]
+
+
+def _resumable(
+    method: Callable[Concatenate[WorkflowContext, P], Awaitable[T]],
+) -> Callable[Concatenate[WorkflowContext, P], Coroutine[Any, Any, T]]:
+    """
+    A waiting primitive that parks where it suspends the run, with the engine's cache of
+    suspended runs on: the suspending commit made, it waits for the run's next turn here and
+    then takes its step again from its start, with that turn's checkpoints (what a replay does
+    at this point). It unwinds as before (``Suspended``) when another call is under way, in a
+    task the workflow made, or where the turn cannot go on.
+    """
+
+    @functools.wraps(method)
+    async def resumable(self: WorkflowContext, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        parking = self._parking  # pyright: ignore[reportPrivateUsage]
+        if parking is None:
+            return await method(self, *args, **kwargs)
+        while True:
+            start = self._seq  # pyright: ignore[reportPrivateUsage]
+            usable = self._usable()  # pyright: ignore[reportPrivateUsage]
+            self._calls += 1  # pyright: ignore[reportPrivateUsage]
+            try:
+                return await method(self, *args, **kwargs)
+            except Suspended:
+                if not (
+                    usable
+                    and self._calls == 1  # pyright: ignore[reportPrivateUsage]
+                    and self._suspended  # pyright: ignore[reportPrivateUsage]
+                    and self._usable(suspended=True)  # pyright: ignore[reportPrivateUsage]
+                    and parking.here()
+                ):
+                    raise
+            finally:
+                self._calls -= 1  # pyright: ignore[reportPrivateUsage]
+            await parking.park(start)
+            self._seq = start  # pyright: ignore[reportPrivateUsage]
+
+    return resumable
 
 
 async def unwind(ctx: WorkflowContext) -> list[str]:
@@ -252,10 +337,12 @@ class WorkflowContext:
     """
 
     __slots__ = (
+        "_calls",
         "_cancelling",
         "_checkpoints",
         "_closed",
         "_fatal",
+        "_parking",
         "_seq",
         "_stopped",
         "_suspended",
@@ -277,6 +364,10 @@ class WorkflowContext:
         # has recorded.
         self._cancelling = turn.run.cancel == "compensate" or turn.timing_out
         self._stopped = False
+        # With the engine's cache of suspended runs: where waiting calls park, and how many
+        # waiting calls are under way.
+        self._parking: Parking | None = None
+        self._calls = 0
 
     @property
     def run_id(self) -> str:
@@ -317,6 +408,21 @@ class WorkflowContext:
             )
             raise self._fatal
         return seq, recorded
+
+    def _usable(self, *, suspended: bool = False) -> bool:
+        """
+        Whether a call may park: the turn goes on (*suspended*: it did, up to its suspending
+        commit), with no write failed or pending, no non-determinism met, not cancelling.
+        """
+        turn = self._turn
+        return (
+            (suspended or not self._closed)
+            and turn.broken is None
+            and not turn.unwritten
+            and self._fatal is None
+            and not self._stopped
+            and not self._cancelling
+        )
 
     def _suspend(self) -> _Suspended:
         self._closed = self._suspended = True
@@ -688,10 +794,12 @@ class WorkflowContext:
 
     # -- durable timers ---------------------------------------------------------------------------
 
+    @_resumable
     async def sleep(self, duration: DurationLike) -> None:
         """
-        Wait *duration* durably: the run suspends (nothing is held in memory) and is woken once
-        the time has come, by whichever engine serves it.
+        Wait *duration* durably: the run suspends (its state is in the store; an engine with
+        ``cached_runs`` keeps the workflow waiting here too) and is woken once the time has
+        come, by whichever engine serves it.
 
         The first turn that reaches the sleep reads the clock once and records a checkpoint of
         kind ``"sleep"``, ``pending`` with ``wake_at = now + duration``; a replay, a crash, a
@@ -902,6 +1010,7 @@ class WorkflowContext:
         compensate: StepDef[Any, Any] | str | None = None,
         **overrides: Unpack[StepOptions],
     ) -> Any: ...
+    @_resumable
     async def step(
         self,
         step: StepDef[Any, Any] | str,
@@ -915,7 +1024,8 @@ class WorkflowContext:
         Dispatch a step to a worker and suspend the run until its result lands.
 
         The first call writes a ``pending`` checkpoint and a task in one transaction and suspends
-        (nothing is held in memory). On replay: a completed step returns its output; a failed
+        (its state is in the store; an engine with ``cached_runs`` keeps the workflow waiting
+        here, and resumes it here). On replay: a completed step returns its output; a failed
         attempt is retried durably per the effective policy (the definition's, with every given
         override winning): ``wake_at = now + delay(attempt)`` is stamped once, the run suspends,
         and once due the same ``step_id`` is dispatched again with ``attempt + 1``.
@@ -1019,6 +1129,21 @@ class WorkflowContext:
             TypeError: If an input cannot be stored (nothing is written), or *compensate* is
                 neither a ``StepDef`` nor a name.
         """
+        # A waiting fan that parks takes its step again on resume: with the same inputs.
+        given = list(inputs) if isinstance(inputs, Iterator) else inputs
+        return await self._fan(step, given, compensate=compensate, **overrides)
+
+    @_resumable
+    async def _fan(
+        self,
+        step: StepDef[Any, Any] | str,
+        inputs: Iterable[Any],
+        /,
+        *,
+        compensate: StepDef[Any, Any] | str | None = None,
+        **overrides: Unpack[StepOptions],
+    ) -> list[Any]:
+        """``all``, its inputs iterable again."""
         name, definition = self._resolve(step, "ctx.all")
         undo = self._undo_of(compensate, name)
         values = list(inputs)
@@ -1105,14 +1230,16 @@ class WorkflowContext:
             self._turn.broken = error
             raise
 
+    @_resumable
     async def recv(self, topic: str, *, timeout: DurationLike | None = None) -> Any:
         """
         The next message sent to this run on *topic* (``engine.send``) that no ``recv`` of the
         run has taken: in send order, each delivered once. Messages sent before the workflow
         gets here are kept for it.
 
-        With none there yet, the run suspends durably (nothing is held in memory) until one is
-        sent, or until *timeout* has passed: then ``None``. The message taken is recorded (a
+        With none there yet, the run suspends durably (its state is in the store; an engine with
+        ``cached_runs`` keeps the workflow waiting here too) until one is sent, or until
+        *timeout* has passed: then ``None``. The message taken is recorded (a
         ``recv`` checkpoint named by the topic, its output the message) in the transaction that
         marks it read, so every replay returns the same message and a crash neither loses nor
         repeats one. The deadline is read once, when the run first waits here (a timer, as
@@ -1210,6 +1337,7 @@ class WorkflowContext:
     ) -> O: ...
     @overload
     async def child(self, workflow: str, input: Any, /, *, run_id: str | None = None) -> Any: ...
+    @_resumable
     async def child(
         self,
         workflow: WorkflowDef[Any, Any] | str,
@@ -1415,6 +1543,7 @@ class WorkflowContext:
         )
         return outcome is not _UNDO_FAILED
 
+    @_resumable
     async def _undo_remote(self, undo: _Undo) -> bool:
         name = f"{COMPENSATION_PREFIX}{undo.undoes}"
         seq, recorded = self._next(name, "remote")

@@ -17,6 +17,7 @@ import attrs
 
 from effects import Clock
 from effects.durable._bounds import MAX_WAKE_MS, checked_count, checked_ms, timeout_ms
+from effects.durable._cached_runs import CachedRuns, checked_cache_size
 from effects.durable._codec import JSON, dump, from_data
 from effects.durable._definitions import StepDef, WorkflowDef, check_name
 from effects.durable._finishes import Finishes
@@ -33,7 +34,7 @@ from effects.durable._worker_loop import WorkerLoop
 from effects.durable.errors import StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
-__all__ = ["PRUNABLE_STATUSES", "Engine", "open_store"]
+__all__ = ["PRUNABLE_STATUSES", "Engine", "cached_runs_of", "open_store"]
 
 _log: Final = logging.getLogger("effects.durable")
 
@@ -137,10 +138,17 @@ class Engine:
         recurring: ``Recurring`` values: workflows this engine starts once per recurrence of
             a schedule while it works (``work()``, ``run_until_idle()``); engines sharing a
             store start each recurrence once.
+        cached_runs: How many suspended runs this engine keeps alive in memory (default 1000):
+            the workflow of such a run waits where it suspended, and the run's next turn here
+            resumes it there instead of replaying it from its start. The least recently
+            suspended are dropped beyond it; a run is replayed after a crash, when another
+            engine ran it meanwhile, when its compensating cancel was asked or its deadline
+            passed, and once dropped. 0 turns the cache off (every turn replays).
 
     Raises:
         TypeError: If a definition is not one made by ``@workflow`` / ``@step`` / ``Queue`` /
-            ``Recurring``, or a recurring's input cannot be stored.
+            ``Recurring``, a recurring's input cannot be stored, or *cached_runs* is not an
+            ``int``.
         ValueError: For two definitions with one name, an option out of range, or a recurring
             of a workflow this engine does not serve.
     """
@@ -161,6 +169,7 @@ class Engine:
         max_recovery_attempts: int | None = None,
         compensation_retries: int = 1,
         recurring: Iterable[Recurring] = (),
+        cached_runs: int = 1000,
     ) -> None:
         self._workflows: dict[str, WorkflowDef[Any, Any]] = _by_name(
             workflows, WorkflowDef, "workflow"
@@ -182,6 +191,7 @@ class Engine:
             else checked_count(max_recovery_attempts, "max_recovery_attempts", least=0)
         )
         undo_attempts = checked_count(compensation_retries, "compensation_retries", least=1)
+        cache_size = checked_cache_size(cached_runs)
         for definition in self._steps.values():
             queue = definition.policy.queue
             if queue is not None and queue not in queues_by_name:
@@ -222,6 +232,7 @@ class Engine:
             recurrences=Recurrences(
                 store=self._store, random=rng, scheduled=scheduled, probes=self._probes
             ),
+            cached_runs=cache_size,
         )
 
     def __repr__(self) -> str:
@@ -336,7 +347,10 @@ class Engine:
         self._opened += 1
 
     async def close(self) -> None:
-        """Stop work in flight (releasing leases and claims) and close the store."""
+        """
+        Stop work in flight (releasing leases and claims), drop the cached runs' workflows,
+        and close the store.
+        """
         if self._opened == 0:
             return
         self._opened -= 1
@@ -1024,3 +1038,8 @@ def _storable(run_id: object) -> None:
 def probes_of(engine: Engine) -> Probes:
     """The telemetry probes of *engine* (for ``effects.durable.instrumentation``)."""
     return engine._probes  # pyright: ignore[reportPrivateUsage]
+
+
+def cached_runs_of(engine: Engine) -> CachedRuns | None:
+    """The cache of suspended runs of *engine* (``None``: ``cached_runs=0``), for tests."""
+    return engine._loop.cache  # pyright: ignore[reportPrivateUsage]

@@ -170,6 +170,9 @@ class Turn:
     workflows: Mapping[str, WorkflowDef[Any, Any]] = attrs.field(
         factory=dict[str, WorkflowDef[Any, Any]]
     )
+    #: With the engine's cache of suspended runs on: the revision each checkpoint this turn
+    #: wrote has now, by sequence number (what ``_cached_runs`` checks the store against).
+    revs: dict[int, int] | None = None
 
     def now(self) -> int:
         """Epoch ms now."""
@@ -259,6 +262,11 @@ class Turn:
         if carried:
             self.unwritten = []
             self.unwritten_events = []
+        revs = self.revs
+        if revs is not None:
+            for write in checkpoints:
+                rev = write.expected_rev
+                revs[write.checkpoint.seq] = 1 if rev is None else rev + 1
         if advance.lease_until is not None:
             self.lease_until = advance.lease_until
         if runs:

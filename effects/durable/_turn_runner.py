@@ -12,6 +12,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from effects import Clock
+from effects.durable._cached_runs import CachedRuns, Fiber
 from effects.durable._context import WorkflowContext
 from effects.durable._definitions import StepDef, WorkflowDef
 from effects.durable._failures import cancelled_run, timed_out_attempt
@@ -19,7 +20,7 @@ from effects.durable._finishes import Finishes
 from effects.durable._probes import Probes
 from effects.durable._records import Checkpoint
 from effects.durable._renewal import Renewal
-from effects.durable._saga import play, with_failed_undos
+from effects.durable._saga import Ending, play, with_failed_undos
 from effects.durable._store import (
     CheckpointWrite,
     ClaimedRun,
@@ -56,6 +57,7 @@ class TurnRunner:
     """
 
     __slots__ = (
+        "_cache",
         "_clock",
         "_dispatched",
         "_finishes",
@@ -81,8 +83,11 @@ class TurnRunner:
         dispatched: Callable[[], None],
         finishes: Finishes,
         probes: Probes,
+        cache: CachedRuns | None = None,
     ) -> None:
         self._store, self._clock, self._random, self._lease_ms = store, clock, random, lease_ms
+        #: The parked workflows of suspended runs (``None``: off, every turn replays).
+        self._cache = cache
         self._probes = probes
         self._workflows, self._steps = workflows, steps
         self._host, self._dispatched, self._finishes = host, dispatched, finishes
@@ -125,15 +130,31 @@ class TurnRunner:
             self._finishes.ended(run_id, waits=end == "waits")
         return end
 
+    def _parked(self, claimed: ClaimedRun, definition: WorkflowDef[Any, Any]) -> Fiber | None:
+        """The run's parked workflow, if this engine has it and *claimed* resumes it."""
+        cache = self._cache
+        if cache is None:
+            return None
+        fiber = cache.take(claimed.run.run_id)
+        if fiber is not None and not fiber.fits(claimed, definition, epoch_ms(self._clock)):
+            cache.drop(fiber)
+            return None
+        return fiber
+
     async def _turn_of(self, claimed: ClaimedRun) -> TurnEnd:
         run = claimed.run
         definition = self._workflows[run.workflow]
-        turn = self.make_turn(claimed)
+        fiber = self._parked(claimed, definition)
+        if fiber is None:
+            turn = self.make_turn(claimed)
+        else:
+            turn = fiber.rebind(claimed, epoch_ms(self._clock) + self._lease_ms)
         # Past its deadline (and not being cancelled with compensation): this turn times it out.
         turn.timing_out = (
             run.deadline is not None and run.cancel != "compensate" and turn.now() >= run.deadline
         )
         ctx: WorkflowContext | None = None
+        parked = False
         renewer = Renewal(
             self._lease_ms / 3000,
             lambda: self._store.renew_lease(
@@ -144,10 +165,22 @@ class TurnRunner:
         watchdog = _Watchdog.of(turn)
         try:
             checkpoints = claimed.checkpoints
+            if fiber is not None:
+                ctx = fiber.ctx
+                checkpoints = fiber.after_base(checkpoints)
+            elif claimed.since:
+                # The claim read the run as its parked workflow here had seen it, which this
+                # turn cannot resume (dropped meanwhile, or unfit): it replays, from them all.
+                checkpoints = await turn.store.checkpoints(run.run_id)
             if turn.timing_out:
                 checkpoints = await _stop_waiting(turn, checkpoints)
-            ctx = WorkflowContext(turn, checkpoints)
-            finished = await self._replay(definition, ctx, turn)
+            if ctx is None:
+                ctx = WorkflowContext(turn, checkpoints)
+                if self._cache is not None:
+                    fiber = Fiber(definition, ctx, turn)
+            ending = await self._play(definition, ctx, turn, fiber, checkpoints)
+            parked = ending is None
+            finished = await self._end(turn, ending)
             if turn.broken is not None:
                 raise turn.broken
         except StoreError as error:
@@ -174,11 +207,17 @@ class TurnRunner:
                 _log.debug("run %s: could not release the lease", run.run_id, exc_info=True)
             raise
         finally:
-            if ctx is not None:
-                ctx.close()
             renewer.cancel()
             if watchdog is not None:
                 watchdog.cancel()
+            if fiber is not None and parked and turn.broken is None and self._cache is not None:
+                # Kept for the run's next turn here (the suspending commit is made).
+                self._cache.put(run.run_id, fiber)
+            else:
+                if fiber is not None and self._cache is not None:
+                    self._cache.drop(fiber)
+                if ctx is not None:
+                    ctx.close()
         # A child's finish may have woken its parent, and children started are runs to claim:
         # news for this engine's loop.
         news = turn.made_runs or (finished and run.parent_id is not None)
@@ -197,12 +236,29 @@ class TurnRunner:
         except (StaleTurnError, StoreError):
             _log.debug("run %s: could not release the lease", turn.run.run_id, exc_info=True)
 
-    async def _replay(
-        self, definition: WorkflowDef[Any, Any], ctx: WorkflowContext, turn: Turn
-    ) -> bool:
-        """Replay the workflow; whether the turn finished the run (completed, failed, cancelled)."""
-        ending = await play(definition, ctx, turn)
-        if ending.kind == "none":
+    async def _play(
+        self,
+        definition: WorkflowDef[Any, Any],
+        ctx: WorkflowContext,
+        turn: Turn,
+        fiber: Fiber | None,
+        checkpoints: Sequence[Checkpoint],
+    ) -> Ending | None:
+        """
+        Replay the workflow, or resume its parked call (*fiber*); how it ended, or ``None``:
+        it parked (the run is suspended, its workflow kept).
+        """
+        if fiber is None:
+            return await play(definition, ctx, turn)
+        if fiber.parked:
+            assert self._cache is not None
+            self._cache.resumed += 1
+            return await fiber.run_turn(checkpoints)
+        return await fiber.run_turn(checkpoints)
+
+    async def _end(self, turn: Turn, ending: Ending | None) -> bool:
+        """Commit how the run ended; whether the turn finished it (completed, failed, cancelled)."""
+        if ending is None or ending.kind == "none":
             return False
         if ending.kind == "completed":
             assert ending.output is not None

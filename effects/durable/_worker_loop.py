@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from effects import Clock
 from effects.durable._attempt_runner import AttemptRunner
+from effects.durable._cached_runs import CachedRuns
 from effects.durable._definitions import StepDef, WorkflowDef
 from effects.durable._finishes import Finishes
 from effects.durable._probes import Attempt, Probes
@@ -78,6 +79,7 @@ class WorkerLoop:
         finishes: Finishes,
         probes: Probes,
         recurrences: Recurrences,
+        cached_runs: int = 0,
     ) -> None:
         self._store, self._clock, self._owner, self._lease_ms = store, clock, owner, lease_ms
         self._recurrences = recurrences
@@ -92,6 +94,8 @@ class WorkerLoop:
         self.reconcile_ms = reconcile_ms
         self.compensation_retries = compensation_retries
         self.poll_ms = 1000
+        #: The parked workflows of suspended runs (``Engine``'s ``cached_runs``; ``None``: off).
+        self.cache = CachedRuns(cached_runs) if cached_runs > 0 else None
         self._turns = TurnRunner(
             store=store,
             clock=clock,
@@ -103,6 +107,7 @@ class WorkerLoop:
             dispatched=self._dispatched,
             finishes=finishes,
             probes=probes,
+            cache=self.cache,
         )
         self._attempts = AttemptRunner(
             store=store,
@@ -275,6 +280,8 @@ class WorkerLoop:
             if step_id.rpartition(":")[0] == run_id:
                 waiter.finished = True
                 waiter.event.set()
+        if self.cache is not None:
+            self.cache.discard(run_id)
         await self._attempts.cancelled(run_id)
 
     # -- runs start() makes -----------------------------------------------------------------------
@@ -381,6 +388,7 @@ class WorkerLoop:
                 lease_until=now + self._lease_ms,
                 owner=self._owner,
                 limit=free,
+                known=None if self.cache is None or not len(self.cache) else self.cache.known(),
             )
             for run in runs:
                 self._spawn_turn(run)
@@ -684,9 +692,14 @@ class WorkerLoop:
             await asyncio.wait(set(self._inflight))
 
     async def cancel_inflight(self) -> None:
-        """Cancel every turn and attempt in flight (leases and claims are released) and wait."""
+        """
+        Cancel every turn and attempt in flight (leases and claims are released) and wait;
+        drop the parked workflows.
+        """
         tasks = list(self._inflight)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+        if self.cache is not None:
+            await self.cache.close()

@@ -39,7 +39,13 @@ class Crashed:
     marker: str
 
 
-@pytest.fixture(scope="module", params=STORES)
+#: The stores, each with the engines' cache of suspended runs on (its default: the crashing
+#: process resumes its parked workflows, so it dies in resumed turns too), and SQLite with it off
+#: (every turn replays): both must leave what ``EXPECTED`` says.
+_MODES = [*((store, 1000) for store in STORES), ("sqlite", 0)]
+
+
+@pytest.fixture(scope="module", params=_MODES, ids=[f"{s}-cached_runs={c}" for s, c in _MODES])
 def crashed(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Crashed]]:
@@ -47,8 +53,9 @@ def crashed(
     For every point, at once: a process that dies there, then a fresh one on the same store (a
     SQLite file, or a PostgreSQL schema, of the point's own).
     """
+    store, cached = request.param
     plans = {point: Nodes(tmp_path_factory.mktemp(point)) for point in POINTS}
-    if request.param == "sqlite":
+    if store == "sqlite":
         urls = {point: f"sqlite:///{nodes.folder / 'durable.db'}" for point, nodes in plans.items()}
     else:
         server: PostgresServer = request.getfixturevalue("postgres_server")
@@ -58,6 +65,7 @@ def crashed(
         url = urls[point]
         return [
             *("--url", url, "--lease-ms", str(lease_ms), "--poll-ms", "20"),
+            *("--cached-runs", str(cached)),
             *("--until-finished", f"faults-{point}", "--deadline-s", "60"),
         ]
 

@@ -226,7 +226,8 @@ async def test_a_failed_local_step_raises_the_same_type_on_replay(
         await ctx.step(echo, None)  # suspends, so the next turn replays the failure
         return "done"
 
-    async with durable_engine(workflows=[wf], steps=[echo]) as engine:
+    # The cache of suspended runs off: the turn after the step is a replay (what this is about).
+    async with durable_engine(workflows=[wf], steps=[echo], cached_runs=0) as engine:
         run_id = await engine.start(wf, None)
         await engine.run_until_idle()
         assert "completed" == (await engine.get_run(run_id)).status
@@ -256,7 +257,8 @@ async def test_a_failure_that_cannot_be_rebuilt_is_step_failed_error_on_every_tu
         await ctx.step(echo, None)
         return "done"
 
-    async with durable_engine(workflows=[wf], steps=[echo]) as engine:
+    # The cache of suspended runs off: the turn after the step is a replay (what this is about).
+    async with durable_engine(workflows=[wf], steps=[echo], cached_runs=0) as engine:
         run_id = await engine.start(wf, None)
         await engine.run_until_idle()
         assert "completed" == (await engine.get_run(run_id)).status

@@ -40,7 +40,8 @@ async def test_the_workflow_is_replayed_from_its_start_on_every_resume(
         c = await ctx.step(echo, "c")
         return [a, b, c]
 
-    async with durable_engine(workflows=[three], steps=[echo]) as engine:
+    # The cache of suspended runs off: every resume replays (what this test is about).
+    async with durable_engine(workflows=[three], steps=[echo], cached_runs=0) as engine:
         run_id = await engine.start(three, None)
         await engine.run_until_idle()
         run = await engine.get_run(run_id)
@@ -61,7 +62,8 @@ async def test_a_different_step_at_a_sequence_number_fails_the_run(
         await ctx.step(echo, None)
         return "done"
 
-    async with durable_engine(workflows=[changing]) as engine:
+    # Replay meets the changed code: no workflow is kept parked across the change.
+    async with durable_engine(workflows=[changing], cached_runs=0) as engine:
         run_id = await engine.start(changing, None)
         await engine.run_until_idle()
         flip["name"] = "renamed"
@@ -95,7 +97,8 @@ async def test_non_determinism_fails_the_run_even_if_the_workflow_catches_it(
         await ctx.step(echo, None)
         return "done"
 
-    async with durable_engine(workflows=[catching]) as engine:
+    # Replay meets the changed code: no workflow is kept parked across the change.
+    async with durable_engine(workflows=[catching], cached_runs=0) as engine:
         run_id = await engine.start(catching, None)
         await engine.run_until_idle()
         flip["kind"] = "remote"
@@ -165,7 +168,8 @@ async def test_outputs_are_what_replay_returns_from_the_first_run(
         seen.append(await ctx.local_step("pair", lambda: (1, {2: "two"})))
         await ctx.step(echo, None)
 
-    async with durable_engine(workflows=[shapes], steps=[echo]) as engine:
+    # The cache of suspended runs off: the replay is what sees the output a second time.
+    async with durable_engine(workflows=[shapes], steps=[echo], cached_runs=0) as engine:
         await engine.start(shapes, None)
         await engine.run_until_idle()
     assert [[1, {"2": "two"}], [1, {"2": "two"}]] == seen

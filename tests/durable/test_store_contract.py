@@ -1576,3 +1576,59 @@ async def test_the_memory_store_runs_under_trio() -> None:
     finally:
         await store.close()
         MemoryStore.drop(name)
+
+
+async def test_a_claim_of_a_known_run_reads_its_checkpoints_after_the_point_it_names(
+    store: Store,
+) -> None:
+    """claim_runs(known=...) returns the checkpoints after s, and (count, sum of revs) up to s."""
+    token = await claimed(store)
+    for seq in (1, 2):
+        await store.record_local_step(
+            "r1", token, seq=seq, name=f"l{seq}", output="1", started=NOW, now=NOW
+        )
+    failed = attrs.evolve(remote(3), status="failed", error=StepError("x"))
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("continue", lease_until=NOW + LEASE),
+            checkpoints=[CheckpointWrite(remote(3), None, input="1")],
+        )
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("continue", lease_until=NOW + LEASE),
+            checkpoints=[CheckpointWrite(failed, 1, input="1")],
+        )
+    )
+    await store.commit_turn(
+        TurnCommit(
+            "r1",
+            token,
+            NOW,
+            RunAdvance("suspend", wake_at=NOW),
+            checkpoints=[CheckpointWrite(remote(4), None, input="1")],
+        )
+    )
+    first = await store.claim_runs(
+        workflows=[WF], now=NOW + 1, lease_until=NOW + LEASE, owner="e1", limit=5,
+        known={"r1": 3, "r9": 1},
+    )  # fmt: skip
+    assert [(3, (3, 4), [4])] == [
+        (c.since, c.upto, [cp.seq for cp in c.checkpoints]) for c in first
+    ]
+    await store.commit_turn(TurnCommit("r1", first[0].token, NOW + 1, RunAdvance("release")))
+    for known in (None, {"r1": 0}, {"other": 2}):
+        (again,) = await store.claim_runs(
+            workflows=[WF], now=NOW + 2, lease_until=NOW + LEASE, owner="e1", limit=5,
+            known=known,
+        )  # fmt: skip
+        assert (0, (0, 0), [1, 2, 3, 4]) == (
+            again.since, again.upto, [cp.seq for cp in again.checkpoints]
+        )  # fmt: skip
+        await store.commit_turn(TurnCommit("r1", again.token, NOW + 2, RunAdvance("release")))

@@ -43,7 +43,7 @@ Concurrency rules every implementation keeps:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -336,11 +336,20 @@ def discarded(task: Task, outcome: TaskOutcome) -> dict[str, Any]:
 
 @attrs.frozen
 class ClaimedRun:
-    """A run a turn now holds: the lease token and everything replay needs."""
+    """
+    A run a turn now holds: the lease token and everything replay needs.
+
+    *checkpoints* are the run's checkpoints after sequence number *since* (0: all of them);
+    *upto* is ``(how many, sum of their revisions)`` of those at or below *since* (a claim
+    whose caller keeps the run's workflow alive up to that point reads only those figures, to
+    check that nothing it has passed changed: revisions only grow).
+    """
 
     run: Run
     token: str
     checkpoints: Sequence[Checkpoint]
+    since: int = 0
+    upto: tuple[int, int] = (0, 0)
 
 
 @attrs.frozen
@@ -511,10 +520,13 @@ class Store(Protocol):
         lease_until: int,
         owner: str,
         limit: int,
+        known: Mapping[str, int] | None = None,
     ) -> list[ClaimedRun]:
         """
         Take up to *limit* runnable runs of the given ``(name, version)`` pairs: pending, or
         suspended with ``wake_at <= now``. Each gets a fresh lease token held until *lease_until*.
+        A claimed run that *known* maps to a sequence number ``s`` comes with its checkpoints
+        after ``s`` only, and ``upto`` counting those at or below it (``ClaimedRun``).
         """
         ...
 

@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import secrets
 import threading
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 
 import attrs
@@ -912,11 +912,13 @@ class MemoryStore:
         lease_until: int,
         owner: str,
         limit: int,
+        known: Mapping[str, int] | None = None,
     ) -> list[ClaimedRun]:
         """
         Take up to *limit* ``rules.runnable`` runs of *workflows*, oldest change first, each
-        with a fresh lease token.
+        with a fresh lease token (see ``Store.claim_runs`` for *known*).
         """
+        passed: Mapping[str, int] = {} if known is None else known
         if not workflows or limit <= 0:
             return []
         wanted = set(workflows)
@@ -935,7 +937,14 @@ class MemoryStore:
                 )
                 tables.put(tables.runs, row.run_id, leased)
                 run = attrs.evolve(_run(row), status="running")
-                claimed.append(ClaimedRun(run, token, self._checkpoints(tables, row.run_id)))
+                since = passed.get(row.run_id, 0)
+                if since <= 0:
+                    claimed.append(ClaimedRun(run, token, self._checkpoints(tables, row.run_id)))
+                    continue
+                cps = tables.checkpoints.get(row.run_id, {})
+                upto = [cps[seq].rev for seq in cps if seq <= since]
+                after = [_checkpoint(tables, cps[seq]) for seq in sorted(cps) if seq > since]
+                claimed.append(ClaimedRun(run, token, after, since, (len(upto), sum(upto))))
             return claimed
 
     async def renew_lease(self, run_id: str, token: str, lease_until: int) -> bool:

@@ -35,7 +35,7 @@ import re
 import secrets
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, LiteralString, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -80,6 +80,7 @@ from effects.durable._store.rows import (
     TASK_INSERT_COLUMNS,
     checkpoint_of,
     checkpoint_values,
+    checkpoints_after,
     dumps,
     error_text,
     errors_text,
@@ -1125,8 +1126,10 @@ class PostgresStore:
         lease_until: int,
         owner: str,
         limit: int,
+        known: Mapping[str, int] | None = None,
     ) -> list[ClaimedRun]:
         """Take up to *limit* runnable runs of *workflows*, each with a fresh lease token."""
+        passed: Mapping[str, int] = {} if known is None else known
         if not workflows or limit <= 0:
             return []
         # One token for the runs of this call: a (run, token) pair is still unique, and a retry
@@ -1153,17 +1156,23 @@ class PostgresStore:
                 await conn.execute(pq.CLAIM_RUNS_AGAIN if retry.again else pq.CLAIM_RUNS, params)
                 cursor = await conn.execute(pq.CLAIMED_RUNS, {"token": token})
             runs: list[Run] = []
-            by_run: dict[str, list[Checkpoint]] = {}
+            by_run: dict[str, list[Sequence[Any]]] = {}
             width = len(RUN_COLUMNS)
             for row in await cursor.fetchall():
                 if row[0] not in by_run:
                     runs.append(run_of(row[:width]))
                     by_run[row[0]] = []
                 if row[width] is not None:
-                    by_run[row[0]].append(checkpoint_of(row[width:]))
+                    by_run[row[0]].append(row[width:])
             # Oldest first, as they were picked (the RETURNING order is not guaranteed).
             runs.sort(key=lambda r: (r.updated_at, r.run_id))
-            return [ClaimedRun(run, token, by_run[run.run_id]) for run in runs]
+            claimed: list[ClaimedRun] = []
+            for run in runs:
+                since = passed.get(run.run_id, 0)
+                # Those the caller has passed in memory are counted, not decoded.
+                after, upto = checkpoints_after(by_run[run.run_id], max(since, 0))
+                claimed.append(ClaimedRun(run, token, after, max(since, 0), upto))
+            return claimed
 
         return await self._call(go)
 

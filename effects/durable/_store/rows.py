@@ -41,6 +41,7 @@ __all__ = [
     "TASK_INSERT_COLUMNS",
     "checkpoint_of",
     "checkpoint_values",
+    "checkpoints_after",
     "dumps",
     "error_of",
     "error_text",
@@ -280,6 +281,30 @@ def message_of(row: Sequence[Any]) -> Message:
 def event_value_of(row: Sequence[Any]) -> EventValue:
     """An ``EventValue`` from a row of ``EVENT_VALUE_COLUMNS``."""
     return EventValue(run_id=row[0], key=row[1], value=loads(row[2]), seq=row[3], at=row[4])
+
+
+#: Where a row of ``CHECKPOINT_COLUMNS`` holds the sequence number and the revision.
+_SEQ_AT: Final = CHECKPOINT_COLUMNS.index("seq")
+_REV_AT: Final = CHECKPOINT_COLUMNS.index("rev")
+
+
+def checkpoints_after(
+    rows: Sequence[Sequence[Any]], since: int
+) -> tuple[list[Checkpoint], tuple[int, int]]:
+    """
+    The checkpoints of *rows* (of ``CHECKPOINT_COLUMNS``, by sequence number) after *since*,
+    and ``(how many, sum of revisions)`` of those at or below it (``ClaimedRun.upto``): the
+    rows below are counted, not decoded.
+    """
+    count = total = 0
+    after: list[Checkpoint] = []
+    for row in rows:
+        if row[_SEQ_AT] <= since:
+            count += 1
+            total += row[_REV_AT]
+        else:
+            after.append(checkpoint_of(row))
+    return after, (count, total)
 
 
 def checkpoint_of(row: Sequence[Any]) -> Checkpoint:

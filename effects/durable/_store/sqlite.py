@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import secrets
 import sqlite3
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -576,8 +576,10 @@ class SqliteStore:
         lease_until: int,
         owner: str,
         limit: int,
+        known: Mapping[str, int] | None = None,
     ) -> list[ClaimedRun]:
         """Take up to *limit* runnable runs of *workflows*, each with a fresh lease token."""
+        passed: Mapping[str, int] = {} if known is None else known
         with self._read_errors():
             if not workflows or limit <= 0:
                 return []
@@ -595,7 +597,14 @@ class SqliteStore:
                     token = f"{owner}:{secrets.token_hex(6)}"
                     db.execute(sq.RUN_CLAIM, (token, lease_until, row[0]))
                     run = attrs.evolve(run_of(row), status="running")
-                    claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
+                    since = passed.get(run.run_id, 0)
+                    if since <= 0:
+                        claimed.append(ClaimedRun(run, token, self._checkpoints(db, run.run_id)))
+                        continue
+                    after = db.execute(sq.CHECKPOINTS_AFTER, (run.run_id, since)).fetchall()
+                    count, revs = db.execute(sq.CHECKPOINTS_UPTO, (run.run_id, since)).fetchone()
+                    checkpoints = [checkpoint_of(row) for row in after]
+                    claimed.append(ClaimedRun(run, token, checkpoints, since, (count, revs)))
                 return claimed
 
             return await self._transact(work, durable=False)

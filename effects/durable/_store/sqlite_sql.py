@@ -315,6 +315,14 @@ QUEUE_STATS: Final = (
 )
 CHECKPOINTS: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY seq"
 CHECKPOINT: Final = f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq = ?"
+#: A claimed run's checkpoints after a sequence number its engine has passed in memory, and how
+#: many are at or below it with the sum of their revisions (``ClaimedRun.upto``).
+CHECKPOINTS_AFTER: Final = (
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? AND seq > ? ORDER BY seq"
+)
+CHECKPOINTS_UPTO: Final = (
+    "SELECT COUNT(*), COALESCE(SUM(rev), 0) FROM checkpoints WHERE run_id = ? AND seq <= ?"
+)
 EVENTS: Final = "SELECT name, level, at, seq, data FROM events WHERE run_id = ? ORDER BY id"
 
 # -- turns -----------------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--queue-concurrency", type=int, default=1)
     parser.add_argument("--count-heartbeats", type=Path)
     parser.add_argument("--compensation-retries", type=int, default=1)
+    parser.add_argument("--cached-runs", type=int, default=1000)
     return parser
 
 
@@ -100,6 +101,7 @@ def _engine(args: argparse.Namespace) -> Engine:
         remote_redispatch_ms=args.redispatch_ms,
         remote_redispatch_max=args.redispatch_max,
         compensation_retries=args.compensation_retries,
+        cached_runs=args.cached_runs,
         random=random.Random(args.seed),
         clock=ShiftedClock(args.clock_offset_s) if args.clock_offset_s else None,
     )
