@@ -3,8 +3,9 @@ Counting what a store asks of SQLite: statements (with their time) and write tra
 
 ``counted(tally)`` makes ``sqlite3.connect`` return connections that count into *tally* for the
 block, so a store opened inside it is counted. A write transaction is a ``BEGIN IMMEDIATE`` ...
-``COMMIT`` pair (one fsync under ``synchronous=FULL``; a group commit is one); it is *empty*
-when no row changed. These counts do not depend on the machine's load.
+``COMMIT`` pair, or a write statement run alone in autocommit (one fsync under
+``synchronous=FULL``; a group commit is one); it is *empty* when no row changed. These counts do
+not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["Tally", "counted", "counting_connection"]
+
+#: The first word of a statement that writes, to six letters.
+_WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "REPLAC"})
 
 
 class Tally:
@@ -55,11 +59,17 @@ def counting_connection(tally: Tally) -> type[sqlite3.Connection]:
             elif sql == "COMMIT":
                 tally.writes += 1
                 tally.empty_writes += self.total_changes == self.changes_at_begin
+            # A write statement outside a transaction is one of its own (autocommit).
+            alone = not self.in_transaction and sql.lstrip()[:6].upper() in _WRITES
+            changes = self.total_changes
             start = time.perf_counter()
             try:
                 return super().execute(sql, parameters)
             finally:
                 tally.add(sql, time.perf_counter() - start)
+                if alone:
+                    tally.writes += 1
+                    tally.empty_writes += self.total_changes == changes
 
         def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
             start = time.perf_counter()
