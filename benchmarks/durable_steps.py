@@ -994,6 +994,18 @@ def _telemetry(args: argparse.Namespace) -> int:
         + ", ".join(f"{r:.3f}" for r in ratios)
     )
     print(f"  spans exported: {best['spans']:,.0f} (one per step, one root per run)")
+    step_us = 1e6 / best["plain_rate"]
+    spent_us = 1e6 / best["otel_rate"] - step_us
+    floor_us = best["sdk_floor_us"]
+    print(
+        f"  per step: {step_us:,.1f} us without telemetry, {spent_us:+,.1f} us with it; the"
+        f" SDK's own work for it (its spans and histogram values made by hand, interleaved):"
+        f" {floor_us:,.1f} us = {floor_us / step_us:.0%} of a step"
+    )
+    print(
+        f"  telemetry / SDK floor = {spent_us / floor_us:.2f}"
+        f" (the {TELEMETRY_BUDGET:.0%} budget is {TELEMETRY_BUDGET * step_us:,.1f} us per step)"
+    )
     return 0
 
 
