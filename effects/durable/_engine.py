@@ -46,6 +46,24 @@ I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
 
 
+def new_run_id(now: int) -> str:
+    """
+    A new run id: 32 hex digits, epoch ms *now* (12 digits) then 80 random bits.
+
+    Time first, so the runs started one after another are neighbours in every table keyed by
+    run id (checkpoints, events, the runs' own key): a new run's rows go at the end of each
+    index, into the page written last, instead of into a random page of a full one, which
+    SQLite then rebalances with its neighbours (several pages written for one row). The random
+    part keeps ids of one millisecond apart, across engines too.
+
+    Example:
+        >>> run_id = new_run_id(1_700_000_000_000)
+        >>> (len(run_id), run_id[:12])
+        (32, '018bcfe56800')
+    """
+    return f"{now & 0xFFFF_FFFF_FFFF:012x}{secrets.token_hex(10)}"
+
+
 def open_store(store: str | Store) -> Store:
     """
     The store a URL names: ``sqlite:///path.db``, ``postgresql://...`` or ``memory://NAME``; a
@@ -394,8 +412,9 @@ class Engine:
         Args:
             workflow: A ``WorkflowDef`` passed to this engine, or its name.
             input: The workflow's input (JSON, or what its codec takes).
-            run_id: The run's id; default a random one. Starting an id that exists returns it
-                and changes nothing (idempotent).
+            run_id: The run's id; default a new one (``new_run_id``: 32 hex digits, the time
+                first, then 80 random bits). Starting an id that exists returns it and changes
+                nothing (idempotent).
             timeout: The whole-run timeout (seconds, a ``timedelta`` or a string like
                 ``"1h"``); default the workflow's own (``@workflow(..., timeout=)``), else none.
                 At its deadline (``created_at + timeout``, epoch ms, the run's ``deadline``) a
@@ -412,7 +431,7 @@ class Engine:
         definition = self._workflow(workflow)
         limit = definition.timeout_ms if timeout is None else timeout_ms(timeout, "timeout")
         if run_id is None:
-            run_id = secrets.token_hex(16)
+            run_id = new_run_id(self._now())
         else:
             check_name(run_id, "run_id")
         text = dump(definition.codec, input, f"input of workflow {definition.name!r}")

@@ -42,9 +42,7 @@ async def test_two_engines_on_one_meter_add_up_and_a_detached_one_keeps_its_coun
     points = telemetry.points()
     telemetry.shutdown()
     assert {"completed": 4} == counts(points, "durable.step.attempts", "durable.step.outcome")
-    assert {"first": 2, "second": 2} == counts(
-        points, "durable.step.attempts", "durable.step.name"
-    )
+    assert {"first": 2, "second": 2} == counts(points, "durable.step.attempts", "durable.step.name")
     assert {"completed": 2} == counts(points, "durable.runs", "durable.run.status")
     assert {"local": 4} == counts(points, "durable.step.duration", "durable.step.kind")
 
