@@ -310,7 +310,14 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
     floor_tracers.add_span_processor(BatchSpanProcessor(Dropped()))
     floor_meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
     floor = sdk_floor(floor_tracers, floor_meters)
-    totals = {"plain": [0.0, 0.0], "otel": [0.0, 0.0], "sdk": [0.0, 0.0]}
+    # Per side: items, wall-clock seconds, and this thread's CPU seconds.
+    totals = {"plain": [0.0, 0.0, 0.0], "otel": [0.0, 0.0, 0.0], "sdk": [0.0, 0.0, 0.0]}
+
+    def add(side: str, figures: Figures) -> None:
+        totals[side][0] += figures["count"]
+        totals[side][1] += figures["seconds"]
+        totals[side][2] += figures["cpu_us"] * figures["count"] / 1e6
+
     traced_runs = 0
     async with Engine(url, workflows=[ten_async]) as engine:
 
@@ -324,9 +331,7 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
         for n in range(slices):
             for side in ("plain", "otel", "sdk") if n % 2 == 0 else ("sdk", "otel", "plain"):
                 if side == "sdk":
-                    figures = await timed_async(TELEMETRY_SLICE_S, floor)
-                    totals[side][0] += figures["count"]
-                    totals[side][1] += figures["seconds"]
+                    add(side, await timed_async(TELEMETRY_SLICE_S, floor))
                     continue
                 detach = (
                     attach_otel(
@@ -339,8 +344,7 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
                 if detach is not None:
                     detach()
                     traced_runs += round(figures["count"]) // STEPS_PER_RUN
-                totals[side][0] += figures["count"]
-                totals[side][1] += figures["seconds"]
+                add(side, figures)
     for provider in (tracer_provider, meter_provider, floor_tracers, floor_meters):
         provider.shutdown()
     expected = traced_runs * (STEPS_PER_RUN + 1)
@@ -350,13 +354,17 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
             f" got {exporter.spans}"
         )
         raise RuntimeError(msg)
-    plain, otel, sdk = (count / elapsed for count, elapsed in totals.values())
+    plain, otel, sdk = (count / elapsed for count, elapsed, _ in totals.values())
+    plain_cpu, otel_cpu, sdk_cpu = (cpu / count * 1e6 for count, _, cpu in totals.values())
     return {
         "plain_rate": plain,
         "otel_rate": otel,
         "rate": otel,
         "spans": exporter.spans,
         "sdk_floor_us": 1e6 / sdk,
+        "plain_cpu_us": plain_cpu,
+        "otel_cpu_us": otel_cpu,
+        "sdk_floor_cpu_us": sdk_cpu,
     }
 
 
