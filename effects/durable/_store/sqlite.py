@@ -4,9 +4,10 @@ The SQLite store: one file, WAL, a versioned schema upgraded in place.
 Durability: by default (``synchronous=NORMAL`` in WAL mode) every committed transaction survives a
 crash of the process; a power loss may undo the last few commits. ``?synchronous=full`` in the URL
 fsyncs every commit, so a power loss loses nothing committed either. Several processes may share
-one file: every write is a ``BEGIN IMMEDIATE`` transaction, so claims are never handed to two
-workers. Every method runs its transaction without awaiting inside it, so the coroutines of one
-process never interleave within a transaction.
+one file: every write is a ``BEGIN IMMEDIATE`` transaction (or one statement in autocommit, which
+SQLite runs the same way: write lock first), so claims are never handed to two workers. Every
+method runs its transaction without awaiting inside it, so the coroutines of one process never
+interleave within a transaction.
 """
 
 from __future__ import annotations
