@@ -6,7 +6,7 @@ import json
 import json.encoder
 import re
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 __all__ = ["JSON", "MAX_DEPTH", "Codec", "JsonCodec", "deeper_than", "dump", "from_data", "load"]
 
@@ -88,7 +88,7 @@ def dump(codec: Codec, value: Any, what: str, *, hint: str = "give the definitio
     try:
         if codec is JSON:
             # The common outputs, as the encoder writes them, without its per-call set-up.
-            kind = type(value)
+            kind: type[object] = type(cast("object", value))
             if kind is int:
                 return int.__repr__(value)  # past the digits limit a ValueError, as _dumps's
             if kind is str:

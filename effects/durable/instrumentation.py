@@ -100,13 +100,13 @@ class _Tally:
         self.runs: list[dict[tuple[str, ...], int]] = []
         meter.create_observable_counter(
             "durable.step.attempts",
-            callbacks=[lambda _: self._observe(self.attempts, _ATTEMPT_KEYS)],
+            callbacks=[self._observe_attempts],
             unit="{attempt}",
             description="Step attempts that ended, by outcome (completed, failed, timeout, lost)",
         )
         meter.create_observable_counter(
             "durable.runs",
-            callbacks=[lambda _: self._observe(self.runs, _RUN_KEYS)],
+            callbacks=[self._observe_runs],
             unit="{run}",
             description="Runs that ended, by status",
         )
@@ -118,6 +118,14 @@ class _Tally:
             unit="s",
             description="A dispatched attempt's wait from its dispatch (or wake_at) to its claim",
         )
+
+    def _observe_attempts(self, options: object) -> list[Any]:
+        del options
+        return self._observe(self.attempts, _ATTEMPT_KEYS)
+
+    def _observe_runs(self, options: object) -> list[Any]:
+        del options
+        return self._observe(self.runs, _RUN_KEYS)
 
     def _observe(
         self, sources: list[dict[tuple[str, ...], int]], keys: tuple[str, ...]
