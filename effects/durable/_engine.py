@@ -33,7 +33,7 @@ from effects.durable._worker_loop import WorkerLoop
 from effects.durable.errors import StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
-__all__ = ["PRUNABLE_STATUSES", "Engine", "open_store"]
+__all__ = ["PRUNABLE_STATUSES", "Engine", "new_run_id", "open_store"]
 
 _log: Final = logging.getLogger("effects.durable")
 
