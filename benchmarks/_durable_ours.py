@@ -276,6 +276,9 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
     with a ``BatchSpanProcessor`` (what production uses) whose exporter drops what it is given
     (it counts the spans, so the case checks one span per step and one root per run), and a
     meter provider read by an ``InMemoryMetricReader``. Steps/s of each side over all its slices.
+
+    A third side, interleaved too, is the SDK's floor (``sdk_floor``): the spans and histogram
+    values the telemetry exports, made by hand on providers set up alike, with no engine.
     """
     # Imported here: only this case needs the SDK (a dev dependency).
     from opentelemetry.sdk.metrics import MeterProvider
@@ -303,7 +306,18 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    totals = {"plain": [0.0, 0.0], "otel": [0.0, 0.0]}
+    floor_tracers = TracerProvider()
+    floor_tracers.add_span_processor(BatchSpanProcessor(Dropped()))
+    floor_meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    floor = sdk_floor(floor_tracers, floor_meters)
+    # Per side: items, wall-clock seconds, and this thread's CPU seconds.
+    totals = {"plain": [0.0, 0.0, 0.0], "otel": [0.0, 0.0, 0.0], "sdk": [0.0, 0.0, 0.0]}
+
+    def add(side: str, figures: Figures) -> None:
+        totals[side][0] += figures["count"]
+        totals[side][1] += figures["seconds"]
+        totals[side][2] += figures["cpu_us"] * figures["count"] / 1e6
+
     traced_runs = 0
     async with Engine(url, workflows=[ten_async]) as engine:
 
@@ -315,7 +329,10 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
         await one_run()
         slices = max(2, round(seconds / TELEMETRY_SLICE_S))
         for n in range(slices):
-            for side in ("plain", "otel") if n % 2 == 0 else ("otel", "plain"):
+            for side in ("plain", "otel", "sdk") if n % 2 == 0 else ("sdk", "otel", "plain"):
+                if side == "sdk":
+                    add(side, await timed_async(TELEMETRY_SLICE_S, floor))
+                    continue
                 detach = (
                     attach_otel(
                         engine, tracer_provider=tracer_provider, meter_provider=meter_provider
@@ -327,10 +344,9 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
                 if detach is not None:
                     detach()
                     traced_runs += round(figures["count"]) // STEPS_PER_RUN
-                totals[side][0] += figures["count"]
-                totals[side][1] += figures["seconds"]
-    tracer_provider.shutdown()
-    meter_provider.shutdown()
+                add(side, figures)
+    for provider in (tracer_provider, meter_provider, floor_tracers, floor_meters):
+        provider.shutdown()
     expected = traced_runs * (STEPS_PER_RUN + 1)
     if exporter.spans != expected:
         msg = (
@@ -338,8 +354,79 @@ async def case_ours_telemetry(url: str, seconds: float) -> Figures:
             f" got {exporter.spans}"
         )
         raise RuntimeError(msg)
-    plain, otel = (count / elapsed for count, elapsed in totals.values())
-    return {"plain_rate": plain, "otel_rate": otel, "rate": otel, "spans": exporter.spans}
+    plain, otel, sdk = (count / elapsed for count, elapsed, _ in totals.values())
+    plain_cpu, otel_cpu, sdk_cpu = (cpu / count * 1e6 for count, _, cpu in totals.values())
+    return {
+        "plain_rate": plain,
+        "otel_rate": otel,
+        "rate": otel,
+        "spans": exporter.spans,
+        "sdk_floor_us": 1e6 / sdk,
+        "plain_cpu_us": plain_cpu,
+        "otel_cpu_us": otel_cpu,
+        "sdk_floor_cpu_us": sdk_cpu,
+    }
+
+
+def sdk_floor(tracer_provider: Any, meter_provider: Any) -> Callable[[], Awaitable[int]]:
+    """
+    One run's telemetry made by hand, the SDK's work alone (the floor of ``attach_otel``): a
+    root span, then per step a child span with the eight attributes a step's span has and one
+    histogram value; the counters are left out (``attach_otel`` counts them in ints, and a
+    collection reads them). It returns the steps it stood for.
+    """
+    from opentelemetry import trace
+
+    tracer = tracer_provider.get_tracer("bench.floor")
+    histogram = meter_provider.get_meter("bench.floor").create_histogram("bench.duration")
+    labels = {
+        "durable.workflow.name": ten_async.name,
+        "durable.step.name": STEP_NAMES[0],
+        "durable.step.kind": "local",
+        "durable.step.outcome": "completed",
+    }
+    runs = 0
+
+    async def once() -> int:
+        nonlocal runs
+        runs += 1
+        run_id = f"floor-{runs}"
+        at = time.time_ns()
+        root = tracer.start_span(
+            f"durable.run {ten_async.name}",
+            start_time=at,
+            attributes={"durable.run.id": run_id, "durable.workflow.name": ten_async.name},
+        )
+        root.end(end_time=at)
+        made = root.get_span_context()
+        parent = trace.set_span_in_context(
+            trace.NonRecordingSpan(
+                trace.SpanContext(
+                    made.trace_id, made.span_id, is_remote=True, trace_flags=made.trace_flags
+                )
+            )
+        )
+        for seq, name in enumerate(STEP_NAMES, 1):
+            span = tracer.start_span(
+                f"durable.step {name}",
+                context=parent,
+                start_time=at,
+                attributes={
+                    "durable.run.id": run_id,
+                    "durable.workflow.name": ten_async.name,
+                    "durable.step.name": name,
+                    "durable.step.seq": seq,
+                    "durable.step.id": f"{run_id}:{seq}",
+                    "durable.step.kind": "local",
+                    "durable.step.attempt": 1,
+                    "durable.step.redispatched": False,
+                },
+            )
+            span.end(end_time=at)
+            histogram.record(0.0, labels)
+        return STEPS_PER_RUN
+
+    return once
 
 
 async def _timed_while_working(

@@ -3,19 +3,23 @@ Counting what a store asks of SQLite: statements (with their time) and write tra
 
 ``counted(tally)`` makes ``sqlite3.connect`` return connections that count into *tally* for the
 block, so a store opened inside it is counted. A write transaction is a ``BEGIN IMMEDIATE`` ...
-``COMMIT`` pair (one fsync under ``synchronous=FULL``; a group commit is one); it is *empty*
-when no row changed. These counts do not depend on the machine's load.
+``COMMIT`` pair, or a write statement run alone in autocommit (one fsync under
+``synchronous=FULL``; a group commit is one); it is *empty* when no row changed. These counts do
+not depend on the machine's load.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["Tally", "counted", "counting_connection"]
+
+#: The first word of a statement that writes, to six letters.
+_WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "REPLAC"})
 
 
 class Tally:
@@ -43,8 +47,13 @@ class Tally:
         self.writes = self.empty_writes = 0
 
 
-def counting_connection(tally: Tally) -> type[sqlite3.Connection]:
-    """A ``sqlite3.Connection`` class that counts into *tally*."""
+def counting_connection(
+    tally: Tally, clock: Callable[[], float] = time.perf_counter
+) -> type[sqlite3.Connection]:
+    """
+    A ``sqlite3.Connection`` class that counts into *tally*, timing statements by *clock*
+    (default the wall clock; ``time.thread_time`` for the CPU they took).
+    """
 
     class Counting(sqlite3.Connection):
         changes_at_begin = 0
@@ -55,31 +64,39 @@ def counting_connection(tally: Tally) -> type[sqlite3.Connection]:
             elif sql == "COMMIT":
                 tally.writes += 1
                 tally.empty_writes += self.total_changes == self.changes_at_begin
-            start = time.perf_counter()
+            # A write statement outside a transaction is one of its own (autocommit).
+            alone = not self.in_transaction and sql.lstrip()[:6].upper() in _WRITES
+            changes = self.total_changes
+            start = clock()
             try:
                 return super().execute(sql, parameters)
             finally:
-                tally.add(sql, time.perf_counter() - start)
+                tally.add(sql, clock() - start)
+                if alone:
+                    tally.writes += 1
+                    tally.empty_writes += self.total_changes == changes
 
         def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
-            start = time.perf_counter()
+            start = clock()
             try:
                 return super().executemany(sql, parameters)
             finally:
-                tally.add(f"(many) {sql}", time.perf_counter() - start)
+                tally.add(f"(many) {sql}", clock() - start)
 
     return Counting
 
 
 @contextmanager
-def counted(tally: Tally, *, autocheckpoint: bool = False) -> Iterator[None]:
+def counted(
+    tally: Tally, *, autocheckpoint: bool = False, clock: Callable[[], float] = time.perf_counter
+) -> Iterator[None]:
     """
     Make ``sqlite3.connect`` in the block return counting connections; without
     *autocheckpoint* they run with ``wal_autocheckpoint=0``, so the WAL's growth is the pages
     written.
     """
     connect = sqlite3.connect
-    factory = counting_connection(tally)
+    factory = counting_connection(tally, clock)
 
     def counting_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         kwargs.setdefault("factory", factory)

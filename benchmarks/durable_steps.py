@@ -455,6 +455,17 @@ class Report(Results):
                 f" {fmt_ratio(ours, bottom)}{target(ours, bottom, 0.4)}",
                 file=out,
             )
+        # CPU per step: what a quiet machine's wall clock approaches at NORMAL (no fsync waits).
+        ours_found = self.found("ours-local:async:normal")
+        floor_found = self.found(floors["normal"])
+        if ours_found and floor_found and "cpu_us" in ours_found and "cpu_us" in floor_found:
+            ours_cpu, floor_cpu = ours_found["cpu_us"], floor_found["cpu_us"]
+            print(
+                f"  CPU per step at WAL+NORMAL (the process's own, however loaded the machine):"
+                f" ours {ours_cpu:,.1f} us, floor {floor_cpu:,.1f} us; floor / ours ="
+                f" {floor_cpu / ours_cpu:.2f}",
+                file=out,
+            )
 
     def print_dispatch(
         self, out: IO[str], workers: Sequence[int], batch: int, poll_ms: int
@@ -994,6 +1005,30 @@ def _telemetry(args: argparse.Namespace) -> int:
         + ", ".join(f"{r:.3f}" for r in ratios)
     )
     print(f"  spans exported: {best['spans']:,.0f} (one per step, one root per run)")
+    step_us = 1e6 / best["plain_rate"]
+    spent_us = 1e6 / best["otel_rate"] - step_us
+    floor_us = best["sdk_floor_us"]
+    print(
+        f"  per step: {step_us:,.1f} us without telemetry, {spent_us:+,.1f} us with it; the"
+        f" SDK's own work for it (its spans and histogram values made by hand, interleaved):"
+        f" {floor_us:,.1f} us = {floor_us / step_us:.0%} of a step"
+    )
+    print(
+        f"  telemetry / SDK floor = {spent_us / floor_us:.2f}"
+        f" (the {TELEMETRY_BUDGET:.0%} budget is {TELEMETRY_BUDGET * step_us:,.1f} us per step)"
+    )
+    # The same in CPU (this process's engine thread), which other processes' load inflates less.
+    plain_cpu, otel_cpu, floor_cpu = (
+        best["plain_cpu_us"],
+        best["otel_cpu_us"],
+        best["sdk_floor_cpu_us"],
+    )
+    print(
+        f"  CPU per step: {plain_cpu:,.1f} us without, {otel_cpu:,.1f} us with telemetry"
+        f" ({otel_cpu / plain_cpu - 1:+.0%}); the SDK floor {floor_cpu:,.1f} us"
+        f" ({floor_cpu / plain_cpu:.0%} of a step); telemetry / SDK floor ="
+        f" {(otel_cpu - plain_cpu) / floor_cpu:.2f}"
+    )
     return 0
 
 

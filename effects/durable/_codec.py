@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
-from typing import Any, Final, Protocol
+from collections.abc import Callable
+from typing import Any, Final, Protocol, cast
 
 __all__ = ["JSON", "MAX_DEPTH", "Codec", "JsonCodec", "deeper_than", "dump", "from_data", "load"]
 
@@ -53,6 +55,8 @@ class JsonCodec:
 JSON: Final = JsonCodec()
 # ASCII escapes keep lone surrogates storable (a UTF-8 store refuses them raw).
 _dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+#: How ``_dumps`` writes a string (``ensure_ascii``, JSON's default).
+_encode_str: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
 
 
 def deeper_than(text: str, limit: int = MAX_DEPTH) -> bool:
@@ -82,6 +86,17 @@ def dump(codec: Codec, value: Any, what: str, *, hint: str = "give the definitio
         hint: What to do instead, at the end of the message of a value that is not JSON.
     """
     try:
+        if codec is JSON:
+            # The common outputs, as the encoder writes them, without its per-call set-up.
+            kind: type[object] = type(cast("object", value))
+            if kind is int:
+                return int.__repr__(value)  # past the digits limit a ValueError, as _dumps's
+            if kind is str:
+                return _encode_str(value)
+            if value is None:
+                return "null"
+            if kind is bool:
+                return "true" if value else "false"
         text = _dumps(value if codec is JSON else codec.encode(value))
     except (TypeError, ValueError, OverflowError, RecursionError) as error:
         msg = f"the {what} cannot be stored as JSON: {error} ({hint})"

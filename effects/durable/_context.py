@@ -611,7 +611,7 @@ class WorkflowContext:
             try:
                 try:
                     result = await fn() if is_async else await in_thread(fn)
-                    if inspect.isawaitable(result):
+                    if type(result) not in _JSON_SCALARS and inspect.isawaitable(result):
                         result = await result
                     if undoes is not None:
                         text = dump(codec, result, f"output of compensation {name!r}")

@@ -34,7 +34,7 @@ from effects.durable._worker_loop import WorkerLoop
 from effects.durable.errors import StoreError, UnknownRunError
 from schedules import DurationLike, RandomLike, to_seconds
 
-__all__ = ["PRUNABLE_STATUSES", "Engine", "cached_runs_of", "open_store"]
+__all__ = ["PRUNABLE_STATUSES", "Engine", "cached_runs_of", "new_run_id", "open_store"]
 
 _log: Final = logging.getLogger("effects.durable")
 
@@ -45,6 +45,24 @@ _JSON_ONLY: Final = "send JSON data: dicts, lists, strings, finite numbers, bool
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
+
+
+def new_run_id(now: int) -> str:
+    """
+    A new run id: 32 hex digits, epoch ms *now* (12 digits) then 80 random bits.
+
+    Time first, so the runs started one after another are neighbours in every table keyed by
+    run id (checkpoints, events, the runs' own key): a new run's rows go at the end of each
+    index, into the page written last, instead of into a random page of a full one, which
+    SQLite then rebalances with its neighbours (several pages written for one row). The random
+    part keeps ids of one millisecond apart, across engines too.
+
+    Example:
+        >>> run_id = new_run_id(1_700_000_000_000)
+        >>> (len(run_id), run_id[:12])
+        (32, '018bcfe56800')
+    """
+    return f"{now & 0xFFFF_FFFF_FFFF:012x}{secrets.token_hex(10)}"
 
 
 def open_store(store: str | Store) -> Store:
@@ -408,8 +426,9 @@ class Engine:
         Args:
             workflow: A ``WorkflowDef`` passed to this engine, or its name.
             input: The workflow's input (JSON, or what its codec takes).
-            run_id: The run's id; default a random one. Starting an id that exists returns it
-                and changes nothing (idempotent).
+            run_id: The run's id; default a new one (``new_run_id``: 32 hex digits, the time
+                first, then 80 random bits). Starting an id that exists returns it and changes
+                nothing (idempotent).
             timeout: The whole-run timeout (seconds, a ``timedelta`` or a string like
                 ``"1h"``); default the workflow's own (``@workflow(..., timeout=)``), else none.
                 At its deadline (``created_at + timeout``, epoch ms, the run's ``deadline``) a
@@ -426,7 +445,7 @@ class Engine:
         definition = self._workflow(workflow)
         limit = definition.timeout_ms if timeout is None else timeout_ms(timeout, "timeout")
         if run_id is None:
-            run_id = secrets.token_hex(16)
+            run_id = new_run_id(self._now())
         else:
             check_name(run_id, "run_id")
         text = dump(definition.codec, input, f"input of workflow {definition.name!r}")

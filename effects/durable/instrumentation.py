@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import re
+import threading
+import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
@@ -80,33 +82,120 @@ def _workflow(name: str | None) -> str:
     return "unknown" if name is None else name
 
 
+class _Tally:
+    """
+    The instruments of one meter: two counters, counted in plain ints and reported by
+    observable counters, and two histograms.
+
+    An attempt adds one to an int here instead of making a measurement (the SDK's ``add``
+    costs as much as a histogram's ``record``); a collection reads the totals. Every probe
+    attached to the meter keeps its own counts (a probe is told things on its engine's loop
+    alone, so no count is shared between threads), and the meter's one pair of instruments
+    reports their sums, a detached probe's included: the counters keep what they counted.
+    """
+
+    def __init__(self, metrics: ModuleType, meter: Any) -> None:
+        self._metrics = metrics
+        self.attempts: list[dict[tuple[str, ...], int]] = []
+        self.runs: list[dict[tuple[str, ...], int]] = []
+        meter.create_observable_counter(
+            "durable.step.attempts",
+            callbacks=[self._observe_attempts],
+            unit="{attempt}",
+            description="Step attempts that ended, by outcome (completed, failed, timeout, lost)",
+        )
+        meter.create_observable_counter(
+            "durable.runs",
+            callbacks=[self._observe_runs],
+            unit="{run}",
+            description="Runs that ended, by status",
+        )
+        self.duration = meter.create_histogram(
+            "durable.step.duration", unit="s", description="How long a step attempt ran"
+        )
+        self.queue_wait = meter.create_histogram(
+            "durable.step.queue_wait",
+            unit="s",
+            description="A dispatched attempt's wait from its dispatch (or wake_at) to its claim",
+        )
+
+    def _observe_attempts(self, options: object) -> list[Any]:
+        del options
+        return self._observe(self.attempts, _ATTEMPT_KEYS)
+
+    def _observe_runs(self, options: object) -> list[Any]:
+        del options
+        return self._observe(self.runs, _RUN_KEYS)
+
+    def _observe(
+        self, sources: list[dict[tuple[str, ...], int]], keys: tuple[str, ...]
+    ) -> list[Any]:
+        totals: dict[tuple[str, ...], int] = {}
+        # list() copies each dict in one step of C code: an engine's loop may add meanwhile.
+        for counts in list(sources):
+            for values, count in list(counts.items()):
+                totals[values] = totals.get(values, 0) + count
+        observation = self._metrics.Observation
+        return [
+            observation(count, dict(zip(keys, values, strict=True)))
+            for values, count in totals.items()
+        ]
+
+
+_ATTEMPT_KEYS: Final = (
+    "durable.workflow.name",
+    "durable.step.name",
+    "durable.step.kind",
+    "durable.step.outcome",
+)
+_RUN_KEYS: Final = ("durable.workflow.name", "durable.run.status")
+# The tallies by meter (a provider gives the same meter for the same scope): several engines
+# attached to one meter share its instruments, which OpenTelemetry creates once per name.
+_TALLIES: Final[weakref.WeakKeyDictionary[Any, _Tally]] = weakref.WeakKeyDictionary()
+_TALLIES_LOCK: Final = threading.Lock()
+
+
+_GLOBAL_METER: Final[list[Any]] = []
+
+
+def _global_meter(metrics: ModuleType) -> Any:
+    """
+    The global provider's meter, the same one on every call: before a provider is set,
+    OpenTelemetry hands out a new proxy meter on each call, and each would make instruments
+    of its own that the real meter, once set, refuses (one instrument per name).
+    """
+    with _TALLIES_LOCK:
+        if not _GLOBAL_METER:
+            _GLOBAL_METER.append(metrics.get_meter(_SCOPE))
+        return _GLOBAL_METER[0]
+
+
+def _tally(metrics: ModuleType, meter: Any) -> _Tally:
+    """The tally of *meter*, made (with its instruments) the first time."""
+    with _TALLIES_LOCK:
+        found = _TALLIES.get(meter)
+        if found is None:
+            found = _TALLIES[meter] = _Tally(metrics, meter)
+        return found
+
+
 class _OtelProbe:
     """The probe ``attach_otel`` adds: spans and metrics of one engine's process."""
 
-    def __init__(self, trace: ModuleType, tracer: Any, meter: Any) -> None:
+    def __init__(self, trace: ModuleType, tracer: Any, meter: Any, tally: _Tally) -> None:
         self._trace = trace
         self._tracer = tracer
         self._error = trace.Status(trace.StatusCode.ERROR)
         self._parents: dict[str, Context] = {}
         self._labels: dict[tuple[str, ...], dict[str, str]] = {}
-        # Synchronous counters: several engines of one process attached to one meter share
-        # them (an observable counter's callback would be kept for the first engine alone).
-        self._attempts = meter.create_counter(
-            "durable.step.attempts",
-            unit="{attempt}",
-            description="Step attempts that ended, by outcome (completed, failed, timeout, lost)",
-        )
-        self._runs = meter.create_counter(
-            "durable.runs", unit="{run}", description="Runs that ended, by status"
-        )
-        self._duration = meter.create_histogram(
-            "durable.step.duration", unit="s", description="How long a step attempt ran"
-        )
-        self._queue_wait = meter.create_histogram(
-            "durable.step.queue_wait",
-            unit="s",
-            description="A dispatched attempt's wait from its dispatch (or wake_at) to its claim",
-        )
+        # This probe's counts, which the meter's observable counters report (see _Tally).
+        self._attempts: dict[tuple[str, ...], int] = {}
+        self._runs: dict[tuple[str, ...], int] = {}
+        tally.attempts.append(self._attempts)
+        tally.runs.append(self._runs)
+        self._duration = tally.duration
+        self._queue_wait = tally.queue_wait
+        self._span_names: dict[str, str] = {}
 
     def _parent(self, traceparent: str | None, run_id: str) -> Context:
         key = traceparent or run_id
@@ -164,6 +253,15 @@ class _OtelProbe:
 
     def attempt(self, attempt: Attempt) -> None:
         workflow = _workflow(attempt.workflow)
+        name, kind, outcome = attempt.name, attempt.kind, attempt.outcome
+        key = (workflow, name, kind, outcome)
+        counts = self._attempts
+        counts[key] = counts.get(key, 0) + 1
+        span_name = self._span_names.get(name)
+        if span_name is None:
+            if len(self._span_names) >= _CACHED:
+                self._span_names.clear()
+            span_name = self._span_names[name] = f"durable.step {name}"
         attributes: dict[str, Any] = {
             "durable.run.id": attempt.run_id,
             "durable.workflow.name": workflow,
@@ -178,7 +276,7 @@ class _OtelProbe:
         if failed:
             attributes["error.type"] = attempt.error_type or attempt.outcome
         span = self._tracer.start_span(
-            f"durable.step {attempt.name}",
+            span_name,
             context=self._parent(attempt.traceparent, attempt.run_id),
             start_time=_ns(attempt.started_at),
             attributes=attributes,
@@ -192,17 +290,12 @@ class _OtelProbe:
                 timestamp=_ns(attempt.ended_at),
             )
         span.end(end_time=_ns(attempt.ended_at))
-        self._attempts.add(1, self._label(workflow, attempt.name, attempt.kind, attempt.outcome))
-        if attempt.outcome in ("completed", "failed"):
+        if outcome in ("completed", "failed"):
             # Timeouts and lost workers are the engine's verdicts, not a run of the step.
             seconds = max(0, attempt.ended_at - attempt.started_at) / 1000
-            self._duration.record(
-                seconds, self._label(workflow, attempt.name, attempt.kind, attempt.outcome)
-            )
+            self._duration.record(seconds, self._label(*key))
         if attempt.queue_wait_ms is not None:
-            self._queue_wait.record(
-                attempt.queue_wait_ms / 1000, self._label(workflow, attempt.name, attempt.kind)
-            )
+            self._queue_wait.record(attempt.queue_wait_ms / 1000, self._label(workflow, name, kind))
 
     def retry_wait(self, wait: RetryWait) -> None:
         span = self._tracer.start_span(
@@ -228,7 +321,8 @@ class _OtelProbe:
 
     def run_ended(self, run_id: str, workflow: str, status: str) -> None:
         del run_id  # never a metric label
-        self._runs.add(1, self._label(workflow, status))
+        key = (workflow, status)
+        self._runs[key] = self._runs.get(key, 0) + 1
 
 
 def attach_otel(
@@ -279,12 +373,10 @@ def attach_otel(
     tracer = (
         trace.get_tracer(_SCOPE) if tracer_provider is None else tracer_provider.get_tracer(_SCOPE)
     )
-    meter = (
-        metrics.get_meter(_SCOPE) if meter_provider is None else meter_provider.get_meter(_SCOPE)
-    )
+    meter = _global_meter(metrics) if meter_provider is None else meter_provider.get_meter(_SCOPE)
     # The instruments stay with the meter (OpenTelemetry cannot take them back): once detached,
     # they keep what they counted, which no longer grows.
-    return probes_of(checked).add(_OtelProbe(trace, tracer, meter))
+    return probes_of(checked).add(_OtelProbe(trace, tracer, meter, _tally(metrics, meter)))
 
 
 class _PrometheusProbe:

@@ -4,9 +4,10 @@ The SQLite store: one file, WAL, a versioned schema upgraded in place.
 Durability: by default (``synchronous=NORMAL`` in WAL mode) every committed transaction survives a
 crash of the process; a power loss may undo the last few commits. ``?synchronous=full`` in the URL
 fsyncs every commit, so a power loss loses nothing committed either. Several processes may share
-one file: every write is a ``BEGIN IMMEDIATE`` transaction, so claims are never handed to two
-workers. Every method runs its transaction without awaiting inside it, so the coroutines of one
-process never interleave within a transaction.
+one file: every write is a ``BEGIN IMMEDIATE`` transaction (or one statement in autocommit, which
+SQLite runs the same way: write lock first), so claims are never handed to two workers. Every
+method runs its transaction without awaiting inside it, so the coroutines of one process never
+interleave within a transaction.
 """
 
 from __future__ import annotations
@@ -422,6 +423,14 @@ class SqliteStore:
             return
         outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
 
+        def alone(db: sqlite3.Connection) -> None:
+            # One write in the turn (a workflow of local steps, one after another): no
+            # savepoint to keep it apart; what it raises rolls the transaction back and is
+            # handed to its caller below, as the savepoint would have.
+            outcomes.clear()
+            work, done = batch[0]
+            outcomes.append((done, True, work(db)))
+
         def grouped(db: sqlite3.Connection) -> None:
             outcomes.clear()
             for work, done in batch:
@@ -445,7 +454,7 @@ class SqliteStore:
                     outcomes.append((done, True, value))
 
         try:
-            self._run_now(grouped)
+            self._run_now(alone if len(batch) == 1 else grouped)
         except _Busy:
             # Another process writes: try again shortly, with whatever joined meanwhile.
             self._pending = batch + self._pending
@@ -750,6 +759,25 @@ class SqliteStore:
     ) -> None:
         """A local step that succeeded on its first attempt (see ``Store.record_local_step``)."""
         values = (run_id, seq, name, output, started, now, token, policy)
+        if not self._grouped and not self._tap_on and not self._taps.active:
+            # The hot path of a workflow of local steps: one statement in autocommit is a
+            # write transaction of its own (SQLite takes the write lock before it reads, as
+            # BEGIN IMMEDIATE does, and commits when it ends), so the two statements around
+            # it would only cost their round trips.
+            waited, pause = 0.0, _FIRST_PAUSE_S
+            while True:
+                try:
+                    inserted = self._insert_local(values)
+                    break
+                except _Busy as busy:
+                    if waited >= self._busy_timeout_s:
+                        raise self._locked() from busy
+                    await asyncio.sleep(pause)
+                    waited += pause
+                    pause = min(pause * 2, _LONGEST_PAUSE_S)
+            if inserted != 1:
+                raise StaleTurnError(f"run {run_id}: the lease was taken over")
+            return
 
         def insert(db: sqlite3.Connection) -> None:
             try:
@@ -763,6 +791,22 @@ class SqliteStore:
                 db.executemany(sq.TAP_INSERT, local_step_rows(run_id, seq, started, now))
 
         await self._transact(insert)
+
+    def _insert_local(self, values: tuple[Any, ...]) -> int:
+        """``LOCAL_STEP_INSERT`` of *values* as one autocommit transaction; the rows inserted."""
+        try:
+            return self._conn.execute(sq.LOCAL_STEP_INSERT, values).rowcount
+        except sqlite3.IntegrityError:
+            msg = f"run {values[0]}: checkpoint {values[1]} was written meanwhile"
+            raise StaleTurnError(msg) from None
+        except sqlite3.OperationalError as error:
+            if _is_busy(error):
+                raise _Busy from error
+            msg = f"store {self.url}: the write failed: {error}"
+            raise StoreError(msg) from error
+        except sqlite3.Error as error:
+            msg = f"store {self.url}: the write failed: {error}"
+            raise StoreError(msg) from error
 
     @staticmethod
     def _advance(db: sqlite3.Connection, commit: TurnCommit) -> bool:
