@@ -340,7 +340,10 @@ def _parser() -> _Parser:
         "--input", type=_json_value, default=None, metavar="JSON", help="its input (default null)"
     )
     p.add_argument(
-        "--run-id", type=_text, metavar="ID", help="its id (default random; an existing id: no-op)"
+        "--run-id",
+        type=_text,
+        metavar="ID",
+        help="its id (default a new time-ordered id; an existing id: no-op)",
     )
     p.add_argument(
         "--wait",
