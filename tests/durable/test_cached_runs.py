@@ -228,4 +228,7 @@ async def test_a_parked_fan_over_a_generator_resumes_with_its_inputs(
         await engine.run_until_idle()
         run = await engine.get_run(run_id)
         resumed = _resumed(engine)
-    assert ("completed", [1, 11, 21], 1) == (run.status, run.output, resumed)
+    # The members' results come back in one claim or in several (on a real server a claim can
+    # come between them): the run resumes in place once per claim, one to three times.
+    assert ("completed", [1, 11, 21]) == (run.status, run.output)
+    assert resumed in (1, 2, 3), resumed
