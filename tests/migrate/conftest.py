@@ -67,14 +67,23 @@ def _drop_durable_schema(server: PostgresServer) -> None:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 192 KiB tmpfs: a real disk that fills up (``mount -o remount,size=...`` resizes it)."""
+def small_disk_kib() -> int:
+    """The size of ``small_disk`` in KiB; a module overrides this fixture for another size."""
+    return 192
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path, small_disk_kib: int) -> Iterator[Path]:
+    """
+    A tmpfs of ``small_disk_kib`` KiB: a real disk that fills up (``mount -o remount,size=...``
+    resizes it).
+    """
     mount = tmp_path / "small"
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root, so no real full disk can be made here")
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={small_disk_kib}k", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
         check=False,
